@@ -1,0 +1,219 @@
+// flashbench: list | run | plan | check | probe. Every user error is one line on stderr and exit code 2, raised
+// before any output file is created.
+#include "flashbench/check.hpp"
+#include "flashbench/errors.hpp"
+#include "flashbench/probe.hpp"
+#include "flashbench/results.hpp"
+#include "flashbench/spec.hpp"
+#include "flashbench/sweep.hpp"
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace {
+
+constexpr int kExitNoDevice = 3;
+
+// Quick flags become a one-entry spec in YAML, so they go through exactly the same parser and checks as files.
+std::string quick_spec_yaml(const std::string& variant, const std::string& shape, const std::string& config) {
+  std::ostringstream y;
+  y << "name: command-line\nproblems:\n  - {";
+  std::istringstream fields(shape);
+  std::string kv;
+  bool first = true;
+  while (std::getline(fields, kv, ',')) {
+    const auto eq = kv.find('=');
+    if (eq == std::string::npos)
+      throw fb::UserError("--shape: '" + kv + "' is not field=value; e.g. --shape batch=1,heads=16,seqlen=4096,"
+                          "head_dim=128,causal=true,dtype=bf16");
+    y << (first ? "" : ", ") << kv.substr(0, eq) << ": " << kv.substr(eq + 1);
+    first = false;
+  }
+  y << "}\nvariants:\n  " << variant << ":\n    configs: ";
+  if (config.empty() || config == "default" || config == "all") {
+    y << (config.empty() ? "default" : config) << "\n";
+  } else {
+    y << "\n      - {";
+    std::istringstream cf(config);
+    first = true;
+    while (std::getline(cf, kv, ',')) {
+      const auto eq = kv.find('=');
+      if (eq == std::string::npos)
+        throw fb::UserError("--config: '" + kv + "' is not name=value; e.g. --config block_m=64,block_n=64");
+      y << (first ? "" : ", ") << kv.substr(0, eq) << ": " << kv.substr(eq + 1);
+      first = false;
+    }
+    y << "}\n";
+  }
+  return y.str();
+}
+
+void list_catalog(bool as_json) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& v : fb::catalog().all()) {
+    nlohmann::json axes = nlohmann::json::array();
+    for (const auto& a : v->space().axes()) {
+      nlohmann::json vals = nlohmann::json::array();
+      for (int64_t x : a.values) vals.push_back(a.labels.empty() ? nlohmann::json(x) : nlohmann::json(a.label_of(x)));
+      axes.push_back({{"name", a.name}, {"values", vals}, {"help", a.help}});
+    }
+    out.push_back({{"name", v->name()},
+                   {"description", v->description()},
+                   {"axes", axes},
+                   {"configs", v->space().size()},
+                   {"default", v->space().to_json(v->space().default_config())}});
+    if (!as_json) {
+      std::printf("%s\n  %s\n  %zu configs; default %s\n", v->name().c_str(), v->description().c_str(),
+                  v->space().size(), v->space().to_string(v->space().default_config()).c_str());
+      for (const auto& a : v->space().axes()) {
+        std::printf("    %-18s", a.name.c_str());
+        for (size_t i = 0; i < a.values.size(); ++i)
+          std::printf("%s%s", i ? ", " : "", a.label_of(a.values[i]).c_str());
+        std::printf("%s%s\n", a.help.empty() ? "" : "   # ", a.help.c_str());
+      }
+    }
+  }
+  if (as_json) std::printf("%s\n", out.dump(2).c_str());
+}
+
+fb::DeviceInfo device_or_nominal(int index, bool* present) {
+  *present = fb::device_count() > index;
+  return *present ? fb::query_device(index) : fb::nominal_device();
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"flashbench: verify, time and profile FlashAttention-style kernels"};
+  app.require_subcommand(1);
+  int device = 0;
+  app.add_option("--device", device, "CUDA device index")->check(CLI::NonNegativeNumber);
+
+  auto* list = app.add_subcommand("list", "the catalog: variants and their config spaces");
+  bool list_json = false;
+  list->add_flag("--json", list_json, "machine-readable");
+
+  auto* run = app.add_subcommand("run", "run a sweep spec (or one variant and shape) and write a results file");
+  std::string spec_path, output = "results.json", variant, shape, config;
+  bool dry_run = false, no_ceilings = false, verbose = false;
+  double min_time = -1, timeout = -1, max_noise = -1;
+  run->add_option("spec", spec_path, "sweep spec (YAML), e.g. sweeps/quick.yaml");
+  run->add_option("-o,--output", output, "results file (Google Benchmark JSON shape)");
+  run->add_option("--variant", variant, "run one variant instead of a spec (with --shape)");
+  run->add_option("--shape", shape, "with --variant: batch=1,heads=16,seqlen=4096,head_dim=128,causal=true,dtype=bf16");
+  run->add_option("--config", config, "with --variant: block_m=64,block_n=64 | default | all");
+  run->add_flag("--dry-run", dry_run, "print the plan (points, FLOPs, expected bytes); needs no GPU");
+  run->add_flag("--no-ceilings", no_ceilings, "skip measuring the GEMM and copy ceilings");
+  run->add_option("--min-time", min_time, "override the spec's timing.min_time_s");
+  run->add_option("--timeout", timeout, "override the spec's timing.timeout_s");
+  run->add_option("--max-noise", max_noise, "override the spec's timing.max_noise (relative, e.g. 0.005)");
+  run->add_flag("-v,--verbose", verbose);
+
+  auto* plan_cmd = app.add_subcommand("plan", "print a spec's expanded problems as JSON (for scripts/peers.py)");
+  std::string plan_spec;
+  plan_cmd->add_option("spec", plan_spec, "sweep spec (YAML)")->required();
+
+  auto* check = app.add_subcommand("check", "correctness of every variant x config on built-in awkward shapes");
+  std::vector<std::string> check_only;
+  check->add_option("--variant", check_only, "only these variants");
+
+  auto* probe = app.add_subcommand("probe", "device facts and measured ceilings (bf16 GEMM, device copy)");
+  std::string probe_out;
+  probe->add_option("-o,--output", probe_out, "also write them as JSON here");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "flashbench: error: %s; run 'flashbench --help'\n", e.what());
+    return fb::kExitUserError;
+  }
+
+  try {
+    if (*list) {
+      list_catalog(list_json);
+      return 0;
+    }
+    if (*plan_cmd) {
+      const fb::SweepSpec spec = fb::load_spec(plan_spec);
+      nlohmann::json j;
+      j["spec"] = {{"name", spec.name}, {"path", spec.path}};
+      j["problems"] = spec.problems;
+      j["timing_policy"] = spec.timing;
+      std::printf("%s\n", j.dump(1).c_str());
+      return 0;
+    }
+    if (*run) {
+      if (!variant.empty() && !spec_path.empty())
+        throw fb::UserError("give a spec file or --variant with --shape, not both");
+      if (variant.empty() && spec_path.empty())
+        throw fb::UserError("nothing to run: give a spec (e.g. sweeps/quick.yaml) or --variant NAME --shape ...");
+      if (!variant.empty() && shape.empty())
+        throw fb::UserError("--variant needs --shape, e.g. --shape batch=1,heads=16,seqlen=4096,head_dim=128");
+      fb::SweepSpec spec = spec_path.empty()
+                               ? fb::parse_spec(quick_spec_yaml(variant, shape, config), "<command line>")
+                               : fb::load_spec(spec_path);
+      if (min_time >= 0) spec.timing.min_time_s = min_time;
+      if (timeout > 0) spec.timing.timeout_s = timeout;
+      if (max_noise > 0) spec.timing.max_noise = max_noise;
+      bool present = false;
+      const fb::DeviceInfo dev = device_or_nominal(device, &present);
+      const auto points = fb::plan(spec, fb::catalog(), dev); // unknown variants/configs fail here, before output
+      if (dry_run || !present) {
+        if (!present && !dry_run)
+          std::fprintf(stderr, "flashbench: no CUDA device found; nothing was run. The plan (with nominal H100 "
+                               "limits) follows; run on a machine with an NVIDIA GPU to measure.\n");
+        fb::print_plan(std::cout, spec, points, dev);
+        return present || dry_run ? 0 : kExitNoDevice;
+      }
+      fb::RunOptions opts;
+      opts.output_path = output;
+      opts.device = device;
+      opts.measure_ceilings = !no_ceilings;
+      opts.verbose = verbose;
+      return fb::run_sweep(spec, opts);
+    }
+    if (*check) {
+      for (const auto& n : check_only) fb::catalog().get(n); // unknown names are user errors
+      if (fb::device_count() <= device) {
+        std::fprintf(stderr, "flashbench: no CUDA device found; 'check' needs a GPU\n");
+        return kExitNoDevice;
+      }
+      return fb::run_check(device, check_only, std::cout);
+    }
+    if (*probe) {
+      if (fb::device_count() <= device) {
+        std::fprintf(stderr, "flashbench: no CUDA device found; 'probe' needs a GPU\n");
+        return kExitNoDevice;
+      }
+      FB_CUDA_CHECK(cudaSetDevice(device));
+      const fb::DeviceInfo dev = fb::query_device(device);
+      const fb::Ceilings c = fb::measure_ceilings(dev);
+      nlohmann::json j;
+      j["device"] = dev;
+      j["ceilings"] = c;
+      std::printf("%s\n", j.dump(2).c_str());
+      if (!probe_out.empty()) {
+        std::ofstream os(probe_out);
+        if (!os) throw fb::UserError("cannot write " + probe_out + "; check the directory");
+        os << j.dump(2) << "\n";
+      }
+      return 0;
+    }
+  } catch (const fb::UserError& e) {
+    std::fprintf(stderr, "flashbench: error: %s\n", e.what());
+    return fb::kExitUserError;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flashbench: internal error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,48 @@
+// Device memory and input generation. Inputs are normal(0, 1) draws from a counter-based hash of (seed, index),
+// generated on the device, so that every run draws fresh values (a new seed) while any one run can be replayed.
+#pragma once
+
+#include "flashbench/problem.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace fb {
+
+// RAII cudaMalloc'd memory, 256-byte aligned. Move-only.
+class DeviceBuffer {
+public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* get() const { return ptr_; }
+  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Fills n elements of type t with normal(0, 1) * stddev values derived from (seed, i).
+void fill_normal(void* dst, DType t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);
+// Overwrites with all-ones bits: NaN in fp32, fp16 and bf16, so an element a kernel forgot to write fails.
+void poison(void* dst, size_t bytes, cudaStream_t stream);
+
+// Host-side conversion of raw fp32/fp16/bf16 bits to float (no CUDA headers needed).
+std::vector<float> to_float(const void* host_src, DType t, int64_t n);
+float half_bits_to_float(uint16_t bits);
+float bf16_bits_to_float(uint16_t bits);
+
+// Copies n elements of type t from the device and converts them to float.
+std::vector<float> download_as_float(const void* device_src, DType t, int64_t n);
+
+} // namespace fb

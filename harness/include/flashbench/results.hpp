@@ -1,0 +1,66 @@
+// Result: what happened to one point (variant, config, problem), and the results file that holds them.
+// The file has Google Benchmark's JSON shape ({"context": ..., "benchmarks": [...]}) so that its tools/compare.py
+// reads it; each record adds flashbench's structured fields. Points that were not timed carry Google Benchmark's
+// own error convention (error_occurred, error_message, zero times) plus status and reason.
+#pragma once
+
+#include "flashbench/config.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/timing.hpp"
+#include "flashbench/verify.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fb {
+
+constexpr int kSchemaVersion = 1;
+
+enum class Status { ok, skipped, incorrect, crashed, timeout };
+const char* to_string(Status s);
+Status parse_status(const std::string& s);
+
+struct Result {
+  std::string variant;
+  Config config;
+  nlohmann::json config_json = nlohmann::json::object(); // with labels for enumerated axes
+  std::string config_str;                                 // "block_m=64,block_n=64"
+  AttentionProblem problem;
+  Status status = Status::skipped;
+  std::string reason;
+  std::optional<TimingStats> timing;
+  std::optional<VerifyResult> verification;
+  double flops = 0;
+  double bytes_min = 0;
+  double bytes_model = 0;
+  uint64_t seed = 0;
+
+  std::string name() const; // "variant/config/problem-key", unique within a sweep
+  double tflops() const;    // 0 unless ok
+};
+
+nlohmann::json to_json(const Result& r);
+Result result_from_json(const nlohmann::json& j); // throws UserError on a malformed record
+
+// Writes {"context": context, "benchmarks": records} to `path` atomically (temp file, fsync, rename).
+void write_results_file(const std::string& path, const nlohmann::json& context,
+                        const std::vector<Result>& results);
+// Reads and checks schema_version; throws UserError naming the file on any problem.
+nlohmann::json read_results_file(const std::string& path);
+
+// Append-only log of finished records (one JSON object a line) beside the final file, so that a crash never loses
+// finished points.
+class ResultLog {
+public:
+  explicit ResultLog(std::string path);
+  void append(const Result& r);
+  const std::string& path() const { return path_; }
+
+private:
+  std::string path_;
+};
+
+} // namespace fb

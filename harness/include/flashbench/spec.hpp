@@ -1,0 +1,49 @@
+// Sweep specs (YAML): which problems, which variants and configs, and the timing policy. Every error names
+// file:line:column, what is wrong and what to do.
+#pragma once
+
+#include "flashbench/config.hpp"
+#include "flashbench/device.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/timing.hpp"
+#include "flashbench/variant.hpp"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fb {
+
+struct VariantSelection {
+  std::string variant;
+  enum class Mode { all, default_config, list } mode = Mode::default_config;
+  std::vector<std::map<std::string, std::string>> configs; // Mode::list: name -> value or label
+  std::string where; // "file:line:col" of the entry, for error messages
+};
+
+struct SweepSpec {
+  std::string name;
+  std::string path;
+  TimingPolicy timing;
+  std::vector<AttentionProblem> problems; // expanded, validated, de-duplicated, in spec order
+  std::vector<VariantSelection> variants;
+};
+
+// Throws UserError("<file>:<line>:<col>: <what>; <what to do>").
+SweepSpec parse_spec(const std::string& yaml_text, const std::string& path_for_messages);
+SweepSpec load_spec(const std::string& path);
+
+// One (variant, config, problem) with the reason it will not run, if any (config invalid, problem unsupported).
+struct PlannedPoint {
+  const Variant* variant = nullptr;
+  Config config;
+  AttentionProblem problem;
+  std::optional<std::string> skip_reason;
+};
+
+// Expands the spec against the catalog. Unknown variants or config names raise UserError; unsupported
+// combinations become skipped points with a reason (never silently dropped).
+std::vector<PlannedPoint> plan(const SweepSpec& spec, const Registry& registry, const DeviceInfo& dev);
+
+} // namespace fb

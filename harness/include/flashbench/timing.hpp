@@ -1,0 +1,103 @@
+// Timing method, after nvbench's cold measurement:
+//  - the L2 is flushed before every sample (a write of the L2's size), so each sample sees a cold cache;
+//  - while one sample's work is queued, the stream is held by a blocking kernel, so host launch overhead never
+//    lands between the events;
+//  - each sample is one pair of CUDA events around the variant's launches;
+//  - samples whose SM clock (NVML) fell under 75% of the maximum are dropped as throttled;
+//  - sampling stops once there are >= min_samples, >= min_time of GPU time and the relative standard deviation
+//    is <= max_noise; or at timeout, when the point is marked noisy if the noise target was not met.
+#pragma once
+
+#include "flashbench/device.hpp"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace fb {
+
+struct TimingPolicy {
+  int min_samples = 10;
+  double max_noise = 0.005;   // relative standard deviation target
+  double min_time_s = 0.5;    // GPU time summed over kept samples
+  double timeout_s = 15.0;    // wall-clock cap for one point's sampling
+  int max_samples = 100000;
+  bool cold = true;           // flush L2 before each sample
+  int warmup_runs = 3;
+  double throttle_fraction = 0.75;
+};
+
+void to_json(nlohmann::json& j, const TimingPolicy& t);
+
+struct TimingStats {
+  std::vector<double> samples_us;  // kept samples, in order
+  int dropped_throttled = 0;
+  double median_us = 0, min_us = 0, max_us = 0, mean_us = 0;
+  double cv = 0;                   // relative standard deviation of the kept samples
+  double sm_clock_mhz = 0;         // median SM clock over the samples (0 when unknown)
+  bool noisy = false;              // stopped at the timeout above the noise target
+  std::string stop_reason;         // "noise", "timeout", "max_samples"
+  double wall_s = 0;
+};
+
+// The stopping rule alone, host-only so it is testable: feed samples, ask whether to stop.
+class StoppingRule {
+public:
+  explicit StoppingRule(const TimingPolicy& p) : policy_(p) {}
+  // Returns true once sampling should stop; `wall_s` is the wall-clock time since sampling began.
+  bool add(double sample_us, double wall_s);
+  bool timed_out(double wall_s) const { return wall_s >= policy_.timeout_s; }
+  const std::vector<double>& samples() const { return samples_; }
+  double relative_stddev() const;
+  std::string reason() const { return reason_; }
+
+private:
+  TimingPolicy policy_;
+  std::vector<double> samples_;
+  double sum_ = 0, sum_sq_ = 0, gpu_time_s_ = 0;
+  std::string reason_;
+};
+
+// Summary statistics of kept samples (median, min, max, mean, cv).
+TimingStats summarize(std::vector<double> samples_us);
+
+// Reads the SM clock of one device through NVML, loaded at run time (a missing driver library is not an error:
+// clocks are then reported as 0 and no sample is dropped).
+class ClockReader {
+public:
+  explicit ClockReader(const std::string& pci_bus_id);
+  ~ClockReader();
+  bool available() const { return device_ != nullptr; }
+  int sm_clock_mhz() const;     // current
+  int sm_clock_max_mhz() const; // maximum
+  std::string driver_version() const;
+
+private:
+  void* device_ = nullptr;
+};
+
+// GPU timer for one device: owns the L2 flush buffer, the blocking kernel's flag and the events.
+class Timer {
+public:
+  Timer(const DeviceInfo& dev, cudaStream_t stream);
+  ~Timer();
+  Timer(const Timer&) = delete;
+  Timer& operator=(const Timer&) = delete;
+
+  // Runs warmups, then samples `launch` until the policy says stop.
+  TimingStats measure(const std::function<void(cudaStream_t)>& launch, const TimingPolicy& policy);
+  // One cold sample in microseconds (flush, hold, record, launch, record, release, sync).
+  double sample_us(const std::function<void(cudaStream_t)>& launch, bool cold);
+  void flush_l2();
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace fb

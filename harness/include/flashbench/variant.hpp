@@ -1,0 +1,77 @@
+// Variant: one kernel family of the catalog. A variant knows its config space, which (problem, config, device)
+// combinations it supports (and why not), how much workspace it needs, how many HBM bytes it should move (its
+// traffic model), and how to launch itself on a stream. Everything except launch() is host logic, testable without
+// a GPU.
+#pragma once
+
+#include "flashbench/config.hpp"
+#include "flashbench/device.hpp"
+#include "flashbench/problem.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fb {
+
+// ok, or not with a reason that a person can act on ("needs 137 GB of device memory, the GPU has 80 GB").
+struct Support {
+  bool ok = true;
+  std::string reason;
+  static Support yes() { return {}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+  explicit operator bool() const { return ok; }
+};
+
+// Device pointers of one call. Q/K/V/O are in problem.dtype with problem.layout; lse is fp32 [batch, heads_q,
+// seqlen_q] (natural log, -inf for rows that see no key); workspace has workspace_bytes() bytes, 256-byte aligned.
+struct LaunchArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+};
+
+class Variant {
+public:
+  virtual ~Variant() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;
+  virtual const ConfigSpace& space() const = 0;
+
+  virtual Support supports(const AttentionProblem& p, const Config& c, const DeviceInfo& dev) const = 0;
+  virtual size_t workspace_bytes(const AttentionProblem&, const Config&) const { return 0; }
+  // Expected HBM bytes moved (read + write) for one call; the report sets it beside min_bytes() and the measured
+  // DRAM bytes.
+  virtual double model_bytes(const AttentionProblem& p, const Config& c) const = 0;
+
+  // Enqueues the whole forward pass on `stream`. Must be asynchronous: no allocation, no synchronisation, no
+  // host<->device copies (the timer holds the stream while launches are queued). Throws CudaError on a bad launch.
+  virtual void launch(const AttentionProblem& p, const Config& c, const LaunchArgs& args,
+                      cudaStream_t stream) const = 0;
+};
+
+class Registry {
+public:
+  void add(std::unique_ptr<Variant> v); // aborts on a duplicate name (a programming error)
+  const Variant* find(const std::string& name) const;
+  const Variant& get(const std::string& name) const; // throws UserError listing the known names
+  const std::vector<std::unique_ptr<Variant>>& all() const { return variants_; }
+  std::vector<std::string> names() const;
+
+private:
+  std::vector<std::unique_ptr<Variant>> variants_;
+};
+
+// kernels/catalog.cpp: the one list of variants.
+void register_catalog(Registry& registry);
+// The catalog, built once.
+const Registry& catalog();
+
+} // namespace fb

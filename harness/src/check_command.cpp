@@ -1,0 +1,82 @@
+#include "flashbench/check.hpp"
+#include "flashbench/sweep.hpp"
+#include "point_runner.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <ostream>
+
+namespace fb {
+
+std::vector<AttentionProblem> awkward_shapes() {
+  auto P = [](int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv, int64_t d, bool causal, DType t,
+              Layout l = Layout::bshd) {
+    AttentionProblem p;
+    p.batch = b;
+    p.heads_q = hq;
+    p.heads_kv = hkv;
+    p.seqlen_q = sq;
+    p.seqlen_kv = skv;
+    p.head_dim = d;
+    p.causal = causal;
+    p.dtype = t;
+    p.layout = l;
+    return p;
+  };
+  std::vector<AttentionProblem> v;
+  for (DType t : {DType::bf16, DType::f16, DType::f32}) {
+    v.push_back(P(1, 1, 1, 1, 1, 64, false, t));            // length 1
+    v.push_back(P(2, 4, 4, 77, 131, 64, false, t));         // multiples of no tile
+    v.push_back(P(1, 8, 2, 131, 77, 128, true, t));         // causal, Sq > Skv: 54 rows see no key (GQA 4)
+    v.push_back(P(2, 8, 1, 65, 257, 128, true, t));         // causal, Sq < Skv, MQA
+  }
+  v.push_back(P(1, 2, 2, 1, 300, 128, true, DType::bf16));  // decode-like: one query over many keys
+  v.push_back(P(1, 3, 3, 257, 257, 64, true, DType::bf16, Layout::bhsd));
+  v.push_back(P(1, 2, 1, 200, 200, 256, false, DType::f16)); // head_dim 256 where supported
+  v.push_back(P(1, 2, 2, 33, 47, 96, true, DType::bf16));   // an unusual head_dim
+  return v;
+}
+
+int run_check(int device, const std::vector<std::string>& only, std::ostream& os) {
+  FB_CUDA_CHECK(cudaSetDevice(device));
+  const DeviceInfo dev = query_device(device);
+  cudaStream_t stream;
+  FB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  PointRunner runner(dev, stream);
+  int pass = 0, fail = 0, skipped = 0;
+  for (const auto& v : catalog().all()) {
+    if (!only.empty() && std::find(only.begin(), only.end(), v->name()) == only.end()) continue;
+    for (const auto& p : awkward_shapes()) {
+      for (const auto& entry : v->space().expand()) {
+        const std::string label = v->name() + "/" + v->space().to_string(entry.config) + "/" + key(p);
+        if (entry.invalid_reason) {
+          ++skipped;
+          continue;
+        }
+        const Support s = v->supports(p, entry.config, dev);
+        if (!s.ok) {
+          ++skipped;
+          continue;
+        }
+        try {
+          runner.prepare(p);
+          const VerifyResult r = runner.verify(*v, entry.config, 120.0);
+          os << (r.pass ? "PASS " : "FAIL ") << label << "  " << r.summary() << "\n";
+          (r.pass ? pass : fail)++;
+        } catch (const std::exception& e) {
+          os << "FAIL " << label << "  " << e.what() << "\n";
+          ++fail;
+          if (const auto* ce = dynamic_cast<const CudaError*>(&e); ce && ce->sticky()) {
+            os << "stopping: the CUDA context is lost\n";
+            return 1;
+          }
+        }
+      }
+    }
+  }
+  os << pass << " passed, " << fail << " failed, " << skipped << " skipped (unsupported or invalid configs)\n";
+  cudaStreamDestroy(stream);
+  return fail ? 1 : 0;
+}
+
+} // namespace fb

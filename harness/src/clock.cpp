@@ -1,0 +1,74 @@
+// NVML through dlopen: the library ships with the driver, not the toolkit, so linking it would stop the binary from
+// starting on a machine without a driver (CI). Missing NVML only means clocks are reported as 0.
+#include "flashbench/timing.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace fb {
+
+namespace {
+
+using nvmlReturn = int;
+using nvmlDevice = void*;
+constexpr int kNvmlClockSm = 1; // NVML_CLOCK_SM
+
+struct Nvml {
+  void* lib = nullptr;
+  nvmlReturn (*init)() = nullptr;
+  nvmlReturn (*by_bus_id)(const char*, nvmlDevice*) = nullptr;
+  nvmlReturn (*clock)(nvmlDevice, int, unsigned*) = nullptr;
+  nvmlReturn (*max_clock)(nvmlDevice, int, unsigned*) = nullptr;
+  nvmlReturn (*driver)(char*, unsigned) = nullptr;
+  bool ok = false;
+};
+
+const Nvml& nvml() {
+  static Nvml n;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    n.lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!n.lib) return;
+    n.init = reinterpret_cast<nvmlReturn (*)()>(dlsym(n.lib, "nvmlInit_v2"));
+    n.by_bus_id =
+        reinterpret_cast<nvmlReturn (*)(const char*, nvmlDevice*)>(dlsym(n.lib, "nvmlDeviceGetHandleByPciBusId_v2"));
+    n.clock = reinterpret_cast<nvmlReturn (*)(nvmlDevice, int, unsigned*)>(dlsym(n.lib, "nvmlDeviceGetClockInfo"));
+    n.max_clock =
+        reinterpret_cast<nvmlReturn (*)(nvmlDevice, int, unsigned*)>(dlsym(n.lib, "nvmlDeviceGetMaxClockInfo"));
+    n.driver = reinterpret_cast<nvmlReturn (*)(char*, unsigned)>(dlsym(n.lib, "nvmlSystemGetDriverVersion"));
+    n.ok = n.init && n.by_bus_id && n.clock && n.max_clock && n.driver && n.init() == 0;
+  });
+  return n;
+}
+
+} // namespace
+
+ClockReader::ClockReader(const std::string& pci_bus_id) {
+  const Nvml& n = nvml();
+  if (!n.ok || pci_bus_id.empty()) return;
+  nvmlDevice dev = nullptr;
+  if (n.by_bus_id(pci_bus_id.c_str(), &dev) == 0) device_ = dev;
+}
+
+ClockReader::~ClockReader() = default;
+
+int ClockReader::sm_clock_mhz() const {
+  unsigned mhz = 0;
+  if (device_ && nvml().clock(device_, kNvmlClockSm, &mhz) == 0) return static_cast<int>(mhz);
+  return 0;
+}
+
+int ClockReader::sm_clock_max_mhz() const {
+  unsigned mhz = 0;
+  if (device_ && nvml().max_clock(device_, kNvmlClockSm, &mhz) == 0) return static_cast<int>(mhz);
+  return 0;
+}
+
+std::string ClockReader::driver_version() const {
+  char buf[96] = {};
+  if (device_ && nvml().driver(buf, sizeof(buf)) == 0) return buf;
+  return {};
+}
+
+} // namespace fb

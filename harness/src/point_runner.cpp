@@ -1,0 +1,105 @@
+#include "point_runner.hpp"
+
+#include "flashbench/check.hpp"
+#include "flashbench/nvtx.hpp"
+#include "flashbench/reference.hpp"
+
+#include <chrono>
+#include <random>
+#include <thread>
+
+namespace fb {
+
+void wait_with_deadline(cudaStream_t stream, double deadline_s) {
+  cudaEvent_t done;
+  FB_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  FB_CUDA_CHECK(cudaEventRecord(done, stream));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const cudaError_t st = cudaEventQuery(done);
+    if (st == cudaSuccess) break;
+    if (st != cudaErrorNotReady) {
+      cudaEventDestroy(done);
+      FB_CUDA_CHECK(st);
+    }
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > deadline_s)
+      throw PointTimeout("launch still running after " + std::to_string(static_cast<int>(deadline_s)) +
+                         " s (hung kernel?)");
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  cudaEventDestroy(done);
+}
+
+void PointRunner::prepare(const AttentionProblem& p) {
+  if (prepared_ && p == problem_) return;
+  ScopedRange range{"prepare"};
+  prepared_ = false;
+  problem_ = p;
+  seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  const size_t e = static_cast<size_t>(dtype_bytes(p.dtype));
+  q_ = DeviceBuffer(p.q_elems() * e);
+  k_ = DeviceBuffer(p.kv_elems() * e);
+  v_ = DeviceBuffer(p.kv_elems() * e);
+  o_ = DeviceBuffer(p.q_elems() * e);
+  lse_ = DeviceBuffer(p.lse_elems() * sizeof(float));
+  fill_normal(q_.get(), p.dtype, p.q_elems(), seed_, 1.0f, stream_);
+  fill_normal(k_.get(), p.dtype, p.kv_elems(), seed_ + 1, 1.0f, stream_);
+  fill_normal(v_.get(), p.dtype, p.kv_elems(), seed_ + 2, 1.0f, stream_);
+  FB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  if (use_cpu_reference(p)) {
+    const auto q = download_as_float(q_.get(), p.dtype, p.q_elems());
+    const auto k = download_as_float(k_.get(), p.dtype, p.kv_elems());
+    const auto v = download_as_float(v_.get(), p.dtype, p.kv_elems());
+    ReferenceOutput ref = cpu_reference(p, q.data(), k.data(), v.data());
+    ref_o_ = std::move(ref.o);
+    ref_lse_ = std::move(ref.lse);
+    reference_kind_ = "cpu_f64";
+  } else {
+    DeviceBuffer o_ref(p.q_elems() * sizeof(float)), lse_ref(p.lse_elems() * sizeof(float));
+    gpu_reference(p, q_.get(), k_.get(), v_.get(), o_ref.as<float>(), lse_ref.as<float>(), stream_);
+    const auto o = download_as_float(o_ref.get(), DType::f32, p.q_elems());
+    const auto l = download_as_float(lse_ref.get(), DType::f32, p.lse_elems());
+    ref_o_.assign(o.begin(), o.end());
+    ref_lse_.assign(l.begin(), l.end());
+    reference_kind_ = "gpu_f32";
+  }
+  prepared_ = true;
+}
+
+void PointRunner::ensure_workspace(size_t bytes) {
+  if (workspace_.bytes() >= bytes && bytes > 0) return;
+  if (bytes == 0) return;
+  workspace_ = DeviceBuffer(); // free first so the old and new never coexist
+  workspace_ = DeviceBuffer(bytes);
+}
+
+LaunchArgs PointRunner::args() const {
+  LaunchArgs a;
+  a.q = q_.get();
+  a.k = k_.get();
+  a.v = v_.get();
+  a.o = o_.get();
+  a.lse = lse_.as<float>();
+  a.workspace = workspace_.get();
+  a.workspace_bytes = workspace_.bytes();
+  return a;
+}
+
+VerifyResult PointRunner::verify(const Variant& v, const Config& c, double deadline_s) {
+  ScopedRange range{"verify"};
+  const AttentionProblem& p = problem_;
+  ensure_workspace(v.workspace_bytes(p, c));
+  poison(o_.get(), o_.bytes(), stream_);
+  poison(lse_.get(), lse_.bytes(), stream_);
+  v.launch(p, c, args(), stream_);
+  FB_CHECK_LAUNCH();
+  wait_with_deadline(stream_, deadline_s);
+  const auto out = download_as_float(o_.get(), p.dtype, p.q_elems());
+  const auto lse = download_as_float(lse_.get(), DType::f32, p.lse_elems());
+  VerifyResult r = fb::verify<double>(p, out.data(), lse.data(), ref_o_.data(), ref_lse_.data(),
+                                      tolerance_for(p.dtype));
+  r.reference = reference_kind_;
+  return r;
+}
+
+} // namespace fb

@@ -1,0 +1,53 @@
+// Shared by `run` and `check`: owns one problem's inputs, outputs and reference on the device, and runs a
+// variant's point against them (poison, launch, wait with a deadline, verify).
+#pragma once
+
+#include "flashbench/buffers.hpp"
+#include "flashbench/device.hpp"
+#include "flashbench/results.hpp"
+#include "flashbench/variant.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+namespace fb {
+
+class PointRunner {
+public:
+  PointRunner(const DeviceInfo& dev, cudaStream_t stream) : dev_(dev), stream_(stream) {}
+
+  // Draws fresh inputs for p (a new seed each call) and computes the reference once. Cheap when p is unchanged.
+  void prepare(const AttentionProblem& p);
+  uint64_t seed() const { return seed_; }
+  const std::string& reference_kind() const { return reference_kind_; }
+
+  // Poisons O and LSE, launches once, waits (a launch that runs past `deadline_s` throws PointTimeout) and
+  // verifies against the reference.
+  VerifyResult verify(const Variant& v, const Config& c, double deadline_s);
+  // Launch arguments for timing; the workspace is sized for (v, c) by verify().
+  LaunchArgs args() const;
+
+private:
+  void ensure_workspace(size_t bytes);
+
+  DeviceInfo dev_;
+  cudaStream_t stream_;
+  bool prepared_ = false;
+  AttentionProblem problem_;
+  uint64_t seed_ = 0;
+  DeviceBuffer q_, k_, v_, o_, lse_, workspace_;
+  std::vector<double> ref_o_, ref_lse_;
+  std::string reference_kind_;
+};
+
+// A launch that did not finish before its deadline. The kernel may still be running: the context is unusable.
+struct PointTimeout : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Waits for all work queued on `stream` so far, up to deadline_s seconds.
+void wait_with_deadline(cudaStream_t stream, double deadline_s);
+
+} // namespace fb

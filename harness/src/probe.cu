@@ -1,0 +1,73 @@
+// Ceilings measured on the device itself: reports divide by these, never by datasheet numbers.
+#include "flashbench/buffers.hpp"
+#include "flashbench/check.hpp"
+#include "flashbench/nvtx.hpp"
+#include "flashbench/probe.hpp"
+#include "flashbench/timing.hpp"
+
+#include <cublas_v2.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+namespace fb {
+
+Ceilings measure_ceilings(const DeviceInfo& dev) {
+  ScopedRange range{"probe"};
+  Ceilings c;
+  cudaStream_t stream;
+  FB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  Timer timer(dev, stream);
+  TimingPolicy policy;
+  policy.min_samples = 10;
+  policy.min_time_s = 0.2;
+  policy.timeout_s = 3.0;
+  policy.max_noise = 0.01;
+
+  // bf16 GEMM, 8192^3 on random data (zeros run faster and would flatter the ceiling).
+  {
+    const int n = 8192;
+    c.gemm_mnk = n;
+    DeviceBuffer a(size_t(n) * n * 2), b(size_t(n) * n * 2), out(size_t(n) * n * 2);
+    fill_normal(a.get(), DType::bf16, int64_t(n) * n, 0x5eed0001, 1.0f, stream);
+    fill_normal(b.get(), DType::bf16, int64_t(n) * n, 0x5eed0002, 1.0f, stream);
+    cublasHandle_t h;
+    FB_CUBLAS_CHECK(cublasCreate(&h));
+    FB_CUBLAS_CHECK(cublasSetStream(h, stream));
+    const float alpha = 1.f, beta = 0.f;
+    auto gemm = [&](cudaStream_t) {
+      FB_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n,
+                                   b.get(), CUDA_R_16BF, n, &beta, out.get(), CUDA_R_16BF, n,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    };
+    TimingStats t = timer.measure(gemm, policy);
+    cublasDestroy(h);
+    c.gemm_bf16_tflops = 2.0 * n * double(n) * n / (t.median_us * 1e-6) / 1e12;
+    c.sm_clock_mhz = t.sm_clock_mhz;
+  }
+  // Device-to-device copy; bytes counted read + written.
+  {
+    const size_t bytes = std::min<size_t>(size_t(2) << 30, static_cast<size_t>(dev.total_mem_bytes / 8));
+    DeviceBuffer src(bytes), dst(bytes);
+    FB_CUDA_CHECK(cudaMemsetAsync(src.get(), 0x3c, bytes, stream));
+    auto copy = [&](cudaStream_t s) {
+      FB_CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, s));
+    };
+    TimingStats t = timer.measure(copy, policy);
+    c.copy_bytes = 2.0 * bytes;
+    c.copy_gbps = c.copy_bytes / (t.median_us * 1e-6) / 1e9;
+  }
+  FB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaStreamDestroy(stream);
+  return c;
+}
+
+void to_json(nlohmann::json& j, const Ceilings& c) {
+  j = nlohmann::json{{"gemm_bf16_tflops", c.gemm_bf16_tflops},
+                     {"gemm_mnk", c.gemm_mnk},
+                     {"copy_gbps", c.copy_gbps},
+                     {"copy_bytes", c.copy_bytes},
+                     {"sm_clock_mhz", c.sm_clock_mhz}};
+}
+
+} // namespace fb

@@ -1,0 +1,222 @@
+#include "flashbench/results.hpp"
+
+#include "flashbench/errors.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace fb {
+
+namespace {
+constexpr size_t kMaxStoredSamples = 1000;
+
+nlohmann::json num_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+
+// Keeps at most kMaxStoredSamples, evenly spaced, so that files stay small and compare still sees the spread.
+std::vector<double> thin(const std::vector<double>& s) {
+  if (s.size() <= kMaxStoredSamples) return s;
+  std::vector<double> out;
+  out.reserve(kMaxStoredSamples);
+  const double step = static_cast<double>(s.size()) / kMaxStoredSamples;
+  for (size_t i = 0; i < kMaxStoredSamples; ++i) out.push_back(s[static_cast<size_t>(i * step)]);
+  return out;
+}
+} // namespace
+
+const char* to_string(Status s) {
+  switch (s) {
+  case Status::ok: return "ok";
+  case Status::skipped: return "skipped";
+  case Status::incorrect: return "incorrect";
+  case Status::crashed: return "crashed";
+  case Status::timeout: return "timeout";
+  }
+  return "?";
+}
+
+Status parse_status(const std::string& s) {
+  for (Status st : {Status::ok, Status::skipped, Status::incorrect, Status::crashed, Status::timeout})
+    if (s == to_string(st)) return st;
+  throw UserError("unknown status '" + s + "'; expected ok, skipped, incorrect, crashed or timeout");
+}
+
+std::string Result::name() const {
+  return variant + "/" + (config_str.empty() ? "default" : config_str) + "/" + key(problem);
+}
+
+double Result::tflops() const {
+  if (status != Status::ok || !timing || timing->median_us <= 0) return 0;
+  return flops / (timing->median_us * 1e-6) / 1e12;
+}
+
+nlohmann::json to_json(const Result& r) {
+  using nlohmann::json;
+  const bool ok = r.status == Status::ok && r.timing.has_value();
+  json j;
+  // Google Benchmark's fields first: compare.py matches records by name and reads real_time/cpu_time.
+  j["name"] = r.name();
+  j["run_name"] = r.name();
+  j["run_type"] = "iteration";
+  j["repetitions"] = 1;
+  j["repetition_index"] = 0;
+  j["threads"] = 1;
+  j["iterations"] = ok ? static_cast<int64_t>(r.timing->samples_us.size()) : 0;
+  j["real_time"] = ok ? r.timing->median_us : 0.0;
+  j["cpu_time"] = ok ? r.timing->median_us : 0.0;
+  j["time_unit"] = "us";
+  if (!ok) {
+    j["error_occurred"] = true;
+    j["error_message"] = std::string(to_string(r.status)) + ": " + r.reason;
+  }
+  j["variant"] = r.variant;
+  j["config"] = r.config_json;
+  j["config_str"] = r.config_str;
+  j["problem"] = r.problem;
+  j["status"] = to_string(r.status);
+  j["reason"] = r.reason;
+  j["flops"] = r.flops;
+  j["bytes_min"] = r.bytes_min;
+  j["bytes_model"] = r.bytes_model;
+  j["seed"] = r.seed;
+  if (ok) {
+    const TimingStats& t = *r.timing;
+    j["tflops"] = r.tflops();
+    j["median_us"] = t.median_us;
+    j["min_us"] = t.min_us;
+    j["max_us"] = t.max_us;
+    j["mean_us"] = t.mean_us;
+    j["cv"] = t.cv;
+    j["noisy"] = t.noisy;
+    j["stop_reason"] = t.stop_reason;
+    j["samples"] = t.samples_us.size();
+    j["samples_us"] = thin(t.samples_us);
+    j["dropped_throttled"] = t.dropped_throttled;
+    j["sm_clock_mhz"] = t.sm_clock_mhz;
+    j["wall_s"] = t.wall_s;
+    j["bytes_model_gbps"] = r.bytes_model / (t.median_us * 1e-6) / 1e9;
+  } else {
+    j["tflops"] = nullptr;
+    j["median_us"] = nullptr;
+  }
+  if (r.verification) {
+    const VerifyResult& v = *r.verification;
+    j["max_error"] = num_or_null(v.max_abs_error);
+    j["rel_l2_error"] = num_or_null(v.rel_l2_error);
+    j["lse_max_error"] = num_or_null(v.lse_max_error);
+    j["verified_against"] = v.reference;
+    j["verification"] = v;
+  } else {
+    j["max_error"] = nullptr;
+  }
+  return j;
+}
+
+Result result_from_json(const nlohmann::json& j) {
+  try {
+    Result r;
+    r.variant = j.at("variant").get<std::string>();
+    r.config_json = j.value("config", nlohmann::json::object());
+    r.config_str = j.value("config_str", std::string());
+    for (auto& [k, v] : r.config_json.items())
+      if (v.is_number_integer()) r.config.set(k, v.get<int64_t>());
+    r.problem = j.at("problem").get<AttentionProblem>();
+    r.status = parse_status(j.at("status").get<std::string>());
+    r.reason = j.value("reason", std::string());
+    r.flops = j.value("flops", 0.0);
+    r.bytes_min = j.value("bytes_min", 0.0);
+    r.bytes_model = j.value("bytes_model", 0.0);
+    r.seed = j.value("seed", uint64_t{0});
+    if (r.status == Status::ok && j.contains("samples_us")) {
+      TimingStats t = summarize(j.at("samples_us").get<std::vector<double>>());
+      // The stored samples may be thinned: keep the recorded statistics, which saw every sample.
+      t.median_us = j.value("median_us", t.median_us);
+      t.min_us = j.value("min_us", t.min_us);
+      t.max_us = j.value("max_us", t.max_us);
+      t.mean_us = j.value("mean_us", t.mean_us);
+      t.cv = j.value("cv", t.cv);
+      t.noisy = j.value("noisy", false);
+      t.stop_reason = j.value("stop_reason", std::string());
+      t.sm_clock_mhz = j.value("sm_clock_mhz", 0.0);
+      t.dropped_throttled = j.value("dropped_throttled", 0);
+      t.wall_s = j.value("wall_s", 0.0);
+      r.timing = t;
+    }
+    if (j.contains("verification") && j["verification"].is_object()) {
+      const auto& v = j["verification"];
+      VerifyResult vr;
+      vr.pass = v.value("pass", false);
+      vr.max_abs_error = v["max_error"].is_number() ? v["max_error"].get<double>() : INFINITY;
+      vr.worst_ratio = v["worst_over_tolerance"].is_number() ? v["worst_over_tolerance"].get<double>() : INFINITY;
+      vr.rel_l2_error = v["rel_l2_error"].is_number() ? v["rel_l2_error"].get<double>() : INFINITY;
+      vr.lse_max_error = v["lse_max_error"].is_number() ? v["lse_max_error"].get<double>() : INFINITY;
+      vr.nonfinite = v.value("nonfinite", int64_t{0});
+      vr.mismatches = v.value("mismatches", int64_t{0});
+      vr.reference = v.value("verified_against", std::string());
+      r.verification = vr;
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(std::string("malformed result record: ") + e.what());
+  }
+}
+
+void write_results_file(const std::string& path, const nlohmann::json& context,
+                        const std::vector<Result>& results) {
+  nlohmann::json doc;
+  doc["context"] = context;
+  doc["context"]["schema_version"] = kSchemaVersion;
+  doc["benchmarks"] = nlohmann::json::array();
+  for (const Result& r : results) doc["benchmarks"].push_back(to_json(r));
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream os(tmp, std::ios::trunc);
+    if (!os) throw UserError("cannot write " + tmp + "; check that the directory exists and is writable");
+    os << doc.dump(1) << "\n";
+    os.flush();
+    if (!os) throw UserError("failed writing " + tmp + " (disk full?)");
+  }
+  if (FILE* f = std::fopen(tmp.c_str(), "r")) { // fsync so that the rename never exposes an empty file
+    ::fsync(fileno(f));
+    std::fclose(f);
+  }
+  fs::rename(tmp, target);
+}
+
+nlohmann::json read_results_file(const std::string& path) {
+  std::ifstream is(path);
+  if (!is) throw UserError(path + ": cannot open results file; check the path");
+  nlohmann::json doc;
+  try {
+    is >> doc;
+  } catch (const nlohmann::json::parse_error& e) {
+    throw UserError(path + ": not valid JSON (" + std::string(e.what()) + "); regenerate it with flashbench run");
+  }
+  if (!doc.is_object() || !doc.contains("benchmarks") || !doc["benchmarks"].is_array())
+    throw UserError(path + ": no 'benchmarks' array; this is not a flashbench results file");
+  const auto version = doc.value(nlohmann::json::json_pointer("/context/schema_version"), -1);
+  if (version != kSchemaVersion)
+    throw UserError(path + ": schema_version " + std::to_string(version) + ", this flashbench reads version " +
+                    std::to_string(kSchemaVersion) + "; regenerate the file with this build");
+  return doc;
+}
+
+ResultLog::ResultLog(std::string path) : path_(std::move(path)) {
+  namespace fs = std::filesystem;
+  const fs::path target(path_);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+}
+
+void ResultLog::append(const Result& r) {
+  std::ofstream os(path_, std::ios::app);
+  os << to_json(r).dump() << "\n";
+  os.flush();
+}
+
+} // namespace fb

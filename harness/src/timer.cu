@@ -1,0 +1,143 @@
+// The GPU half of the timing method in timing.hpp: L2 flush, the stream-holding kernel, CUDA events.
+#include "flashbench/check.hpp"
+#include "flashbench/nvtx.hpp"
+#include "flashbench/timing.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+
+namespace fb {
+
+namespace {
+
+__device__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Holds the stream until the host has queued a whole sample, so that host launch latency never falls between the
+// two events. Gives up after `timeout_ns` (a variant that synchronises inside launch() would otherwise deadlock)
+// and says so through `timed_out`.
+__global__ void hold_stream(const volatile int* release, unsigned long long timeout_ns, int* timed_out) {
+  const unsigned long long start = global_timer_ns();
+  while (*release == 0) {
+    if (global_timer_ns() - start > timeout_ns) {
+      *timed_out = 1;
+      return;
+    }
+    __nanosleep(500);
+  }
+}
+
+double now_s() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+} // namespace
+
+struct Timer::Impl {
+  DeviceInfo dev;
+  cudaStream_t stream = nullptr;
+  void* l2_buffer = nullptr;
+  size_t l2_bytes = 0;
+  int* host_flags = nullptr;   // [0] release, [1] timed_out; pinned and mapped
+  int* device_flags = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ClockReader clocks;
+
+  explicit Impl(const DeviceInfo& d, cudaStream_t s) : dev(d), stream(s), clocks(d.pci_bus_id) {
+    // Twice the L2 so that a flush evicts every line even with the L2's partitioned (near/far) halves.
+    l2_bytes = static_cast<size_t>(std::max<int64_t>(d.l2_bytes, 1 << 20)) * 2;
+    FB_CUDA_CHECK(cudaMalloc(&l2_buffer, l2_bytes));
+    FB_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_flags), 2 * sizeof(int), cudaHostAllocMapped));
+    FB_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flags), host_flags, 0));
+    FB_CUDA_CHECK(cudaEventCreate(&start));
+    FB_CUDA_CHECK(cudaEventCreate(&stop));
+  }
+  ~Impl() {
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    cudaFreeHost(host_flags);
+    cudaFree(l2_buffer);
+  }
+};
+
+Timer::Timer(const DeviceInfo& dev, cudaStream_t stream) : impl_(std::make_unique<Impl>(dev, stream)) {}
+Timer::~Timer() = default;
+
+void Timer::flush_l2() {
+  FB_CUDA_CHECK(cudaMemsetAsync(impl_->l2_buffer, impl_->l2_bytes & 0xff, impl_->l2_bytes, impl_->stream));
+}
+
+double Timer::sample_us(const std::function<void(cudaStream_t)>& launch, bool cold) {
+  Impl& m = *impl_;
+  volatile int* flags = m.host_flags;
+  flags[0] = 0;
+  flags[1] = 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  hold_stream<<<1, 1, 0, m.stream>>>(m.device_flags, 10'000'000'000ull, m.device_flags + 1);
+  FB_CHECK_LAUNCH();
+  if (cold) flush_l2();
+  FB_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
+  launch(m.stream);
+  FB_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  flags[0] = 1;
+  FB_CUDA_CHECK(cudaEventSynchronize(m.stop));
+  if (flags[1])
+    throw std::runtime_error("the stream-holding kernel timed out: the variant's launch() blocked on the host "
+                             "(it must not synchronise or allocate)");
+  float ms = 0;
+  FB_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
+  return static_cast<double>(ms) * 1e3;
+}
+
+TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, const TimingPolicy& policy) {
+  Impl& m = *impl_;
+  {
+    ScopedRange r{"warmup"};
+    for (int i = 0; i < policy.warmup_runs; ++i) {
+      if (policy.cold) flush_l2();
+      launch(m.stream);
+    }
+    FB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+  }
+  ScopedRange r{"time"};
+  StoppingRule rule(policy);
+  std::vector<double> clocks;
+  int dropped = 0;
+  const int max_mhz = m.dev.sm_clock_max_mhz;
+  const double t0 = now_s();
+  for (;;) {
+    const double us = sample_us(launch, policy.cold);
+    const int mhz = m.clocks.available() ? m.clocks.sm_clock_mhz() : 0;
+    const double wall = now_s() - t0;
+    if (mhz > 0 && max_mhz > 0 && mhz < policy.throttle_fraction * max_mhz) {
+      ++dropped; // throttled: this sample says more about the clock than the kernel
+      if (rule.timed_out(wall) && rule.samples().size() >= 3) break;
+      if (rule.timed_out(wall * 0.5) && rule.samples().empty())
+        throw std::runtime_error("every sample was throttled below " +
+                                 std::to_string(static_cast<int>(policy.throttle_fraction * 100)) +
+                                 "% of the maximum SM clock");
+      continue;
+    }
+    if (mhz > 0) clocks.push_back(mhz);
+    if (rule.add(us, wall)) break;
+  }
+  TimingStats t = summarize(rule.samples());
+  t.dropped_throttled = dropped;
+  t.stop_reason = rule.reason().empty() ? "timeout" : rule.reason();
+  t.noisy = t.cv > policy.max_noise;
+  t.wall_s = now_s() - t0;
+  if (!clocks.empty()) {
+    std::nth_element(clocks.begin(), clocks.begin() + clocks.size() / 2, clocks.end());
+    t.sm_clock_mhz = clocks[clocks.size() / 2];
+  }
+  return t;
+}
+
+} // namespace fb

@@ -1,0 +1,110 @@
+#include "flashbench/verify.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <sstream>
+
+namespace fb {
+
+Tolerance tolerance_for(DType t) {
+  // O: fp32 kernels only reorder fp32 sums; fp16/bf16 kernels round P and O to 10/7 mantissa bits
+  // (2^-11 / 2^-8 relative), so rtol sits a few roundings above that. LSE is accumulated in fp32 everywhere.
+  switch (t) {
+  case DType::f32: return {1e-5, 1e-4, 1e-4};
+  case DType::f16: return {2e-3, 5e-3, 2e-3};
+  case DType::bf16: return {1e-2, 2e-2, 2e-3};
+  }
+  return {};
+}
+
+std::string VerifyResult::summary() const {
+  std::ostringstream os;
+  os << (pass ? "pass" : "FAIL") << " vs " << reference << ": max_abs_error=" << max_abs_error
+     << " worst/tol=" << worst_ratio << " rel_l2=" << rel_l2_error << " lse_max_error=" << lse_max_error;
+  if (nonfinite) os << " nonfinite=" << nonfinite;
+  if (mismatches) os << " mismatches=" << mismatches;
+  if (!detail.empty()) os << " [" << detail << "]";
+  return os.str();
+}
+
+template <class RefT>
+VerifyResult verify(const AttentionProblem& p, const float* out, const float* lse_out, const RefT* ref_o,
+                    const RefT* ref_lse, const Tolerance& tol) {
+  VerifyResult r;
+  constexpr int kMaxReported = 3;
+  int reported = 0;
+  std::ostringstream detail;
+  const Strides s = p.q_strides();
+  double diff_sq = 0, ref_sq = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seqlen_q; ++i)
+        for (int64_t d = 0; d < p.head_dim; ++d) {
+          const int64_t idx = b * s.batch + i * s.seq + h * s.head + d;
+          const double got = out[idx];
+          const double want = static_cast<double>(ref_o[idx]);
+          const double bound = tol.atol + tol.rtol * std::abs(want);
+          const double err = std::abs(got - want);
+          bool bad = false;
+          if (!std::isfinite(got)) {
+            ++r.nonfinite;
+            bad = true;
+          } else {
+            r.max_abs_error = std::max(r.max_abs_error, err);
+            r.worst_ratio = std::max(r.worst_ratio, err / bound);
+            diff_sq += err * err;
+            bad = err > bound;
+          }
+          ref_sq += want * want;
+          if (bad) {
+            ++r.mismatches;
+            if (reported++ < kMaxReported)
+              detail << (reported > 1 ? "; " : "") << "o[b=" << b << ",s=" << i << ",h=" << h << ",d=" << d
+                     << "]: got " << got << " want " << want;
+          }
+        }
+  for (int64_t i = 0; i < p.lse_elems(); ++i) {
+    const double got = lse_out[i];
+    const double want = static_cast<double>(ref_lse[i]);
+    bool bad;
+    if (std::isinf(want) && want < 0) {
+      bad = !(std::isinf(got) && got < 0); // a row that sees no key must report -inf, not NaN or a number
+    } else if (!std::isfinite(got)) {
+      bad = true;
+    } else {
+      const double err = std::abs(got - want);
+      r.lse_max_error = std::max(r.lse_max_error, err);
+      bad = err > tol.lse_atol;
+    }
+    if (bad) {
+      ++r.mismatches;
+      if (reported++ < kMaxReported)
+        detail << (reported > 1 ? "; " : "") << "lse[" << i << "]: got " << got << " want " << want;
+    }
+  }
+  if (r.nonfinite) r.max_abs_error = INFINITY;
+  r.rel_l2_error = ref_sq > 0 ? std::sqrt(diff_sq / ref_sq) : std::sqrt(diff_sq);
+  r.pass = r.mismatches == 0;
+  r.detail = detail.str();
+  return r;
+}
+
+template VerifyResult verify<double>(const AttentionProblem&, const float*, const float*, const double*,
+                                     const double*, const Tolerance&);
+template VerifyResult verify<float>(const AttentionProblem&, const float*, const float*, const float*,
+                                    const float*, const Tolerance&);
+
+void to_json(nlohmann::json& j, const VerifyResult& v) {
+  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
+  j = nlohmann::json{{"pass", v.pass},
+                     {"max_error", num(v.max_abs_error)},
+                     {"worst_over_tolerance", num(v.worst_ratio)},
+                     {"rel_l2_error", num(v.rel_l2_error)},
+                     {"lse_max_error", num(v.lse_max_error)},
+                     {"nonfinite", v.nonfinite},
+                     {"mismatches", v.mismatches},
+                     {"verified_against", v.reference}};
+}
+
+} // namespace fb

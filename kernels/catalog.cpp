@@ -1,0 +1,21 @@
+// The one list of variants. Explicit calls rather than static registrars, so that the order is fixed and a
+// static library cannot drop a variant at link time.
+#include "catalog.hpp"
+
+namespace fb {
+
+void register_catalog(Registry& r) {
+  register_naive(r);
+  register_fa1_kv_outer(r);
+}
+
+const Registry& catalog() {
+  static const Registry registry = [] {
+    Registry r;
+    register_catalog(r);
+    return r;
+  }();
+  return registry;
+}
+
+} // namespace fb

@@ -1,0 +1,269 @@
+"""Reading flashbench results files (Google Benchmark JSON shape plus flashbench fields).
+
+Everything past the top-level shape is optional: older files, peers and hand-made fixtures miss
+fields or set them to null, so every accessor here returns None rather than raising.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+SCHEMA_VERSION = 1
+OK = "ok"
+NOT_OK_STATUSES = ("skipped", "incorrect", "crashed", "timeout")
+FAILED_STATUSES = ("incorrect", "crashed", "timeout")  # a point that used to work must not end here
+
+_TIME_UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+
+
+class UserError(Exception):
+    """A problem with the user's input; the CLI prints it as one line and exits 2."""
+
+
+def _num(x: Any) -> Optional[float]:
+    if isinstance(x, bool) or x is None:
+        return None
+    if isinstance(x, (int, float)):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    return None
+
+
+def _dict(x: Any) -> Dict[str, Any]:
+    return x if isinstance(x, dict) else {}
+
+
+_KEY_RE = re.compile(r"^b(\d+)_hq(\d+)_hkv(\d+)_sq(\d+)_skv(\d+)_d(\d+)(?:_(causal))?_(fp32|f32|fp16|f16|bf16)")
+
+
+def parse_problem_key(key: str) -> Dict[str, Any]:
+    """Problem fields from a key like 'b1_hq16_hkv16_sq1024_skv1024_d128_causal_bf16' ({} if not one)."""
+    m = _KEY_RE.match(key or "")
+    if not m:
+        return {}
+    b, hq, hkv, sq, skv, d, causal, dt = m.groups()
+    return {"batch": int(b), "heads_q": int(hq), "heads_kv": int(hkv), "seqlen_q": int(sq),
+            "seqlen_kv": int(skv), "head_dim": int(d), "causal": bool(causal), "dtype": normalize_dtype(dt)}
+
+
+def normalize_dtype(dt: Any) -> Optional[str]:
+    if not isinstance(dt, str):
+        return None
+    return {"f32": "fp32", "f16": "fp16"}.get(dt, dt)
+
+
+def problem_key(p: Dict[str, Any]) -> str:
+    """The C++ harness's key(AttentionProblem); layout and scale only when not the default."""
+    if not p:
+        return "?"
+    s = "b{}_hq{}_hkv{}_sq{}_skv{}_d{}".format(p.get("batch", "?"), p.get("heads_q", "?"), p.get("heads_kv", "?"),
+                                            p.get("seqlen_q", "?"), p.get("seqlen_kv", "?"), p.get("head_dim", "?"))
+    if p.get("causal"):
+        s += "_causal"
+    s += "_" + str(normalize_dtype(p.get("dtype")) or "?")
+    if p.get("layout") not in (None, "bshd"):
+        s += "_" + str(p["layout"])
+    if _num(p.get("scale")):
+        s += "_scale{:g}".format(p["scale"])
+    return s
+
+
+@dataclass
+class Point:
+    """One record, normalised. `raw` keeps the record as read for anything not lifted here."""
+    name: str
+    variant: str
+    config: Dict[str, Any]
+    config_str: str
+    problem: Dict[str, Any]
+    status: str
+    reason: str
+    median_us: Optional[float]
+    tflops: Optional[float]
+    samples_us: List[float]
+    cv: Optional[float]
+    noisy: bool
+    raw: Dict[str, Any] = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK and self.median_us is not None and self.median_us > 0
+
+    @property
+    def is_peer(self) -> bool:
+        return self.variant.startswith("peer:")
+
+    @property
+    def key(self) -> str:
+        return problem_key(self.problem)
+
+    def get(self, *path: str) -> Any:
+        """Nested optional field: p.get('counters', 'dram_read_bytes') -> value or None."""
+        cur: Any = self.raw
+        for k in path:
+            if not isinstance(cur, dict):
+                return None
+            cur = cur.get(k)
+        return cur
+
+    def num(self, *path: str) -> Optional[float]:
+        return _num(self.get(*path))
+
+    def measured_dram_bytes(self) -> Optional[float]:
+        r, w = self.num("counters", "dram_read_bytes"), self.num("counters", "dram_write_bytes")
+        if r is None and w is None:
+            return None
+        return (r or 0.0) + (w or 0.0)
+
+    def flops(self) -> Optional[float]:
+        f = self.num("flops")
+        if f is None and self.tflops and self.median_us:
+            f = self.tflops * 1e12 * self.median_us * 1e-6
+        return f
+
+
+def point_from_record(rec: Dict[str, Any]) -> Point:
+    name = str(rec.get("name") or rec.get("run_name") or "?")
+    parts = name.split("/")
+    variant = rec.get("variant") if isinstance(rec.get("variant"), str) else parts[0]
+    problem = _dict(rec.get("problem"))
+    if not problem:
+        problem = parse_problem_key(parts[-1])
+    problem = dict(problem)
+    if "dtype" in problem:
+        problem["dtype"] = normalize_dtype(problem["dtype"])
+    config = _dict(rec.get("config"))
+    config_str = rec.get("config_str")
+    if not isinstance(config_str, str):
+        config_str = parts[1] if len(parts) == 3 else ",".join("{}={}".format(k, v) for k, v in config.items())
+    status = rec.get("status")
+    if not isinstance(status, str):
+        status = "crashed" if rec.get("error_occurred") else OK
+    reason = rec.get("reason") or rec.get("error_message") or ""
+    median = _num(rec.get("median_us"))
+    if median is None and status == OK:
+        rt = _num(rec.get("real_time"))
+        unit = _TIME_UNIT_TO_US.get(str(rec.get("time_unit", "ns")))
+        if rt is not None and unit is not None:
+            median = rt * unit
+    samples = [float(s) for s in (rec.get("samples_us") or []) if _num(s) is not None] \
+        if isinstance(rec.get("samples_us"), list) else []
+    tflops = _num(rec.get("tflops"))
+    if tflops is None and median and _num(rec.get("flops")):
+        tflops = rec["flops"] / (median * 1e-6) / 1e12
+    return Point(name=name, variant=str(variant), config=config, config_str=config_str, problem=problem,
+                 status=status, reason=str(reason), median_us=median, tflops=tflops, samples_us=samples,
+                 cv=_num(rec.get("cv")), noisy=bool(rec.get("noisy")), raw=rec)
+
+
+@dataclass
+class Results:
+    path: str
+    context: Dict[str, Any]
+    points: List[Point]
+
+    @property
+    def device(self) -> Dict[str, Any]:
+        return _dict(self.context.get("device"))
+
+    @property
+    def ceilings(self) -> Dict[str, Any]:
+        return _dict(self.context.get("ceilings"))
+
+    def ceiling(self, name: str) -> Optional[float]:
+        v = _num(self.ceilings.get(name))
+        return v if v and v > 0 else None
+
+    @property
+    def device_label(self) -> str:
+        d = self.device
+        return str(d.get("name") or d.get("slug") or self.context.get("host_name") or os.path.basename(self.path))
+
+    def by_name(self) -> Dict[str, Point]:
+        return {p.name: p for p in self.points}
+
+
+def load(path: str) -> Results:
+    """Reads and checks one results file; raises UserError (one line: what, where, what to do)."""
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise UserError("cannot read results file {}: {}; check the path".format(path, e.strerror or e))
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise UserError("{}:{}:{}: malformed JSON ({}); the file is truncated or not a results file, "
+                        "re-run the benchmark to regenerate it".format(path, e.lineno, e.colno, e.msg))
+    if not isinstance(doc, dict) or not isinstance(doc.get("benchmarks"), list):
+        raise UserError("{}: not a results file (expected an object with a 'benchmarks' list); "
+                        "pass the JSON written by 'flashbench run -o' or scripts/peers.py".format(path))
+    context = _dict(doc.get("context"))
+    version = context.get("schema_version", doc.get("schema_version"))
+    # A file without schema_version is an older or plain Google Benchmark file: read it as version 1.
+    if version is not None and version != SCHEMA_VERSION:
+        raise UserError("{}: schema_version {!r} is not supported (this flashbench-report reads version {}); "
+                        "use a flashbench-report matching the harness that wrote it".format(path, version,
+                                                                                          SCHEMA_VERSION))
+    points = []
+    for i, rec in enumerate(doc["benchmarks"]):
+        if not isinstance(rec, dict):
+            raise UserError("{}: benchmarks[{}] is not an object; the file is damaged, re-run the "
+                            "benchmark".format(path, i))
+        if rec.get("run_type") == "aggregate":
+            continue  # Google Benchmark repetition aggregates; the per-point record carries the samples
+        points.append(point_from_record(rec))
+    return Results(path=path, context=context, points=points)
+
+
+def write_text_atomic(path: str, text: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=os.path.basename(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def family_key(p: Dict[str, Any]) -> str:
+    """A problem without its sequence lengths: the curves of a 'TFLOPs vs seqlen' plot."""
+    s = "b{} hq{} hkv{} d{} {}{}".format(p.get("batch", "?"), p.get("heads_q", "?"), p.get("heads_kv", "?"),
+                                         p.get("head_dim", "?"), p.get("dtype", "?"),
+                                         " causal" if p.get("causal") else "")
+    sq, skv = p.get("seqlen_q"), p.get("seqlen_kv")
+    if sq is not None and sq != skv:
+        s += " sq{}".format(sq) if _is_decode(p) else " sq≠skv"
+    return s
+
+
+def _is_decode(p: Dict[str, Any]) -> bool:
+    sq = p.get("seqlen_q")
+    return isinstance(sq, int) and sq <= 16
+
+
+def seqlen_of(p: Dict[str, Any]) -> Optional[int]:
+    v = p.get("seqlen_kv", p.get("seqlen_q"))
+    return v if isinstance(v, int) else None
+
+
+def best_per_variant(points: List[Point]) -> Dict[tuple, Point]:
+    """(variant, problem key) -> the ok point with the highest TFLOPs (lowest time) over configs."""
+    best: Dict[tuple, Point] = {}
+    for p in points:
+        if not p.ok:
+            continue
+        k = (p.variant, p.key)
+        cur = best.get(k)
+        if cur is None or p.median_us < cur.median_us:
+            best[k] = p
+    return best

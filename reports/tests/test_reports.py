@@ -1,0 +1,150 @@
+import os
+import random
+import re
+import shutil
+import sqlite3
+import subprocess
+
+import pytest
+
+import synth
+from flashbench_reports.cli import main
+
+
+def _pngs(d):
+    figs = os.path.join(d, "figures")
+    return sorted(os.path.join(figs, f) for f in os.listdir(figs) if f.endswith(".png"))
+
+
+def _assert_png(path):
+    with open(path, "rb") as f:
+        head = f.read(8)
+    assert head == b"\x89PNG\r\n\x1a\n" and os.path.getsize(path) > 2000, path
+
+
+@pytest.fixture(scope="module")
+def html_report(tmp_path_factory):
+    d = tmp_path_factory.mktemp("html")
+    recs = synth.sweep(0)
+    peers = [r for r in recs if r["variant"].startswith("peer:")]
+    ours = [r for r in recs if not r["variant"].startswith("peer:")]
+    a = synth.write(d / "run.json", synth.doc(ours))
+    b = synth.write(d / "peers.json", synth.doc(peers, ceilings=None))
+    out = d / "report"
+    assert main(["html", a, b, "-o", str(out)]) == 0
+    return out
+
+
+def test_html_writes_index_and_every_figure(html_report):
+    index = (html_report / "index.html").read_text()
+    stems = [os.path.basename(p) for p in _pngs(str(html_report))]
+    for stem in ("tflops_vs_seqlen.png", "pct_of_ceiling.png", "roofline.png", "hbm_bytes.png", "occupancy.png",
+                 "split_q_vs_split_k.png"):
+        assert stem in stems
+    assert any(s.startswith("heatmap_fa3_pipelined") for s in stems)
+    for p in _pngs(str(html_report)):
+        _assert_png(p)
+    assert index.count("<img ") == len(stems)
+    assert "data:image/png;base64," in index  # self-contained
+    for needle in ("peer:torch_flash", "incorrect", "crashed", "skipped", "cudaErrorIllegalAddress",
+                   "shared memory 245760 B"):
+        assert needle in index
+    summary = (html_report / "summary.md").read_text()
+    assert "not ok" in summary and "fa3_pipelined" in summary
+
+
+def test_html_omits_figures_without_data_and_says_why(tmp_path):
+    p = synth.problem(1024)
+    recs = [synth.record("fa2_q_outer", {"block_m": 64}, p, 100, counters=False)]
+    a = synth.write(tmp_path / "r.json", synth.doc(recs, ceilings=None))
+    assert main(["html", a, "-o", str(tmp_path / "out")]) == 0
+    index = (tmp_path / "out" / "index.html").read_text()
+    assert index.count("<img ") == 1  # only HBM bytes: model vs minimum, saying counters are missing
+    assert "none in this file: counters were not collected" in index
+    assert "no measured ceilings" in index and "two or more sequence lengths" in index
+    assert "split_q and split_k" in index and "achieved occupancy" in index
+
+
+def test_html_tolerates_missing_optional_fields(tmp_path):
+    recs = [{"name": "BM_foo/1", "real_time": 10, "time_unit": "ns"}, {"name": "x", "status": "ok"},
+            {"name": "fa2_q_outer/block_m=64/b1_hq8_hkv8_sq256_skv256_d64_fp16", "real_time": 3.0, "time_unit": "ms",
+             "flops": 1e9, "problem": None, "config": None, "counters": None, "occupancy": None}]
+    a = synth.write(tmp_path / "r.json", {"context": {"ceilings": None, "device": None}, "benchmarks": recs})
+    assert main(["html", a, "-o", str(tmp_path / "out")]) == 0
+
+
+def test_bringup_end_to_end(tmp_path):
+    a = synth.write(tmp_path / "h100.json", synth.doc(synth.sweep(0)))
+    b = synth.write(tmp_path / "h200.json", synth.doc(synth.sweep(1, speed=1.3), device=synth.H200,
+                                                       ceilings={"gemm_bf16_tflops": 750.0, "copy_gbps": 4300.0}))
+    out = tmp_path / "bringup"
+    assert main(["bringup", a, b, "-o", str(out)]) == 0
+    index = (out / "index.html").read_text()
+    assert "NVIDIA H200" in index and "NVIDIA H100 80GB HBM3" in index and "580.65.06" in index
+    assert "B speed-up over A" in index and "1.3" in index
+    pngs = _pngs(str(out))
+    assert {os.path.basename(p) for p in pngs} == {"bringup_abs.png", "bringup_norm.png"}
+    for p in pngs:
+        _assert_png(p)
+    assert "| SMs | 132 | 132 |" in (out / "bringup.md").read_text()
+
+
+def test_history_end_to_end(tmp_path, capsys):
+    db = str(tmp_path / "h.sqlite")
+    p = synth.problem(2048)
+    name = None
+    for night, med in enumerate([100, 100.1, 99.9, 100, 106, 106.1, 95]):
+        rng = random.Random(night)
+        recs = [synth.record("fa2_q_outer", {"block_m": 128}, p, med, cv=0.003, n=40, rng=rng),
+                synth.record("fa1_kv_outer", {"block_m": 64}, p, 300, cv=0.003, n=40, rng=rng)]
+        name = recs[0]["name"]
+        d = synth.doc(recs, git_sha="sha{:04d}".format(night))
+        d["context"]["date"] = "2025-01-{:02d}T03:00:00+00:00".format(night + 1)
+        f = synth.write(tmp_path / "n{}.json".format(night), d)
+        assert main(["history", "ingest", f, "--db", db]) == 0
+    assert main(["history", "ingest", f, "--db", db, "--git-sha", "zzz"]) == 0  # same file again: no new run
+    assert "already ingested" in capsys.readouterr().out
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 7
+    assert con.execute("SELECT COUNT(*) FROM points").fetchone()[0] == 14
+    con.close()
+    out = tmp_path / "hist"
+    assert main(["history", "plot", "--db", db, "-o", str(out)]) == 0
+    md = (out / "history.md").read_text()
+    assert re.search(r"sha0004 \| regression \| \+6\.\d+%", md), md
+    assert re.search(r"sha0006 \| improvement", md), md
+    assert "fa1_kv_outer" not in md  # flat point: no change
+    assert len(_pngs(str(out))) == 2
+    out2 = tmp_path / "hist2"
+    assert main(["history", "plot", "--db", db, "-o", str(out2), "--point", name]) == 0
+    assert len(_pngs(str(out2))) == 1
+    assert main(["history", "plot", "--db", db, "-o", str(out2), "--point", "nonexistent"]) == 2
+
+
+def _chromium():
+    for c in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if shutil.which(c):
+            return shutil.which(c)
+    return None
+
+
+@pytest.mark.skipif(_chromium() is None, reason="chromium not installed (apt-get install -y chromium); "
+                                                 "skipping the headless-browser check of the HTML report")
+def test_html_report_renders_in_headless_chromium(html_report, tmp_path):
+    chrome = _chromium()
+    url = "file://" + str(html_report / "index.html")
+    flags = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--user-data-dir=" + str(tmp_path / "profile"), "--virtual-time-budget=5000"]
+    dom = subprocess.run(flags + ["--dump-dom", url], capture_output=True, text=True, timeout=60).stdout
+    n_img = len(_pngs(str(html_report)))
+    m = re.search(r'data-images="(\d+)/(\d+)"', dom)
+    assert m, "the page's load script did not run: " + dom[:300]
+    assert m.group(1) == m.group(2) == str(n_img)
+    shot = tmp_path / "shot.png"
+    subprocess.run(flags + ["--screenshot=" + str(shot), "--window-size=1280,2400", url], capture_output=True,
+                   timeout=60)
+    assert shot.exists() and shot.stat().st_size > 0
+    import numpy as np
+    from matplotlib import image
+    px = image.imread(str(shot))
+    assert px.shape[0] > 100 and float(np.std(px[..., :3])) > 0.01, "screenshot is blank"

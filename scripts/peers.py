@@ -1,0 +1,489 @@
+#!/usr/bin/env python3
+"""peers.py: time torch SDPA (flash, cuDNN, efficient backends) and FlexAttention on flashbench problems and
+write the records in flashbench's results-file schema (reports/SCHEMA.md), so reports put peers next to our
+variants.
+
+  python scripts/peers.py --problems plan.json -o peers.json [--ceilings] [--peers torch_flash,flex]
+
+plan.json is {"problems": [problem objects]} as written by `flashbench plan SPEC.yaml --json`.
+Measurement mirrors the harness: warm-up, then per sample an L2 flush (outside the timed region) and a
+CUDA-event-timed call; stop at the noise target after min samples and min time, or at the timeout.
+Each peer output is checked against a float64 reference before it is timed; a peer that fails is
+`incorrect`, a combination a backend cannot run is `skipped` with the reason.
+
+Causal masks are aligned bottom-right as in FlashAttention (query i sees key j iff j <= i + Skv - Sq).
+torch's is_causal is top-left aligned, so it is used only when Sq == Skv; otherwise SDPA gets
+torch's causal_lower_right bias and FlexAttention a bottom-right mask_mod.
+
+Only the standard library is imported before torch, so the script runs where flashbench_reports is not
+installed. Without torch or a CUDA device it says so on one line and exits 0 without writing a file.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+SCHEMA_VERSION = 1
+PEERS = ("torch_flash", "torch_cudnn", "torch_efficient", "flex")
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+# atol + rtol * |ref|, per input dtype; fp32 allows for TF32 inside a backend
+TOLERANCE = {"fp32": (2e-3, 2e-3), "fp16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
+
+
+class UserError(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- problem arithmetic (no torch needed)
+
+def normalize_problem(p: dict) -> dict:
+    q = {"batch": 1, "heads_q": 1, "heads_kv": None, "seqlen_q": None, "seqlen_kv": None, "head_dim": 64,
+         "causal": False, "dtype": "bf16", "layout": "bshd", "scale": 0.0}
+    q.update({k: v for k, v in p.items() if v is not None})
+    q["heads_kv"] = q["heads_kv"] or q["heads_q"]
+    q["seqlen_kv"] = q["seqlen_kv"] or q["seqlen_q"]
+    q["dtype"] = {"f32": "fp32", "f16": "fp16"}.get(q["dtype"], q["dtype"])
+    for k in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim"):
+        if not isinstance(q[k], int) or isinstance(q[k], bool) or q[k] <= 0:
+            raise UserError("problem {}: {} must be a positive integer".format(json.dumps(p), k))
+    if q["heads_q"] % q["heads_kv"]:
+        raise UserError("problem {}: heads_q must be a multiple of heads_kv".format(json.dumps(p)))
+    if q["dtype"] not in DTYPE_BYTES:
+        raise UserError("problem {}: dtype must be fp32, fp16 or bf16".format(json.dumps(p)))
+    return q
+
+
+def unmasked_pairs(p: dict) -> int:
+    """(query, key) pairs that are not masked, per (batch, head), bottom-right causal alignment."""
+    sq, skv = p["seqlen_q"], p["seqlen_kv"]
+    if not p["causal"]:
+        return sq * skv
+    off = skv - sq  # row i sees keys 0 .. i + off, clipped to [0, skv]
+    # rows with i + off + 1 in [1, skv] contribute i + off + 1; rows beyond contribute skv; rows before, 0
+    first = max(0, -off)              # first row that sees at least one key
+    full = max(0, min(sq, skv - off))  # rows i < full see fewer than all keys (i + off + 1 <= skv)
+    partial = 0
+    if full > first:
+        a, b = first + off + 1, full - 1 + off + 1
+        partial = (a + b) * (full - first) // 2
+    return partial + (sq - max(full, first)) * skv
+
+
+def flops(p: dict) -> float:
+    return 4.0 * p["batch"] * p["heads_q"] * p["head_dim"] * unmasked_pairs(p)
+
+
+def bytes_min(p: dict) -> float:
+    el = DTYPE_BYTES[p["dtype"]]
+    q = p["batch"] * p["heads_q"] * p["seqlen_q"] * p["head_dim"]
+    kv = p["batch"] * p["heads_kv"] * p["seqlen_kv"] * p["head_dim"]
+    return float(el * (2 * q + 2 * kv) + 4 * p["batch"] * p["heads_q"] * p["seqlen_q"])
+
+
+def problem_key(p: dict) -> str:
+    s = "b{batch}_hq{heads_q}_hkv{heads_kv}_sq{seqlen_q}_skv{seqlen_kv}_d{head_dim}".format(**p)
+    s += ("_causal" if p["causal"] else "") + "_" + p["dtype"]
+    if p.get("layout") not in (None, "bshd"):
+        s += "_" + p["layout"]
+    if p.get("scale"):
+        s += "_scale{:g}".format(p["scale"])
+    return s
+
+
+def record(peer: str, p: dict, status: str, reason: str = "", timing: dict = None, check: dict = None,
+           seed: int = 0, extra: dict = None) -> dict:
+    variant = "peer:" + peer
+    name = "{}/{}".format(variant, problem_key(p))
+    rec = {"name": name, "run_name": name, "run_type": "iteration", "repetitions": 1, "repetition_index": 0,
+           "threads": 1, "time_unit": "us", "variant": variant, "config": {}, "config_str": "", "problem": p,
+           "status": status, "reason": reason, "flops": flops(p), "bytes_min": bytes_min(p), "bytes_model": None,
+           "seed": seed, "counters": None, "counters_reason": "peers.py does not collect counters"}
+    rec.update(check or {})
+    rec.update(extra or {})
+    if status == "ok" and timing:
+        med = timing["median_us"]
+        rec.update({"iterations": len(timing["samples_us"]), "real_time": med, "cpu_time": med,
+                    "tflops": flops(p) / (med * 1e-6) / 1e12})
+        rec.update(timing)
+        if len(rec["samples_us"]) > 1000:  # keep the file small: evenly spaced subsample
+            s = rec["samples_us"]
+            rec["samples_us"] = [s[int(i * len(s) / 1000)] for i in range(1000)]
+    else:
+        rec.update({"error_occurred": True, "error_message": reason or status, "iterations": 0, "real_time": 0,
+                    "cpu_time": 0, "tflops": None, "median_us": None, "samples_us": []})
+    return rec
+
+
+def summarize(samples):
+    s = sorted(samples)
+    n = len(s)
+    med = s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+    mean = sum(s) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in s) / (n - 1)) if n > 1 else 0.0
+    return {"median_us": med, "min_us": s[0], "max_us": s[-1], "mean_us": mean, "cv": sd / mean if mean else None}
+
+
+def write_atomic(path: str, doc: dict) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-peers-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def load_plan(path: str) -> list:
+    try:
+        with open(path) as f:
+            plan = json.load(f)
+    except OSError as e:
+        raise UserError("cannot read {}: {}; write it with 'flashbench plan SPEC.yaml --json'".format(path, e.strerror))
+    except json.JSONDecodeError as e:
+        raise UserError("{}:{}:{}: malformed JSON ({}); regenerate it with 'flashbench plan SPEC.yaml --json'"
+                        .format(path, e.lineno, e.colno, e.msg))
+    probs = plan.get("problems") if isinstance(plan, dict) else None
+    if not isinstance(probs, list) or not all(isinstance(p, dict) for p in probs):
+        raise UserError("{}: expected {{\"problems\": [problem objects]}}; regenerate it with "
+                        "'flashbench plan SPEC.yaml --json'".format(path))
+    out, seen = [], set()
+    for p in probs:
+        q = normalize_problem(p)
+        if problem_key(q) not in seen:
+            seen.add(problem_key(q))
+            out.append(q)
+    return out
+
+
+# ---------------------------------------------------------------- torch side
+
+class Peer:
+    """One peer bound to a problem: build(q, k, v) -> fn() returning O in [B, Hq, Sq, D]."""
+
+    def __init__(self, torch, name: str, p: dict):
+        self.torch, self.name, self.p = torch, name, p
+        self.extra = {}
+
+    def skip_reason(self):
+        p = self.p
+        if self.name == "torch_flash" and p["dtype"] == "fp32":
+            return "torch flash backend needs fp16 or bf16 inputs"
+        if self.name == "torch_cudnn" and p["dtype"] == "fp32":
+            return "torch cuDNN backend needs fp16 or bf16 inputs"
+        return None
+
+    def build(self, q, k, v):
+        torch, p = self.torch, self.p
+        scale = p["scale"] or None
+        gqa = p["heads_q"] != p["heads_kv"]
+        if self.name == "flex":
+            from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            fn = torch.compile(flex_attention, dynamic=False)
+            block_mask = None
+            if p["causal"]:
+                off = p["seqlen_kv"] - p["seqlen_q"]
+
+                def bottom_right(b, h, q_idx, kv_idx):
+                    return kv_idx <= q_idx + off
+                block_mask = create_block_mask(bottom_right, B=None, H=None, Q_LEN=p["seqlen_q"],
+                                               KV_LEN=p["seqlen_kv"], device=q.device)
+            kwargs = {"block_mask": block_mask, "scale": scale}
+            if gqa:
+                kwargs["enable_gqa"] = True
+            self.extra["peer_causal"] = "block_mask_bottom_right" if p["causal"] else "none"
+            return lambda: fn(q, k, v, **kwargs)
+
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        backend = {"torch_flash": SDPBackend.FLASH_ATTENTION, "torch_cudnn": SDPBackend.CUDNN_ATTENTION,
+                   "torch_efficient": SDPBackend.EFFICIENT_ATTENTION}[self.name]
+        F = torch.nn.functional
+        kwargs = {"scale": scale}
+        if gqa:
+            kwargs["enable_gqa"] = True
+        if p["causal"] and p["seqlen_q"] == p["seqlen_kv"]:
+            kwargs["is_causal"] = True
+            self.extra["peer_causal"] = "is_causal"
+        elif p["causal"]:
+            from torch.nn.attention.bias import causal_lower_right
+            kwargs["attn_mask"] = causal_lower_right(p["seqlen_q"], p["seqlen_kv"])
+            self.extra["peer_causal"] = "causal_lower_right"
+        else:
+            self.extra["peer_causal"] = "none"
+
+        def call():
+            with sdpa_kernel([backend]):
+                return F.scaled_dot_product_attention(q, k, v, **kwargs)
+        return call
+
+
+def make_inputs(torch, p: dict, seed: int, device):
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[p["dtype"]]
+    g = torch.Generator(device=device).manual_seed(seed)
+    B, Hq, Hkv, Sq, Skv, D = (p[k] for k in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim"))
+
+    def t(h, s):
+        x = torch.randn(B, s, h, D, generator=g, device=device, dtype=torch.float32).to(dtype)
+        # bshd storage viewed as SDPA's [B, H, S, D], as flashbench's kernels see it; bhsd is contiguous
+        return x.transpose(1, 2) if p["layout"] == "bshd" else x.transpose(1, 2).contiguous()
+    return t(Hq, Sq), t(Hkv, Skv), t(Hkv, Skv)
+
+
+def reference_check(torch, p: dict, q, k, v, out) -> dict:
+    """float64 reference on the GPU, one (batch, head) at a time to bound memory."""
+    atol, rtol = TOLERANCE[p["dtype"]]
+    scale = p["scale"] or 1.0 / math.sqrt(p["head_dim"])
+    grp = p["heads_q"] // p["heads_kv"]
+    Sq, Skv = p["seqlen_q"], p["seqlen_kv"]
+    max_err, worst, num, den, bad = 0.0, 0.0, 0.0, 0.0, 0
+    mask = None
+    if p["causal"]:
+        i = torch.arange(Sq, device=q.device)[:, None]
+        j = torch.arange(Skv, device=q.device)[None, :]
+        mask = j <= i + (Skv - Sq)
+    for b in range(p["batch"]):
+        for h in range(p["heads_q"]):
+            qq = q[b, h].double()
+            kk, vv = k[b, h // grp].double(), v[b, h // grp].double()
+            s = (qq @ kk.T) * scale
+            if mask is not None:
+                s = s.masked_fill(~mask, float("-inf"))
+            m = s.amax(dim=1, keepdim=True)
+            m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+            e = torch.exp(s - m)
+            l = e.sum(dim=1, keepdim=True)
+            ref = torch.where(l > 0, (e @ vv) / l.clamp_min(1e-300), torch.zeros_like(qq))  # fully masked row -> 0
+            o = out[b, h].double()
+            diff = (o - ref).abs()
+            diff = torch.where(torch.isfinite(o), diff, torch.full_like(diff, float("inf")))
+            max_err = max(max_err, float(diff.max()))
+            bad += int((diff > atol + rtol * ref.abs()).sum())
+            num += float((diff[torch.isfinite(diff)] ** 2).sum()) + (float("inf") if not torch.isfinite(diff).all() else 0)
+            den += float((ref ** 2).sum())
+    rel_l2 = math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else float("inf"))
+    res = {"max_error": max_err if math.isfinite(max_err) else None,
+           "rel_l2_error": rel_l2 if math.isfinite(rel_l2) else None, "verified_against": "gpu_f64",
+           "tolerance": {"atol": atol, "rtol": rtol}}
+    res["_bad"] = bad
+    return res
+
+
+class Timer:
+    def __init__(self, torch, args, l2_bytes: int):
+        self.torch, self.args = torch, args
+        # writing twice the L2 size evicts whatever the previous sample left there
+        self.flush_buf = torch.empty(max(2 * l2_bytes, 1 << 24), dtype=torch.uint8, device="cuda")
+
+    def measure(self, fn) -> dict:
+        torch, a = self.torch, self.args
+        for _ in range(a.warmup):
+            fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        samples, t0 = [], time.perf_counter()
+        while True:
+            if a.cold:
+                self.flush_buf.zero_()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e3)  # ms -> µs
+            n, elapsed = len(samples), time.perf_counter() - t0
+            if n >= a.max_samples or elapsed >= a.timeout:
+                break
+            if n >= a.min_samples and elapsed >= a.min_time:
+                st = summarize(samples)
+                if st["cv"] is not None and st["cv"] <= a.max_noise:
+                    break
+        st = summarize(samples)
+        st["samples_us"] = samples
+        st["noisy"] = bool(st["cv"] is None or st["cv"] > a.max_noise)
+        st["dropped_throttled"] = 0
+        st["sm_clock_mhz"] = sm_clock_mhz(torch)
+        return st
+
+
+def sm_clock_mhz(torch):
+    try:
+        return int(torch.cuda.clock_rate())  # needs pynvml; MHz
+    except Exception:
+        return None
+
+
+def nvidia_smi(index: int) -> dict:
+    try:
+        out = subprocess.run(["nvidia-smi", "-i", str(index), "--query-gpu=driver_version,clocks.max.sm,clocks.max.mem,"
+                              "pci.bus_id", "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=20).stdout.strip().split(",")
+        drv, sm, mem, bus = (x.strip() for x in out[:4])
+        as_int = lambda x: int(x) if x.isdigit() else None
+        return {"driver_version_string": drv or None, "sm_clock_max_mhz": as_int(sm), "mem_clock_max_mhz": as_int(mem),
+                "pci_bus_id": bus or None}
+    except Exception:
+        return {}
+
+
+def device_info(torch) -> dict:
+    idx = torch.cuda.current_device()
+    pr = torch.cuda.get_device_properties(idx)
+    smi = nvidia_smi(idx)
+    name = pr.name
+    drv = smi.get("driver_version_string")
+    bus = smi.get("pci_bus_id")
+    if not bus and hasattr(pr, "pci_bus_id"):
+        bus = "{:04x}:{:02x}:{:02x}.0".format(getattr(pr, "pci_domain_id", 0), pr.pci_bus_id, getattr(pr, "pci_device_id", 0))
+    return {"name": name, "slug": re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-"), "pci_bus_id": bus,
+            "cc": "{}.{}".format(pr.major, pr.minor), "sm_count": pr.multi_processor_count,
+            "l2_bytes": getattr(pr, "L2_cache_size", None), "total_mem_bytes": pr.total_memory,
+            "sm_clock_max_mhz": smi.get("sm_clock_max_mhz") or (getattr(pr, "clock_rate", 0) // 1000 or None),
+            "mem_clock_max_mhz": smi.get("mem_clock_max_mhz"),
+            "mem_bus_width_bits": getattr(pr, "memory_bus_width", None),
+            "driver_version": int(drv.split(".")[0]) * 1000 if drv and drv.split(".")[0].isdigit() else None,
+            "driver_version_string": drv, "runtime_version": torch.version.cuda,
+            "torch_version": torch.__version__}
+
+
+def measure_ceilings(torch, args) -> dict:
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    mm = Timer(torch, argparse.Namespace(**dict(vars(args), cold=False, min_samples=20, max_samples=200,
+                                                min_time=0.5, timeout=10.0, max_noise=0.01)), 0)
+    t_mm = mm.measure(lambda: torch.mm(a, b))["median_us"]
+    del a, b
+    copy_elems = 1 << 30  # 1 GiB each way, far larger than any L2
+    src = torch.empty(copy_elems, dtype=torch.uint8, device="cuda").fill_(1)
+    dst = torch.empty_like(src)
+    t_cp = mm.measure(lambda: dst.copy_(src))["median_us"]
+    del src, dst
+    torch.cuda.empty_cache()
+    return {"gemm_bf16_tflops": 2.0 * n ** 3 / (t_mm * 1e-6) / 1e12, "gemm_mnk": "{0}x{0}x{0}".format(n),
+            "copy_gbps": 2.0 * copy_elems / (t_cp * 1e-6) / 1e9, "copy_bytes": 2 * copy_elems,
+            "sm_clock_mhz": sm_clock_mhz(torch), "measured_by": "scripts/peers.py (torch.mm, Tensor.copy_)"}
+
+
+def git_sha() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except Exception:
+        return ""
+
+
+def first_line(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return "{}: {}".format(type(e).__name__, msg[0] if msg else "")[:300]
+
+
+def run_peer(torch, timer, peer: str, p: dict, seed: int, verify: bool) -> dict:
+    pe = Peer(torch, peer, p)
+    why = pe.skip_reason()
+    if why:
+        return record(peer, p, "skipped", why, seed=seed)
+    try:
+        q, k, v = make_inputs(torch, p, seed, "cuda")
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return record(peer, p, "skipped", "inputs do not fit in device memory", seed=seed)
+    try:
+        fn = pe.build(q, k, v)
+        out = fn()
+        torch.cuda.synchronize()
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return record(peer, p, "skipped", "out of device memory", seed=seed, extra=pe.extra)
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
+        # SDPA raises RuntimeError "No available kernel" with its reasons as warnings; keep the first line
+        return record(peer, p, "skipped", "{} cannot run this problem: {}".format(peer, first_line(e)), seed=seed,
+                      extra=pe.extra)
+    except Exception as e:  # torch.compile/inductor failures surface as their own exception types
+        return record(peer, p, "crashed", first_line(e), seed=seed, extra=pe.extra)
+    check = {}
+    if verify:
+        check = reference_check(torch, p, q, k, v, out)
+        bad = check.pop("_bad")
+        if bad:
+            return record(peer, p, "incorrect", "{} elements beyond atol+rtol*|ref| (max error {})".format(
+                bad, check["max_error"]), check=check, seed=seed, extra=pe.extra)
+    del out
+    try:
+        timing = timer.measure(fn)
+    except Exception as e:
+        return record(peer, p, "crashed", first_line(e), check=check, seed=seed, extra=pe.extra)
+    return record(peer, p, "ok", "", timing, check, seed, pe.extra)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--problems", required=True, help="plan.json: {\"problems\": [...]}")
+    ap.add_argument("-o", "--out", required=True, help="results JSON to write")
+    ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of " + ",".join(PEERS))
+    ap.add_argument("--ceilings", action="store_true", help="also measure bf16 GEMM 8192³ and copy bandwidth")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--min-samples", type=int, default=10)
+    ap.add_argument("--max-samples", type=int, default=2000)
+    ap.add_argument("--min-time", type=float, default=0.5, help="seconds")
+    ap.add_argument("--timeout", type=float, default=15.0, help="seconds per point")
+    ap.add_argument("--max-noise", type=float, default=0.005, help="relative stdev target")
+    ap.add_argument("--warm", dest="cold", action="store_false", help="do not flush L2 before each sample")
+    ap.add_argument("--no-verify", dest="verify", action="store_false")
+    ap.add_argument("--seed", type=int, default=1234)
+    args = ap.parse_args(argv)
+    peers = [x.strip() for x in args.peers.split(",") if x.strip()]
+    try:
+        unknown = [x for x in peers if x not in PEERS]
+        if unknown:
+            raise UserError("--peers: unknown {}; choose from {}".format(",".join(unknown), ",".join(PEERS)))
+        problems = load_plan(args.problems)
+    except UserError as e:
+        print("peers.py: error: {}".format(e), file=sys.stderr)
+        return 2
+    try:
+        import torch
+    except ImportError:
+        print("peers.py: torch is not installed; no peer results written")
+        return 0
+    if not torch.cuda.is_available():
+        print("peers.py: no CUDA device visible to torch {}; no peer results written".format(torch.__version__))
+        return 0
+
+    dev = device_info(torch)
+    timer = Timer(torch, args, dev.get("l2_bytes") or (64 << 20))
+    ctx = {"date": dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds"),
+           "host_name": socket.gethostname(), "executable": os.path.abspath(__file__), "num_cpus": os.cpu_count(),
+           "mhz_per_cpu": 0, "cpu_scaling_enabled": False, "caches": [],
+           "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else [],
+           "library_build_type": "release", "schema_version": SCHEMA_VERSION,
+           "flashbench": {"version": "peers.py", "git_sha": git_sha(), "build_type": "python " + platform.python_version()},
+           "spec": {"name": os.path.splitext(os.path.basename(args.problems))[0], "path": args.problems},
+           "device": dev, "ceilings": measure_ceilings(torch, args) if args.ceilings else None,
+           "timing_policy": {"min_samples": args.min_samples, "max_noise": args.max_noise, "min_time_s": args.min_time,
+                             "timeout_s": args.timeout, "cold": args.cold, "warmup": args.warmup,
+                             "max_samples": args.max_samples, "timer": "cuda_events"}}
+    records = []
+    for i, p in enumerate(problems):
+        for peer in peers:
+            rec = run_peer(torch, timer, peer, p, args.seed + i, args.verify)
+            records.append(rec)
+            print("{:<9} {:<18} {}".format(rec["status"], rec["variant"], rec["name"].split("/")[-1]) +
+                  ("  {:.1f} TFLOP/s".format(rec["tflops"]) if rec.get("tflops") else "  " + rec["reason"]),
+                  flush=True)
+        torch.cuda.empty_cache()
+    write_atomic(args.out, {"context": ctx, "benchmarks": records})
+    print("wrote {} records to {}".format(len(records), args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

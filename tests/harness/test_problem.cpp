@@ -1,0 +1,92 @@
+#include "flashbench/errors.hpp"
+#include "flashbench/problem.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+using namespace fb;
+
+namespace {
+AttentionProblem make(int64_t sq, int64_t skv, bool causal) {
+  AttentionProblem p;
+  p.batch = 2;
+  p.heads_q = 8;
+  p.heads_kv = 2;
+  p.seqlen_q = sq;
+  p.seqlen_kv = skv;
+  p.head_dim = 64;
+  p.causal = causal;
+  return p;
+}
+
+int64_t brute_pairs(const AttentionProblem& p) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < p.seqlen_q; ++i)
+    for (int64_t j = 0; j < p.seqlen_kv; ++j) n += j <= p.last_key(i);
+  return n;
+}
+} // namespace
+
+TEST(Problem, UnmaskedPairsMatchBruteForce) {
+  for (int64_t sq : {1, 2, 7, 64, 131})
+    for (int64_t skv : {1, 3, 64, 77, 300})
+      for (bool causal : {false, true}) {
+        const AttentionProblem p = make(sq, skv, causal);
+        EXPECT_EQ(unmasked_pairs(p), brute_pairs(p)) << key(p);
+      }
+}
+
+TEST(Problem, FlopsFollowFlashAttentionConvention) {
+  AttentionProblem p = make(1024, 1024, false);
+  EXPECT_DOUBLE_EQ(flops(p), 4.0 * 2 * 8 * 1024.0 * 1024.0 * 64);
+  p.causal = true; // exactly the unmasked pairs: N(N+1)/2
+  EXPECT_DOUBLE_EQ(flops(p), 4.0 * 2 * 8 * (1024.0 * 1025.0 / 2) * 64);
+  // Causal with Sq > Skv: the first Sq-Skv rows see nothing.
+  p = make(10, 4, true);
+  EXPECT_EQ(unmasked_pairs(p), 1 + 2 + 3 + 4);
+}
+
+TEST(Problem, MinBytesCountEachTensorOnce) {
+  AttentionProblem p = make(100, 300, false);
+  p.dtype = DType::bf16;
+  const double q = 2.0 * 8 * 100 * 64 * 2, kv = 2.0 * 2 * 300 * 64 * 2, lse = 2.0 * 8 * 100 * 4;
+  EXPECT_DOUBLE_EQ(min_bytes(p), 2 * q + 2 * kv + lse);
+}
+
+TEST(Problem, StridesForBothLayouts) {
+  AttentionProblem p = make(5, 7, false);
+  Strides s = p.q_strides();
+  EXPECT_EQ(s.batch, 5 * 8 * 64);
+  EXPECT_EQ(s.seq, 8 * 64);
+  EXPECT_EQ(s.head, 64);
+  p.layout = Layout::bhsd;
+  s = p.kv_strides();
+  EXPECT_EQ(s.batch, 2 * 7 * 64);
+  EXPECT_EQ(s.head, 7 * 64);
+  EXPECT_EQ(s.seq, 64);
+}
+
+TEST(Problem, ValidateRejectsImpossibleShapes) {
+  AttentionProblem p = make(0, 5, false);
+  EXPECT_THROW(validate(p), UserError);
+  p = make(5, 5, false);
+  p.heads_q = 6;
+  p.heads_kv = 4;
+  try {
+    validate(p);
+    FAIL() << "heads_q % heads_kv != 0 accepted";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a multiple of heads_kv"), std::string::npos);
+  }
+  EXPECT_NO_THROW(validate(make(1, 1, true)));
+}
+
+TEST(Problem, JsonRoundTripAndKey) {
+  AttentionProblem p = make(77, 131, true);
+  p.dtype = DType::f16;
+  p.layout = Layout::bhsd;
+  nlohmann::json j = p;
+  EXPECT_EQ(j.get<AttentionProblem>(), p);
+  EXPECT_EQ(key(p), "b2_hq8_hkv2_sq77_skv131_d64_causal_fp16_bhsd");
+  EXPECT_THROW(parse_dtype("int8"), UserError);
+}
