@@ -1,15 +1,15 @@
-// The one list of variants. Explicit calls rather than static registrars, so that the order is fixed and a
-// static library cannot drop a variant at link time.
-#include "catalog.hpp"
+// The one list of variants. Explicit calls rather than static registrars, so that the order is
+// fixed and a static library cannot drop a variant at link time.
+#include "kernels/catalog.hpp"
 
 namespace fb {
 
-void register_catalog(Registry& r) {
+void register_catalog(Registry &r) {
   register_naive(r);
   register_fa1_kv_outer(r);
 }
 
-const Registry& catalog() {
+const Registry &catalog() {
   static const Registry registry = [] {
     Registry r;
     register_catalog(r);

@@ -5,7 +5,7 @@ variants.
 
   python scripts/peers.py --problems plan.json -o peers.json [--ceilings] [--peers torch_flash,flex]
 
-plan.json is {"problems": [problem objects]} as written by `flashbench plan SPEC.yaml --json`.
+plan.json is {"problems": [problem objects], "spec": {...}} as written by `flashbench plan SPEC.yaml`.
 Measurement mirrors the harness: warm-up, then per sample an L2 flush (outside the timed region) and a
 CUDA-event-timed call; stop at the noise target after min samples and min time, or at the timeout.
 Each peer output is checked against a float64 reference before it is timed; a peer that fails is
@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 SCHEMA_VERSION = 1
 PEERS = ("torch_flash", "torch_cudnn", "torch_efficient", "flex")
@@ -149,21 +150,22 @@ def load_plan(path: str) -> list:
         with open(path) as f:
             plan = json.load(f)
     except OSError as e:
-        raise UserError("cannot read {}: {}; write it with 'flashbench plan SPEC.yaml --json'".format(path, e.strerror))
+        raise UserError("cannot read {}: {}; write it with 'flashbench plan SPEC.yaml > plan.json'".format(path, e.strerror))
     except json.JSONDecodeError as e:
-        raise UserError("{}:{}:{}: malformed JSON ({}); regenerate it with 'flashbench plan SPEC.yaml --json'"
+        raise UserError("{}:{}:{}: malformed JSON ({}); regenerate it with 'flashbench plan SPEC.yaml > plan.json'"
                         .format(path, e.lineno, e.colno, e.msg))
     probs = plan.get("problems") if isinstance(plan, dict) else None
     if not isinstance(probs, list) or not all(isinstance(p, dict) for p in probs):
         raise UserError("{}: expected {{\"problems\": [problem objects]}}; regenerate it with "
-                        "'flashbench plan SPEC.yaml --json'".format(path))
+                        "'flashbench plan SPEC.yaml > plan.json'".format(path))
     out, seen = [], set()
     for p in probs:
         q = normalize_problem(p)
         if problem_key(q) not in seen:
             seen.add(problem_key(q))
             out.append(q)
-    return out
+    spec = plan.get("spec") if isinstance(plan.get("spec"), dict) else None
+    return out, spec
 
 
 # ---------------------------------------------------------------- torch side
@@ -397,16 +399,20 @@ def run_peer(torch, timer, peer: str, p: dict, seed: int, verify: bool) -> dict:
         torch.cuda.empty_cache()
         return record(peer, p, "skipped", "inputs do not fit in device memory", seed=seed)
     try:
-        fn = pe.build(q, k, v)
-        out = fn()
-        torch.cuda.synchronize()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn = pe.build(q, k, v)
+            out = fn()
+            torch.cuda.synchronize()
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return record(peer, p, "skipped", "out of device memory", seed=seed, extra=pe.extra)
     except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
-        # SDPA raises RuntimeError "No available kernel" with its reasons as warnings; keep the first line
-        return record(peer, p, "skipped", "{} cannot run this problem: {}".format(peer, first_line(e)), seed=seed,
-                      extra=pe.extra)
+        # SDPA raises RuntimeError "No available kernel" and gives its reasons as warnings: keep the telling one
+        why = [str(w.message).split(" (Triggered internally")[0] for w in caught]
+        why = [w for w in why if not w.rstrip().endswith("because:") and "runtime disabled" not in w]
+        return record(peer, p, "skipped", "{} cannot run this problem: {}".format(
+            peer, why[0][:300] if why else first_line(e)), seed=seed, extra=pe.extra)
     except Exception as e:  # torch.compile/inductor failures surface as their own exception types
         return record(peer, p, "crashed", first_line(e), seed=seed, extra=pe.extra)
     check = {}
@@ -445,7 +451,7 @@ def main(argv=None) -> int:
         unknown = [x for x in peers if x not in PEERS]
         if unknown:
             raise UserError("--peers: unknown {}; choose from {}".format(",".join(unknown), ",".join(PEERS)))
-        problems = load_plan(args.problems)
+        problems, plan_spec = load_plan(args.problems)
     except UserError as e:
         print("peers.py: error: {}".format(e), file=sys.stderr)
         return 2
@@ -466,7 +472,7 @@ def main(argv=None) -> int:
            "load_avg": list(os.getloadavg()) if hasattr(os, "getloadavg") else [],
            "library_build_type": "release", "schema_version": SCHEMA_VERSION,
            "flashbench": {"version": "peers.py", "git_sha": git_sha(), "build_type": "python " + platform.python_version()},
-           "spec": {"name": os.path.splitext(os.path.basename(args.problems))[0], "path": args.problems},
+           "spec": plan_spec or {"name": os.path.splitext(os.path.basename(args.problems))[0], "path": args.problems},
            "device": dev, "ceilings": measure_ceilings(torch, args) if args.ceilings else None,
            "timing_policy": {"min_samples": args.min_samples, "max_noise": args.max_noise, "min_time_s": args.min_time,
                              "timeout_s": args.timeout, "cold": args.cold, "warmup": args.warmup,

@@ -7,7 +7,7 @@ spec="${1:-$FB_ROOT/sweeps/quick.yaml}"
 FLASHBENCH_SKIP_PY="${FLASHBENCH_SKIP_PY:-1}" bash "$FB_ROOT/scripts/deps.sh"
 fb_configure
 fb_build --target flashbench
-fb="$FB_BUILD/harness/cli/flashbench"
+fb="$FB_BUILD/flashbench"
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "run.sh: no CUDA device on this machine: nothing was measured. The plan for $spec follows."
   exec "$fb" run --dry-run "$spec"

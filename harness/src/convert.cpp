@@ -1,5 +1,5 @@
-// Host-side conversion of raw fp16/bf16/fp32 bits to float. Plain bit manipulation, so that CPU-only code (tests,
-// verification) can read downloaded outputs without the CUDA headers.
+// Host-side conversion of raw fp16/bf16/fp32 bits to float. Plain bit manipulation, so that
+// CPU-only code (tests, verification) can read downloaded outputs without the CUDA headers.
 #include "flashbench/buffers.hpp"
 
 #include <cmath>
@@ -36,20 +36,22 @@ float bf16_bits_to_float(uint16_t b) {
   return out;
 }
 
-std::vector<float> to_float(const void* host_src, DType t, int64_t n) {
+std::vector<float> to_float(const void *host_src, DType t, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
   switch (t) {
   case DType::f32:
     std::memcpy(out.data(), host_src, static_cast<size_t>(n) * sizeof(float));
     break;
   case DType::f16: {
-    const auto* s = static_cast<const uint16_t*>(host_src);
-    for (int64_t i = 0; i < n; ++i) out[i] = half_bits_to_float(s[i]);
+    const auto *s = static_cast<const uint16_t *>(host_src);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = half_bits_to_float(s[i]);
     break;
   }
   case DType::bf16: {
-    const auto* s = static_cast<const uint16_t*>(host_src);
-    for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_float(s[i]);
+    const auto *s = static_cast<const uint16_t *>(host_src);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = bf16_bits_to_float(s[i]);
     break;
   }
   }

@@ -1,7 +1,8 @@
-// The GPU reference for problems too large for the float64 CPU one. Both GEMMs run in plain fp32 through cuBLAS
-// with TF32 excluded (pedantic math), and the softmax statistics are taken in float64, so the reference's error is
-// a few fp32 ulps of the dot products: well under every dtype's tolerance. It favours being obviously right over
-// speed: one (batch, head) slice and a bounded block of query rows at a time.
+// The GPU reference for problems too large for the float64 CPU one. Both GEMMs run in plain fp32
+// through cuBLAS with TF32 excluded (pedantic math), and the softmax statistics are taken in
+// float64, so the reference's error is a few fp32 ulps of the dot products: well under every
+// dtype's tolerance. It favours being obviously right over speed: one (batch, head) slice and a
+// bounded block of query rows at a time.
 #include "flashbench/buffers.hpp"
 #include "flashbench/check.hpp"
 #include "flashbench/reference.hpp"
@@ -17,32 +18,38 @@
 namespace fb {
 namespace {
 
-__device__ __forceinline__ float load_as_float(const void* base, DType t, int64_t i) {
+__device__ __forceinline__ float load_as_float(const void *base, DType t, int64_t i) {
   switch (t) {
-  case DType::f16: return __half2float(static_cast<const __half*>(base)[i]);
-  case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
-  default: return static_cast<const float*>(base)[i];
+  case DType::f16:
+    return __half2float(static_cast<const __half *>(base)[i]);
+  case DType::bf16:
+    return __bfloat162float(static_cast<const __nv_bfloat16 *>(base)[i]);
+  default:
+    return static_cast<const float *>(base)[i];
   }
 }
 
-// Gathers one (batch, head) slice of `rows` rows (row stride `seq_stride` elements) into a dense fp32 [rows, d].
-__global__ void gather_slice_kernel(const void* src, DType t, int64_t offset, int64_t seq_stride, int64_t rows,
-                                    int64_t d, float* dst) {
+// Gathers one (batch, head) slice of `rows` rows (row stride `seq_stride` elements) into a dense
+// fp32 [rows, d].
+__global__ void gather_slice_kernel(const void *src, DType t, int64_t offset, int64_t seq_stride,
+                                    int64_t rows, int64_t d, float *dst) {
   const int64_t n = rows * d;
-  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n;
+       e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = e / d, x = e % d;
     dst[e] = load_as_float(src, t, offset + r * seq_stride + x);
   }
 }
 
-// One block per query row of the current row block: S (unscaled Q·Kᵀ, fp32) is overwritten in place by P.
-// Statistics in float64 so that the reference's softmax adds no error of its own beyond the final fp32 rounding.
-__global__ void softmax_rows_kernel(float* s, int64_t skv, int64_t row0, int64_t seqlen_q, bool causal,
-                                    double scale, float* lse) {
+// One block per query row of the current row block: S (unscaled Q·Kᵀ, fp32) is overwritten in place
+// by P. Statistics in float64 so that the reference's softmax adds no error of its own beyond the
+// final fp32 rounding.
+__global__ void softmax_rows_kernel(float *s, int64_t skv, int64_t row0, int64_t seqlen_q,
+                                    bool causal, double scale, float *lse) {
   __shared__ double red[32];
   const int64_t r = blockIdx.x;
   const int64_t i = row0 + r;
-  float* row = s + r * skv;
+  float *row = s + r * skv;
   int64_t visible = skv;
   if (causal) {
     visible = i + (skv - seqlen_q) + 1;
@@ -55,36 +62,43 @@ __global__ void softmax_rows_kernel(float* s, int64_t skv, int64_t row0, int64_t
       const double w = __shfl_xor_sync(0xffffffffu, v, o);
       v = is_max ? fmax(v, w) : v + w;
     }
-    if (lane == 0) red[warp] = v;
+    if (lane == 0)
+      red[warp] = v;
     __syncthreads();
     double out = is_max ? -INFINITY : 0.0;
-    for (int k = 0; k < warps; ++k) out = is_max ? fmax(out, red[k]) : out + red[k];
+    for (int k = 0; k < warps; ++k)
+      out = is_max ? fmax(out, red[k]) : out + red[k];
     __syncthreads();
     return out;
   };
 
   if (visible == 0) {
-    for (int64_t j = threadIdx.x; j < skv; j += blockDim.x) row[j] = 0.f;
-    if (threadIdx.x == 0) lse[r] = -INFINITY;
+    for (int64_t j = threadIdx.x; j < skv; j += blockDim.x)
+      row[j] = 0.f;
+    if (threadIdx.x == 0)
+      lse[r] = -INFINITY;
     return;
   }
   double m = -INFINITY;
-  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) m = fmax(m, scale * double(row[j]));
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
+    m = fmax(m, scale * double(row[j]));
   m = block_reduce(m, true);
   double l = 0.0;
-  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x) l += exp(scale * double(row[j]) - m);
+  for (int64_t j = threadIdx.x; j < visible; j += blockDim.x)
+    l += exp(scale * double(row[j]) - m);
   l = block_reduce(l, false);
   for (int64_t j = threadIdx.x; j < skv; j += blockDim.x)
     row[j] = j < visible ? static_cast<float>(exp(scale * double(row[j]) - m) / l) : 0.f;
-  if (threadIdx.x == 0) lse[r] = static_cast<float>(m + log(l));
+  if (threadIdx.x == 0)
+    lse[r] = static_cast<float>(m + log(l));
 }
 
 struct CublasHandle {
   cublasHandle_t h = nullptr;
   CublasHandle() { FB_CUBLAS_CHECK(cublasCreate(&h)); }
   ~CublasHandle() { cublasDestroy(h); }
-  CublasHandle(const CublasHandle&) = delete;
-  CublasHandle& operator=(const CublasHandle&) = delete;
+  CublasHandle(const CublasHandle &) = delete;
+  CublasHandle &operator=(const CublasHandle &) = delete;
 };
 
 int grid_for(int64_t n, int threads) {
@@ -93,8 +107,8 @@ int grid_for(int64_t n, int threads) {
 
 } // namespace
 
-void gpu_reference(const AttentionProblem& p, const void* q, const void* k, const void* v, float* o_ref,
-                   float* lse_ref, cudaStream_t stream) {
+void gpu_reference(const AttentionProblem &p, const void *q, const void *k, const void *v,
+                   float *o_ref, float *lse_ref, cudaStream_t stream) {
   const int64_t sq = p.seqlen_q, skv = p.seqlen_kv, d = p.head_dim;
   const Strides qs = p.q_strides(), ks = p.kv_strides();
   // Bound S to ~1 GiB (2^28 floats); at least one row.
@@ -102,7 +116,8 @@ void gpu_reference(const AttentionProblem& p, const void* q, const void* k, cons
 
   CublasHandle cublas;
   FB_CUBLAS_CHECK(cublasSetStream(cublas.h, stream));
-  // Pedantic math: fp32 GEMMs stay fp32 (no TF32, no reduced-precision split), whatever the environment says.
+  // Pedantic math: fp32 GEMMs stay fp32 (no TF32, no reduced-precision split), whatever the
+  // environment says.
   FB_CUBLAS_CHECK(cublasSetMathMode(cublas.h, CUBLAS_PEDANTIC_MATH));
 
   DeviceBuffer kf(size_t(skv * d) * sizeof(float)), vf(size_t(skv * d) * sizeof(float));
@@ -113,33 +128,35 @@ void gpu_reference(const AttentionProblem& p, const void* q, const void* k, cons
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t hkv = 0; hkv < p.heads_kv; ++hkv) {
       const int64_t kv_off = b * ks.batch + hkv * ks.head;
-      gather_slice_kernel<<<grid_for(skv * d, kThreads), kThreads, 0, stream>>>(k, p.dtype, kv_off, ks.seq, skv,
-                                                                                d, kf.as<float>());
+      gather_slice_kernel<<<grid_for(skv * d, kThreads), kThreads, 0, stream>>>(
+          k, p.dtype, kv_off, ks.seq, skv, d, kf.as<float>());
       FB_CHECK_LAUNCH();
-      gather_slice_kernel<<<grid_for(skv * d, kThreads), kThreads, 0, stream>>>(v, p.dtype, kv_off, ks.seq, skv,
-                                                                                d, vf.as<float>());
+      gather_slice_kernel<<<grid_for(skv * d, kThreads), kThreads, 0, stream>>>(
+          v, p.dtype, kv_off, ks.seq, skv, d, vf.as<float>());
       FB_CHECK_LAUNCH();
       for (int64_t g = 0; g < p.group_size(); ++g) {
         const int64_t h = hkv * p.group_size() + g;
         const int64_t q_off = b * qs.batch + h * qs.head;
-        gather_slice_kernel<<<grid_for(sq * d, kThreads), kThreads, 0, stream>>>(q, p.dtype, q_off, qs.seq, sq, d,
-                                                                                  qf.as<float>());
+        gather_slice_kernel<<<grid_for(sq * d, kThreads), kThreads, 0, stream>>>(
+            q, p.dtype, q_off, qs.seq, sq, d, qf.as<float>());
         FB_CHECK_LAUNCH();
         for (int64_t row0 = 0; row0 < sq; row0 += block_rows) {
           const int64_t rows = std::min(block_rows, sq - row0);
-          // Row-major S[rows, skv] = Q·Kᵀ is column-major Sᵀ = K·Qᵀ: K is column-major Kᵀ[d, skv], hence OP_T.
-          FB_CUBLAS_CHECK(cublasSgemm(cublas.h, CUBLAS_OP_T, CUBLAS_OP_N, int(skv), int(rows), int(d), &one,
-                                      kf.as<float>(), int(d), qf.as<float>() + row0 * d, int(d), &zero,
-                                      sbuf.as<float>(), int(skv)));
-          float* lse = lse_ref + (b * p.heads_q + h) * sq + row0;
-          softmax_rows_kernel<<<unsigned(rows), kThreads, 0, stream>>>(sbuf.as<float>(), skv, row0, sq, p.causal,
-                                                                       p.softmax_scale(), lse);
+          // Row-major S[rows, skv] = Q·Kᵀ is column-major Sᵀ = K·Qᵀ: K is column-major Kᵀ[d, skv],
+          // hence OP_T.
+          FB_CUBLAS_CHECK(cublasSgemm(
+              cublas.h, CUBLAS_OP_T, CUBLAS_OP_N, int(skv), int(rows), int(d), &one, kf.as<float>(),
+              int(d), qf.as<float>() + row0 * d, int(d), &zero, sbuf.as<float>(), int(skv)));
+          float *lse = lse_ref + (b * p.heads_q + h) * sq + row0;
+          softmax_rows_kernel<<<unsigned(rows), kThreads, 0, stream>>>(
+              sbuf.as<float>(), skv, row0, sq, p.causal, p.softmax_scale(), lse);
           FB_CHECK_LAUNCH();
-          // Row-major O[rows, d] = P·V is column-major Oᵀ = Vᵀ·Pᵀ, written straight into the problem's layout
-          // (column stride = the sequence stride). Fully masked rows have P = 0, hence O = 0 exactly.
-          FB_CUBLAS_CHECK(cublasSgemm(cublas.h, CUBLAS_OP_N, CUBLAS_OP_N, int(d), int(rows), int(skv), &one,
-                                      vf.as<float>(), int(d), sbuf.as<float>(), int(skv), &zero,
-                                      o_ref + q_off + row0 * qs.seq, int(qs.seq)));
+          // Row-major O[rows, d] = P·V is column-major Oᵀ = Vᵀ·Pᵀ, written straight into the
+          // problem's layout (column stride = the sequence stride). Fully masked rows have P = 0,
+          // hence O = 0 exactly.
+          FB_CUBLAS_CHECK(cublasSgemm(cublas.h, CUBLAS_OP_N, CUBLAS_OP_N, int(d), int(rows),
+                                      int(skv), &one, vf.as<float>(), int(d), sbuf.as<float>(),
+                                      int(skv), &zero, o_ref + q_off + row0 * qs.seq, int(qs.seq)));
         }
       }
     }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -207,7 +208,7 @@ void expand_problem_entry(const Ctx& c, const YAML::Node& entry, std::vector<Att
   std::vector<size_t> idx(axes.size(), 0);
   for (size_t n = 0; n < total; ++n) {
     AttentionProblem p;
-    int64_t seqlen = 0, heads = 0, gqa = 0, tokens = 0, hidden = 0;
+    std::optional<int64_t> seqlen, heads, gqa, tokens, hidden;
     const YAML::Node* derived_node = &entry;
     for (size_t a = 0; a < axes.size(); ++a) {
       const std::string& f = axes[a].first;
@@ -234,26 +235,26 @@ void expand_problem_entry(const Ctx& c, const YAML::Node& entry, std::vector<Att
         }
       }
     }
-    if (seqlen) p.seqlen_q = p.seqlen_kv = seqlen;
-    if (heads) p.heads_q = p.heads_kv = heads;
+    if (seqlen) p.seqlen_q = p.seqlen_kv = *seqlen;
+    if (heads) p.heads_q = p.heads_kv = *heads;
     if (hidden) {
-      if (p.head_dim < 1 || hidden % p.head_dim != 0)
-        c.fail(entry["hidden"], "hidden = " + std::to_string(hidden) + " is not a multiple of head_dim = " +
+      if (p.head_dim < 1 || *hidden < 1 || *hidden % p.head_dim != 0)
+        c.fail(entry["hidden"], "hidden = " + std::to_string(*hidden) + " is not a positive multiple of head_dim = " +
                                     std::to_string(p.head_dim));
-      p.heads_q = hidden / p.head_dim;
+      p.heads_q = *hidden / p.head_dim;
       if (!given.count("heads_kv")) p.heads_kv = p.heads_q;
     }
     if (!given.count("heads_kv") && !heads && !hidden) p.heads_kv = p.heads_q;
     if (gqa) {
-      if (gqa < 1 || p.heads_q % gqa != 0)
-        c.fail(entry["gqa"], "gqa = " + std::to_string(gqa) + " must divide heads_q = " + std::to_string(p.heads_q));
-      p.heads_kv = p.heads_q / gqa;
+      if (*gqa < 1 || p.heads_q % *gqa != 0)
+        c.fail(entry["gqa"], "gqa = " + std::to_string(*gqa) + " must divide heads_q = " + std::to_string(p.heads_q));
+      p.heads_kv = p.heads_q / *gqa;
     }
     if (tokens) {
-      if (p.seqlen_q < 1 || tokens % p.seqlen_q != 0)
-        c.fail(entry["tokens"], "tokens = " + std::to_string(tokens) + " is not a multiple of seqlen_q = " +
+      if (p.seqlen_q < 1 || *tokens < 1 || *tokens % p.seqlen_q != 0)
+        c.fail(entry["tokens"], "tokens = " + std::to_string(*tokens) + " is not a positive multiple of seqlen_q = " +
                                     std::to_string(p.seqlen_q));
-      p.batch = tokens / p.seqlen_q;
+      p.batch = *tokens / p.seqlen_q;
     }
     try {
       validate(p);

@@ -1,4 +1,5 @@
-// Host helpers for Variant::supports(): the checks every variant makes the same way, with reasons in SI units.
+// Host helpers for Variant::supports(): the checks every variant makes the same way, with reasons
+// in SI units.
 #pragma once
 
 #include "flashbench/device.hpp"
@@ -18,7 +19,8 @@ inline std::string format_gb(double bytes) {
   return buf;
 }
 
-// "160 KB" (SI; shared memory sizes are reported the way ptxas and the occupancy calculator users read them).
+// "160 KB" (SI; shared memory sizes are reported the way ptxas and the occupancy calculator users
+// read them).
 inline std::string format_kb(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f KB", bytes / 1e3);
@@ -26,7 +28,7 @@ inline std::string format_kb(double bytes) {
 }
 
 // Q, K, V, O and LSE: what the harness allocates for every point besides the workspace.
-inline double io_bytes(const AttentionProblem& p) {
+inline double io_bytes(const AttentionProblem &p) {
   const double e = dtype_bytes(p.dtype);
   return e * (2.0 * p.q_elems() + 2.0 * p.kv_elems()) + 4.0 * p.lse_elems();
 }
@@ -34,13 +36,15 @@ inline double io_bytes(const AttentionProblem& p) {
 // Leave 10% of device memory to the context, cuBLAS and the L2 flush buffer.
 constexpr double kUsableMemFraction = 0.9;
 
-// A reason when inputs, outputs and `workspace` (what it holds in `what`) do not fit; no check when the device's
-// memory size is unknown (0).
-inline std::optional<std::string> memory_reason(const AttentionProblem& p, double workspace, const char* what,
-                                                const DeviceInfo& dev) {
-  if (dev.total_mem_bytes <= 0) return std::nullopt;
+// A reason when inputs, outputs and `workspace` (what it holds in `what`) do not fit; no check when
+// the device's memory size is unknown (0).
+inline std::optional<std::string> memory_reason(const AttentionProblem &p, double workspace,
+                                                const char *what, const DeviceInfo &dev) {
+  if (dev.total_mem_bytes <= 0)
+    return std::nullopt;
   const double need = workspace + io_bytes(p);
-  if (need <= kUsableMemFraction * static_cast<double>(dev.total_mem_bytes)) return std::nullopt;
+  if (need <= kUsableMemFraction * static_cast<double>(dev.total_mem_bytes))
+    return std::nullopt;
   return "needs " + format_gb(need) + " of device memory for " + what + "; the GPU has " +
          format_gb(static_cast<double>(dev.total_mem_bytes));
 }

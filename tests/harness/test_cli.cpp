@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -21,7 +22,10 @@ struct Outcome {
 Outcome run_cli(const std::string& args) {
   const fs::path dir = fs::temp_directory_path() / "fb_cli_test";
   fs::create_directories(dir);
-  const std::string out = (dir / "stdout").string(), err = (dir / "stderr").string();
+  // Unique names: CTest runs these tests in parallel.
+  static int counter = 0;
+  const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(counter++);
+  const std::string out = (dir / ("stdout_" + tag)).string(), err = (dir / ("stderr_" + tag)).string();
   const std::string cmd = std::string(FLASHBENCH_BIN) + " " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   Outcome o;
@@ -36,14 +40,15 @@ Outcome run_cli(const std::string& args) {
 }
 
 std::string write_temp(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / "fb_cli_test" / name;
+  const fs::path p = fs::temp_directory_path() / "fb_cli_test" / (std::to_string(::getpid()) + "_" + name);
   fs::create_directories(p.parent_path());
   std::ofstream(p) << text;
   return p.string();
 }
 
 void expect_user_error(const std::string& args, const std::string& needle) {
-  const std::string result = (fs::temp_directory_path() / "fb_cli_test" / "never.json").string();
+  const std::string result =
+      (fs::temp_directory_path() / "fb_cli_test" / ("never_" + std::to_string(::getpid()) + ".json")).string();
   fs::remove(result);
   const Outcome o = run_cli(args + " -o " + result);
   EXPECT_EQ(o.code, 2) << args << "\nstderr: " << o.err;

@@ -1,0 +1,161 @@
+// FA2 (Q-outer, tensor cores): the config space, the tile geometry that the kernel, supports() and the traffic
+// model share, the shared-memory and register budgets, and which tile shapes are compiled at all. Host-only code
+// may include this file; everything here is constexpr or inline so that the kernel files see the same numbers.
+#pragma once
+
+#include "common/mask.hpp"
+#include "flashbench/config.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/variant.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace fb::fa2 {
+
+// warp_layout axis values (labels split_q | split_k).
+constexpr int kSplitQ = 0;
+constexpr int kSplitK = 1;
+
+// The MMA tile is 16 rows (queries) by 8 columns, 16 deep: every per-warp slice must be a multiple of 16 rows or
+// 16 keys.
+constexpr int kMmaM = 16;
+constexpr int kMmaK = 16;
+constexpr int kMaxStages = 3;
+
+struct Params {
+  int block_m = 128;          // query rows per CTA
+  int block_n = 64;           // keys per K/V tile
+  int warps = 4;              // warps per CTA
+  int stages = 2;             // K/V tiles in flight (cp.async pipeline depth)
+  int warp_layout = kSplitQ;  // split_q: warps own Q rows; split_k: warps own keys of each K/V tile
+};
+
+constexpr bool split_q(const Params& c) { return c.warp_layout == kSplitQ; }
+
+// split_k reduces P·V partials through shared memory in column chunks of this many head_dim columns; the chunk
+// bounds the partial accumulator at block_m·chunk/32 registers per thread.
+constexpr int splitk_chunk(int block_m, int warps) { return block_m * warps >= 512 ? 16 : 32; }
+// Row stride of the fp32 reduction buffer: 8 floats of padding put the 8-byte accumulator stores of the four rows a
+// half-warp writes into distinct banks.
+constexpr int splitk_red_stride(int block_m, int warps) { return splitk_chunk(block_m, warps) + 8; }
+
+// Structural limits, independent of the problem: a split_q warp needs a whole MMA row tile, a split_k warp a whole
+// MMA k-step of keys.
+inline std::optional<std::string> config_problem(const Params& c) {
+  if (c.warp_layout != kSplitQ && c.warp_layout != kSplitK) return "warp_layout must be split_q or split_k";
+  if (c.block_m % kMmaM || c.block_n % kMmaK || c.block_m < kMmaM || c.block_n < kMmaK)
+    return "block_m and block_n must be multiples of 16";
+  if (c.warps < 1 || c.warps > 8) return "warps must be 1 to 8";
+  if (c.stages < 1 || c.stages > kMaxStages) return "stages must be 1 to " + std::to_string(kMaxStages);
+  if (split_q(c) && c.block_m / c.warps < kMmaM)
+    return "split_q gives each warp " + std::to_string(c.block_m / c.warps) +
+           " query rows; an MMA row tile needs 16 (use more block_m or fewer warps)";
+  if (split_q(c) && c.block_m % (c.warps * kMmaM))
+    return "split_q needs block_m to be a multiple of 16 x warps";
+  if (!split_q(c) && c.block_n / c.warps < kMmaK)
+    return "split_k gives each warp " + std::to_string(c.block_n / c.warps) +
+           " keys of a K/V tile; an MMA k-step needs 16 (use more block_n or fewer warps)";
+  if (!split_q(c) && c.block_n % (c.warps * kMmaK)) return "split_k needs block_n to be a multiple of 16 x warps";
+  if (!split_q(c)) {
+    const int rows_per_warp = c.block_m / c.warps, lanes_per_row = splitk_chunk(c.block_m, c.warps) / 4;
+    if (rows_per_warp < 32 / lanes_per_row || rows_per_warp % (32 / lanes_per_row))
+      return "split_k reduction needs block_m / warps to be a multiple of " + std::to_string(32 / lanes_per_row);
+  }
+  return std::nullopt;
+}
+
+inline Params params_of(const Config& c) {
+  const Params d;
+  return Params{static_cast<int>(c.get_or("block_m", d.block_m)), static_cast<int>(c.get_or("block_n", d.block_n)),
+                static_cast<int>(c.get_or("warps", d.warps)), static_cast<int>(c.get_or("stages", d.stages)),
+                static_cast<int>(c.get_or("warp_layout", d.warp_layout))};
+}
+
+inline ConfigSpace make_space() {
+  const Params d;
+  return ConfigSpace(
+      {Axis{"block_m", {64, 128}, {}, "query rows per CTA (one CTA per Q tile)"},
+       Axis{"block_n", {32, 64, 128}, {}, "keys per K/V tile (the inner loop's step)"},
+       Axis{"warps", {4, 8}, {}, "warps per CTA"},
+       Axis{"stages", {1, 2, 3}, {}, "K/V tiles in flight in the cp.async pipeline (1 = no overlap)"},
+       Axis{"warp_layout", {kSplitQ, kSplitK}, {"split_q", "split_k"},
+            "split_q: each warp owns Q rows (FA2); split_k: warps split each K/V tile, reduce through smem (FA1)"}},
+      Config({{"block_m", d.block_m},
+              {"block_n", d.block_n},
+              {"warps", d.warps},
+              {"stages", d.stages},
+              {"warp_layout", d.warp_layout}}),
+      [](const Config& c) { return config_problem(params_of(c)); });
+}
+
+constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
+
+// Per-thread fp32 registers the tile shape needs live at once (accumulators, scores, and for split_k the P·V
+// partial of one column chunk) plus an allowance for addresses, fragments and row statistics. The kernel is built
+// only for shapes under the 255-register limit with room to spare, checked against ptxas -v (NOTES.md): a shape
+// over it would spill to local memory and is skipped instead of compiled.
+constexpr int kRegisterAllowance = 40;
+constexpr int kRegisterBudget = 255;
+constexpr int register_estimate(int head_dim, int block_m, int block_n, int warps, bool sq) {
+  if (sq) {
+    const int rows = block_m / warps;
+    return rows * head_dim / 32 + rows * block_n / 32 + kRegisterAllowance;
+  }
+  const int o_own = block_m * head_dim / (32 * warps);
+  const int scores = block_m * (block_n / warps) / 32;
+  const int chunk = block_m * splitk_chunk(block_m, warps) / 32;
+  return o_own + scores + chunk + kRegisterAllowance;
+}
+constexpr bool tile_instantiated(int head_dim, int block_m, int block_n, int warps, bool sq) {
+  return register_estimate(head_dim, block_m, block_n, warps, sq) <= kRegisterBudget;
+}
+
+// Dynamic shared memory: the Q tile, `stages` K/V tile pairs (all in the input type), and for split_k the fp32
+// reduction buffer plus the per-warp row max and row sum exchange.
+constexpr int64_t smem_bytes(int64_t head_dim, const Params& c) {
+  const int64_t e = 2;
+  int64_t bytes = e * c.block_m * head_dim + int64_t(c.stages) * 2 * e * c.block_n * head_dim;
+  if (!split_q(c))
+    bytes += 4 * int64_t(c.warps) * c.block_m * splitk_red_stride(c.block_m, c.warps) +
+             2 * 4 * int64_t(c.warps) * c.block_m;
+  return bytes;
+}
+
+inline int64_t num_q_tiles(const AttentionProblem& p, const Params& c) {
+  return (p.seqlen_q + c.block_m - 1) / c.block_m;
+}
+
+// K/V tiles that Q tile i visits: up to its last row's last visible key (0 when no row sees a key).
+FB_HOST_DEVICE int64_t kv_tiles_for(int64_t i, int64_t block_m, int64_t block_n, int64_t seqlen_q, int64_t seqlen_kv,
+                                    bool causal) {
+  int64_t last_row = (i + 1) * block_m - 1;
+  if (last_row > seqlen_q - 1) last_row = seqlen_q - 1;
+  const int64_t visible = fb::kernels::visible_keys(last_row, seqlen_q, seqlen_kv, causal);
+  return (visible + block_n - 1) / block_n;
+}
+
+// HBM bytes of the loop structure: Q read once, O and LSE written once, and each CTA reads the K/V tiles it visits
+// (the model counts a K/V tile once per CTA; in practice L2 serves some of the re-reads by neighbouring CTAs and
+// by the q heads of one GQA group, which the measured DRAM bytes show).
+inline double traffic_bytes(const AttentionProblem& p, const Params& c) {
+  const double e = dtype_bytes(p.dtype), d = static_cast<double>(p.head_dim);
+  double kv_rows = 0;
+  for (int64_t i = 0, n = num_q_tiles(p, c); i < n; ++i) {
+    const int64_t tiles = kv_tiles_for(i, c.block_m, c.block_n, p.seqlen_q, p.seqlen_kv, p.causal);
+    kv_rows += static_cast<double>(std::min<int64_t>(p.seqlen_kv, tiles * c.block_n));
+  }
+  const double per_head = 2.0 * e * d * static_cast<double>(p.seqlen_q) + 4.0 * static_cast<double>(p.seqlen_q) +
+                          2.0 * e * d * kv_rows;
+  return per_head * static_cast<double>(p.batch * p.heads_q);
+}
+
+using LaunchFn = void (*)(const AttentionProblem&, const Params&, const LaunchArgs&, cudaStream_t);
+
+// Enqueues the kernel on `stream` (dispatch.cpp picks the compiled instantiation). The caller has checked
+// supports(); a shape that was not compiled throws std::invalid_argument.
+void launch(const AttentionProblem& p, const Params& c, const LaunchArgs& args, cudaStream_t stream);
+
+} // namespace fb::fa2

@@ -1,0 +1,163 @@
+// Shared scaffolding of the GPU kernel tests: fresh random inputs on the device, the float64 CPU
+// reference of them, and one verified run of a (variant, config) against it. Every test skips when
+// no device is present.
+#pragma once
+
+#include "flashbench/buffers.hpp"
+#include "flashbench/check.hpp"
+#include "flashbench/device.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/reference.hpp"
+#include "flashbench/variant.hpp"
+#include "flashbench/verify.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#define FB_SKIP_WITHOUT_GPU()                                                                      \
+  do {                                                                                             \
+    if (::fb::device_count() == 0)                                                                 \
+      GTEST_SKIP() << "no CUDA device: GPU test skipped";                                          \
+  } while (0)
+
+namespace fb::test {
+
+struct Shape {
+  const char *name;
+  int64_t batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim;
+  bool causal;
+  DType dtype;
+  Layout layout = Layout::bshd;
+
+  AttentionProblem problem() const {
+    AttentionProblem p;
+    p.batch = batch;
+    p.heads_q = heads_q;
+    p.heads_kv = heads_kv;
+    p.seqlen_q = seqlen_q;
+    p.seqlen_kv = seqlen_kv;
+    p.head_dim = head_dim;
+    p.causal = causal;
+    p.dtype = dtype;
+    p.layout = layout;
+    return p;
+  }
+};
+
+inline std::ostream &operator<<(std::ostream &os, const Shape &s) { return os << key(s.problem()); }
+inline std::string shape_name(const ::testing::TestParamInfo<Shape> &info) {
+  return info.param.name;
+}
+
+inline const DeviceInfo &test_device() {
+  static const DeviceInfo dev = query_device(0);
+  return dev;
+}
+
+// Inputs and reference of one problem, shared by every (variant, config) run on it. The seed comes
+// from std::random_device so each test run draws new values; failures print it so that a run can be
+// replayed.
+class Case {
+public:
+  explicit Case(const AttentionProblem &p, uint64_t seed = std::random_device{}())
+      : p_(p), seed_(seed), e_(dtype_bytes(p.dtype)) {
+    validate(p_);
+    q_ = DeviceBuffer(size_t(p_.q_elems() * e_));
+    k_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
+    v_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
+    o_ = DeviceBuffer(size_t(p_.q_elems() * e_));
+    lse_ = DeviceBuffer(size_t(p_.lse_elems()) * sizeof(float));
+    fill_normal(q_.get(), p_.dtype, p_.q_elems(), seed_ * 3 + 0, 1.f, nullptr);
+    fill_normal(k_.get(), p_.dtype, p_.kv_elems(), seed_ * 3 + 1, 1.f, nullptr);
+    fill_normal(v_.get(), p_.dtype, p_.kv_elems(), seed_ * 3 + 2, 1.f, nullptr);
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
+    // The reference reads the inputs as the kernels do: already rounded to the problem's dtype.
+    const auto q = download_as_float(q_.get(), p_.dtype, p_.q_elems());
+    const auto k = download_as_float(k_.get(), p_.dtype, p_.kv_elems());
+    const auto v = download_as_float(v_.get(), p_.dtype, p_.kv_elems());
+    ref_ = cpu_reference(p_, q.data(), k.data(), v.data());
+  }
+
+  const AttentionProblem &problem() const { return p_; }
+  uint64_t seed() const { return seed_; }
+  const void *q() const { return q_.get(); }
+  const void *k() const { return k_.get(); }
+  const void *v() const { return v_.get(); }
+
+  // Poisons outputs and workspace (NaN bits), launches `launches` times on the legacy stream (later
+  // launches find the workspace as the previous one left it), and verifies the last result.
+  VerifyResult run(const Variant &var, const Config &c, int launches = 1) {
+    DeviceBuffer ws(var.workspace_bytes(p_, c));
+    poison(o_.get(), o_.bytes(), nullptr);
+    poison(lse_.get(), lse_.bytes(), nullptr);
+    poison(ws.get(), ws.bytes(), nullptr);
+    LaunchArgs args;
+    args.q = q_.get();
+    args.k = k_.get();
+    args.v = v_.get();
+    args.o = o_.get();
+    args.lse = lse_.as<float>();
+    args.workspace = ws.get();
+    args.workspace_bytes = ws.bytes();
+    for (int i = 0; i < launches; ++i)
+      var.launch(p_, c, args, nullptr);
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto o = download_as_float(o_.get(), p_.dtype, p_.q_elems());
+    const auto lse = download_as_float(lse_.get(), DType::f32, p_.lse_elems());
+    return verify_against_reference(o, lse, tolerance_for(p_.dtype));
+  }
+
+  VerifyResult verify_against_reference(const std::vector<float> &o, const std::vector<float> &lse,
+                                        const Tolerance &tol) const {
+    return verify<double>(p_, o.data(), lse.data(), ref_.o.data(), ref_.lse.data(), tol);
+  }
+
+  // One EXPECT per (variant, config): supported on this device, and within tolerance.
+  void expect_pass(const Variant &var, const Config &c, int launches = 1) {
+    const std::string what = var.name() + " [" + var.space().to_string(c) + "] on " + key(p_) +
+                             " (seed " + std::to_string(seed_) + ")";
+    const Support s = var.supports(p_, c, test_device());
+    if (!s) {
+      ADD_FAILURE() << what << ": unexpectedly unsupported: " << s.reason;
+      return;
+    }
+    const VerifyResult r = run(var, c, launches);
+    EXPECT_TRUE(r.pass) << what << ": " << r.summary();
+  }
+
+private:
+  AttentionProblem p_;
+  uint64_t seed_;
+  int64_t e_;
+  DeviceBuffer q_, k_, v_, o_, lse_;
+  ReferenceOutput ref_;
+};
+
+// The awkward shapes every variant must get right. Names are GoogleTest parameter names.
+inline std::vector<Shape> awkward_shapes() {
+  using enum DType;
+  return {
+      {"len1", 1, 2, 2, 1, 1, 64, false, bf16},
+      {"len1_causal", 1, 2, 2, 1, 1, 64, true, f16},
+      {"q77_kv131", 1, 2, 2, 77, 131, 64, false, bf16},
+      {"q131_kv77", 2, 2, 2, 131, 77, 64, false, f32},
+      // seqlen_q > seqlen_kv, causal: the first 54 rows see no key and must come out as 0 / -inf,
+      // not NaN.
+      {"causal_q131_kv77", 1, 2, 2, 131, 77, 64, true, f16},
+      {"causal_q77_kv131", 1, 2, 2, 77, 131, 128, true, f32},
+      {"causal_q40_kv1", 1, 1, 1, 40, 1, 64, true, bf16},
+      {"decode_q1_kv300", 2, 4, 4, 1, 300, 128, true, bf16},
+      {"gqa_8_2", 2, 8, 2, 100, 100, 128, true, bf16},
+      {"mqa_8_1", 1, 8, 1, 64, 200, 64, false, f16},
+      {"d128_f32", 1, 2, 2, 96, 96, 128, false, f32},
+      {"d128_f16_causal", 1, 3, 3, 150, 150, 128, true, f16},
+      {"bhsd_gqa", 2, 4, 2, 50, 70, 64, true, bf16, Layout::bhsd},
+  };
+}
+
+} // namespace fb::test
