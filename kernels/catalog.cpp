@@ -7,6 +7,7 @@ namespace fb {
 void register_catalog(Registry &r) {
   register_naive(r);
   register_fa1_kv_outer(r);
+  register_fa2_q_outer(r);
 }
 
 const Registry &catalog() {

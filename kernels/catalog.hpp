@@ -8,5 +8,6 @@ namespace fb {
 
 void register_naive(Registry &r);
 void register_fa1_kv_outer(Registry &r);
+void register_fa2_q_outer(Registry &r);
 
 } // namespace fb

@@ -191,6 +191,9 @@ class Peer:
         gqa = p["heads_q"] != p["heads_kv"]
         if self.name == "flex":
             from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+            # A fresh compile per problem: past dynamo's recompile limit (8 shapes) torch silently falls back
+            # to eager flex_attention, which is tens of times slower and would misrepresent the peer.
+            torch._dynamo.reset()
             fn = torch.compile(flex_attention, dynamic=False)
             block_mask = None
             if p["causal"]:

@@ -1,7 +1,7 @@
 // One compiled slice of fa2_q_outer (bf16, head_dim 256, split_k): the kernel lives in fa2_q_outer.cuh; the slices are
 // separate files only so that they compile in parallel.
-#include "fa2_q_outer/fa2_q_outer.cuh"
-#include "fa2_q_outer/instances.hpp"
+#include "kernels/fa2_q_outer/fa2_q_outer.cuh"
+#include "kernels/fa2_q_outer/instances.hpp"
 
 namespace fb::fa2 {
 LaunchFn pick_bf16_d256_split_k(const Params& c) { return pick_tile<__nv_bfloat16, 256, false>(c); }

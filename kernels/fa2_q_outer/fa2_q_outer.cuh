@@ -23,9 +23,9 @@
 // Rows that see no key keep m = -inf and l = 0 and come out as O = 0, LSE = -inf (see softmax_offset).
 #pragma once
 
-#include "fa2_q_outer/traits.hpp"
+#include "kernels/fa2_q_outer/traits.hpp"
 
-#include "common/mma.cuh"
+#include "kernels/common/mma.cuh"
 #include "flashbench/check.hpp"
 
 #include <cuda_runtime.h>
@@ -88,7 +88,9 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const T* src, int64_t st
 }
 
 // S = Q·Kᵀ for MT row tiles (A from sQ at q_row0) and NT key tiles (B from sK at k_row0), full head_dim depth.
-template <class T, int D, int MT, int NT>
+// ROLLED keeps the head_dim loop rolled (swizzled addresses computed at run time): split_k's warps each hold all
+// row tiles, and a fully unrolled loop lets the scheduler hoist every Q fragment of the tile at once and spill.
+template <class T, int D, int MT, int NT, bool ROLLED = false>
 __device__ __forceinline__ void qk_gemm(float (&s)[MT][NT][4], uint32_t sQ, int q_row0, uint32_t sK, int k_row0,
                                         int lane) {
   const LaneChunks qc(lane / 16, lane), kc((lane / 8) % 2, lane);
@@ -100,21 +102,29 @@ __device__ __forceinline__ void qk_gemm(float (&s)[MT][NT][4], uint32_t sQ, int 
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < D / 16; ++kk) {
+  auto step = [&](uint32_t q_off, uint32_t k_off) {
     uint32_t kb[NT / 2][4];
 #pragma unroll
-    for (int n2 = 0; n2 < NT / 2; ++n2) ldmatrix_x4(kb[n2], k_base + n2 * 16 * D * 2 + kc.at(kk));
+    for (int n2 = 0; n2 < NT / 2; ++n2) ldmatrix_x4(kb[n2], k_base + n2 * 16 * D * 2 + k_off);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       uint32_t qa[4];
-      ldmatrix_x4(qa, q_base + mt * 16 * D * 2 + qc.at(kk));
+      ldmatrix_x4(qa, q_base + mt * 16 * D * 2 + q_off);
 #pragma unroll
       for (int n2 = 0; n2 < NT / 2; ++n2) {
         Mma<T>::run(s[mt][2 * n2], qa, kb[n2][0], kb[n2][1]);
         Mma<T>::run(s[mt][2 * n2 + 1], qa, kb[n2][2], kb[n2][3]);
       }
     }
+  };
+  if constexpr (ROLLED) {
+    const int x = lane & 7, qcol = lane / 16, kcol = (lane / 8) % 2;
+#pragma unroll 1
+    for (int kk = 0; kk < D / 16; ++kk)
+      step(static_cast<uint32_t>(((2 * kk + qcol) ^ x) * 16), static_cast<uint32_t>(((2 * kk + kcol) ^ x) * 16));
+  } else {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) step(qc.at(kk), kc.at(kk));
   }
 }
 
@@ -339,7 +349,7 @@ __global__ void __launch_bounds__(W * 32) fa2_q_outer_kernel(const KernelArgs<T>
       const uint32_t sK = sKV + slot * 2 * kTileBytes, sV = sK + kTileBytes;
 
       float s[MT][NT][4];
-      qk_gemm<T, D, MT, NT>(s, sQ, 0, sK, kw0, lane);
+      qk_gemm<T, D, MT, NT, true>(s, sQ, 0, sK, kw0, lane);
       const int64_t kv0 = j * BN;
       if (needs_mask(kv0, q0)) apply_mask(s, q0, kv0 + kw0, lane, sq, skv, a.causal);
 

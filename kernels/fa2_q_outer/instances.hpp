@@ -2,7 +2,7 @@
 // of a tile shape it holds, or nullptr. Host code (register.cpp) dispatches through these without seeing CUDA code.
 #pragma once
 
-#include "fa2_q_outer/traits.hpp"
+#include "kernels/fa2_q_outer/traits.hpp"
 
 namespace fb::fa2 {
 

@@ -1,9 +1,9 @@
 // The FA2 (Q-outer, tensor cores) variant as a catalog entry: support checks, traffic model, and the dispatch from
 // a run-time config to the compiled instantiation (instances.hpp). Host logic only.
-#include "catalog.hpp"
-#include "common/support.hpp"
-#include "fa2_q_outer/instances.hpp"
-#include "fa2_q_outer/traits.hpp"
+#include "kernels/catalog.hpp"
+#include "kernels/common/support.hpp"
+#include "kernels/fa2_q_outer/instances.hpp"
+#include "kernels/fa2_q_outer/traits.hpp"
 
 #include <climits>
 #include <memory>
