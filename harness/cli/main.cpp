@@ -113,6 +113,17 @@ int main(int argc, char** argv) {
   run->add_option("--timeout", timeout, "override the spec's timing.timeout_s");
   run->add_option("--max-noise", max_noise, "override the spec's timing.max_noise (relative, e.g. 0.005)");
   run->add_flag("-v,--verbose", verbose);
+  bool no_counters = false;
+  std::string metrics_csv;
+  run->add_flag("--no-counters", no_counters, "skip the CUPTI pass (metrics null with that reason)");
+  run->add_option("--metrics", metrics_csv, "extra CUPTI metrics, comma-separated (e.g. lts__t_sector_hit_rate.pct)");
+
+  auto* ncu_cmd = app.add_subcommand("ncu-cmd", "print the ncu command line that profiles one point of a run");
+  std::string ncu_variant, ncu_shape, ncu_config = "default", ncu_set = "full";
+  ncu_cmd->add_option("--variant", ncu_variant, "variant")->required();
+  ncu_cmd->add_option("--shape", ncu_shape, "as for run --shape")->required();
+  ncu_cmd->add_option("--config", ncu_config, "one config, as for run --config");
+  ncu_cmd->add_option("--set", ncu_set, "ncu section set (full, detailed, basic)");
 
   auto* plan_cmd = app.add_subcommand("plan", "print a spec's expanded problems as JSON (for scripts/peers.py)");
   std::string plan_spec;
@@ -179,7 +190,29 @@ int main(int argc, char** argv) {
       opts.device = device;
       opts.measure_ceilings = !no_ceilings;
       opts.verbose = verbose;
+      opts.counters = !no_counters;
+      std::istringstream ms(metrics_csv);
+      for (std::string m; std::getline(ms, m, ',');)
+        if (!m.empty()) opts.extra_metrics.push_back(m);
       return fb::run_sweep(spec, opts);
+    }
+    if (*ncu_cmd) {
+      if (ncu_config == "all") throw fb::UserError("ncu-cmd profiles one point: give one --config, not 'all'");
+      const fb::SweepSpec spec = fb::parse_spec(quick_spec_yaml(ncu_variant, ncu_shape, ncu_config), "<command line>");
+      const auto points = fb::plan(spec, fb::catalog(), fb::nominal_device());
+      if (points.size() != 1) throw fb::UserError("ncu-cmd needs exactly one point; the shape expands to " +
+                                                  std::to_string(points.size()));
+      fb::Result r;
+      r.variant = points[0].variant->name();
+      r.config_str = points[0].variant->space().to_string(points[0].config);
+      r.problem = points[0].problem;
+      const size_t kernels = std::max<size_t>(1, points[0].variant->kernels(r.problem, points[0].config).size());
+      std::printf("ncu --nvtx --nvtx-include 'flashbench@%s/time/' --launch-count %zu --cache-control all "
+                  "--clock-control none --set %s -o %s \\\n    %s run --variant %s --shape %s --config %s "
+                  "--no-counters --no-ceilings --timeout 2 -o /tmp/flashbench-ncu.json\n",
+                  fb::nvtx_name(r).c_str(), kernels, ncu_set.c_str(), r.variant.c_str(), argv[0],
+                  r.variant.c_str(), ncu_shape.c_str(), ncu_config.c_str());
+      return 0;
     }
     if (*check) {
       for (const auto& n : check_only) fb::catalog().get(n); // unknown names are user errors

@@ -102,6 +102,20 @@ nlohmann::json to_json(const Result& r) {
     j["tflops"] = nullptr;
     j["median_us"] = nullptr;
   }
+  if (r.counters && r.counters->available) {
+    j["counters"] = summarize_counters(*r.counters);
+    j["metrics"] = *r.counters;
+    j["counters_passes"] = r.counters->passes;
+    j["counters_seconds"] = r.counters->seconds;
+    if (!r.counters->untrusted.empty()) j["counters_untrusted"] = r.counters->untrusted;
+  } else {
+    j["counters"] = nullptr;
+    if (r.counters) j["counters_reason"] = r.counters->reason;
+  }
+  if (!r.occupancy.empty()) {
+    j["occupancy"] = r.occupancy.front();
+    j["occupancy_all"] = r.occupancy;
+  }
   if (r.verification) {
     const VerifyResult& v = *r.verification;
     j["max_error"] = num_or_null(v.max_abs_error);

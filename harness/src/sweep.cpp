@@ -1,6 +1,7 @@
 #include "flashbench/sweep.hpp"
 
 #include "flashbench/check.hpp"
+#include "flashbench/counters.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/nvtx.hpp"
 #include "flashbench/probe.hpp"
@@ -18,6 +19,8 @@
 #include <filesystem>
 #include <iomanip>
 #include <map>
+#include <memory>
+#include <algorithm>
 #include <unistd.h>
 
 namespace fb {
@@ -103,6 +106,30 @@ void print_summary(const std::vector<Result>& results) {
   }
 }
 
+} // namespace
+
+std::string nvtx_name(const Result& r) {
+  // NVTX filters in Nsight use '/' to separate nested ranges, so the point's range name uses ':' instead.
+  std::string n = r.name();
+  std::replace(n.begin(), n.end(), '/', ':');
+  return n;
+}
+
+namespace {
+
+// The profile pass: CUPTI counters over one cold launch (a pass of its own, after timing), and the theoretical
+// occupancy of each kernel the variant lists.
+void measure_counters_and_occupancy(Result& r, const PlannedPoint& pt, const LaunchArgs& args,
+                                    CounterSession* counters, Timer& timer, const DeviceInfo& dev,
+                                    cudaStream_t stream) {
+  ScopedRange range{"profile"};
+  for (const KernelDesc& k : pt.variant->kernels(pt.problem, pt.config)) r.occupancy.push_back(theoretical_occupancy(dev, k));
+  if (!counters) return;
+  r.counters = counters->profile(
+      r.name(), [&](cudaStream_t s) { pt.variant->launch(pt.problem, pt.config, args, s); },
+      [&] { timer.flush_l2(); }, stream);
+}
+
 // Console output from Google Benchmark, minus its own context banner (flashbench prints the device instead).
 class QuietConsoleReporter : public benchmark::ConsoleReporter {
 public:
@@ -159,6 +186,18 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
               dev.driver_version_string.c_str(), dev.runtime_version);
 
   nlohmann::json context = base_context(spec, dev);
+  std::vector<std::string> metrics = default_metrics();
+  for (const auto& m : opts.extra_metrics)
+    if (std::find(metrics.begin(), metrics.end(), m) == metrics.end()) metrics.push_back(m);
+  std::unique_ptr<CounterSession> counters;
+  if (opts.counters) {
+    counters = std::make_unique<CounterSession>(dev, metrics); // unknown metric names throw UserError here
+    if (!counters->available())
+      std::fprintf(stderr, "flashbench: warning: hardware counters unavailable (%s); metrics will be null\n",
+                   counters->reason().c_str());
+    context["counters"] = {{"metrics", metrics}, {"available", counters->available()},
+                           {"passes", counters->passes()}, {"reason", counters->reason()}};
+  }
   if (opts.measure_ceilings) {
     try {
       const Ceilings c = measure_ceilings(dev);
@@ -199,7 +238,7 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
           state.SkipWithError(r.reason.c_str());
           break;
         }
-        ScopedRange point_range{r.name().c_str()};
+        ScopedRange point_range{nvtx_name(r).c_str()};
         try {
           runner.prepare(pt.problem);
           r.seed = runner.seed();
@@ -222,6 +261,7 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
           state.counters["cv_pct"] = t.cv * 100;
           state.counters["samples"] = static_cast<double>(t.samples_us.size());
           state.counters["sm_MHz"] = t.sm_clock_mhz;
+          measure_counters_and_occupancy(r, pt, args, counters.get(), timer, dev, stream);
         } catch (const PointTimeout& e) {
           r.status = Status::timeout;
           r.reason = e.what();

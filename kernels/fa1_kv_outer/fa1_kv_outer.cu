@@ -341,6 +341,22 @@ void launch_typed(const AttentionProblem &p, const Params &c, const LaunchArgs &
 
 } // namespace
 
+std::vector<KernelDesc> kernels(const AttentionProblem &p, const Params &c) {
+  const void *func = p.dtype == DType::f32   ? reinterpret_cast<const void *>(fa1_kv_outer_kernel<float>)
+                     : p.dtype == DType::f16 ? reinterpret_cast<const void *>(fa1_kv_outer_kernel<__half>)
+                                             : reinterpret_cast<const void *>(fa1_kv_outer_kernel<__nv_bfloat16>);
+  KernelDesc k;
+  k.name = "fa1_kv_outer_kernel";
+  k.func = func;
+  k.block_threads = c.threads;
+  k.dynamic_smem = static_cast<size_t>(smem_bytes(p.head_dim, c));
+  k.grid_blocks = num_q_chunks(p, c) * p.heads_q * p.batch;
+  if (k.dynamic_smem > 48 * 1024) // the occupancy API needs the raised limit, as launch() sets it
+    FB_CUDA_CHECK(cudaFuncSetAttribute(func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(k.dynamic_smem)));
+  return {k};
+}
+
 void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
             cudaStream_t stream) {
   // supports() rejects these first; this guards direct callers against out-of-bounds shared memory

@@ -54,6 +54,10 @@ public:
     return fa1::traffic_bytes(p, fa1::params_of(c));
   }
 
+  std::vector<KernelDesc> kernels(const AttentionProblem &p, const Config &c) const override {
+    return fa1::kernels(p, fa1::params_of(c));
+  }
+
   void launch(const AttentionProblem &p, const Config &c, const LaunchArgs &args,
               cudaStream_t stream) const override {
     fa1::launch(p, fa1::params_of(c), args, stream);

@@ -157,6 +157,9 @@ inline double traffic_bytes(const AttentionProblem &p, const Params &c) {
 }
 
 // Enqueues the kernel on `stream` (fa1_kv_outer.cu).
+// The kernel launch() queues, for the occupancy report.
+std::vector<KernelDesc> kernels(const AttentionProblem &p, const Params &c);
+
 void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
             cudaStream_t stream);
 

@@ -120,6 +120,17 @@ void launch_softmax(const AttentionProblem &p, int threads, const float *s, void
 
 } // namespace
 
+std::vector<KernelDesc> kernels(const AttentionProblem &p, int softmax_threads) {
+  KernelDesc k;
+  k.name = "softmax_kernel";
+  k.func = p.dtype == DType::f32   ? reinterpret_cast<const void *>(softmax_kernel<float>)
+           : p.dtype == DType::f16 ? reinterpret_cast<const void *>(softmax_kernel<__half>)
+                                   : reinterpret_cast<const void *>(softmax_kernel<__nv_bfloat16>);
+  k.block_threads = softmax_threads;
+  k.grid_blocks = std::min<int64_t>(p.batch * p.heads_q * p.seqlen_q, int64_t(1) << 30);
+  return {k};
+}
+
 void launch(const AttentionProblem &p, int softmax_threads, const LaunchArgs &args,
             cudaStream_t stream) {
   const WorkspaceLayout w = workspace_layout(p);

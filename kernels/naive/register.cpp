@@ -63,6 +63,10 @@ public:
     return read_qk + write_s + read_s + write_p + read_pv + write_o + write_lse;
   }
 
+  std::vector<KernelDesc> kernels(const AttentionProblem &p, const Config &c) const override {
+    return naive::kernels(p, static_cast<int>(c.get_or("softmax_threads", 256)));
+  }
+
   void launch(const AttentionProblem &p, const Config &c, const LaunchArgs &args,
               cudaStream_t stream) const override {
     naive::launch(p, static_cast<int>(c.get_or("softmax_threads", 256)), args, stream);

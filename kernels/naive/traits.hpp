@@ -52,6 +52,9 @@ inline WorkspaceLayout workspace_layout(const AttentionProblem &p) {
 }
 
 // Enqueues Q·Kᵀ, softmax and P·V on `stream` (naive.cu).
+// The softmax kernel launch() queues (the GEMMs are cuBLAS's), for the occupancy report.
+std::vector<KernelDesc> kernels(const AttentionProblem &p, int softmax_threads);
+
 void launch(const AttentionProblem &p, int softmax_threads, const LaunchArgs &args,
             cudaStream_t stream);
 

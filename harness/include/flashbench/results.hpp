@@ -5,6 +5,7 @@
 #pragma once
 
 #include "flashbench/config.hpp"
+#include "flashbench/counters.hpp"
 #include "flashbench/problem.hpp"
 #include "flashbench/timing.hpp"
 #include "flashbench/verify.hpp"
@@ -33,6 +34,8 @@ struct Result {
   std::string reason;
   std::optional<TimingStats> timing;
   std::optional<VerifyResult> verification;
+  std::optional<Counters> counters;  // read in the profile pass; !available means null metrics + reason
+  std::vector<Occupancy> occupancy;  // theoretical, one per kernel the variant lists (first = main kernel)
   double flops = 0;
   double bytes_min = 0;
   double bytes_model = 0;

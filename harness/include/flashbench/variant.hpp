@@ -38,6 +38,15 @@ struct LaunchArgs {
   size_t workspace_bytes = 0;
 };
 
+// One kernel a variant launches, for the occupancy report. Library kernels (cuBLAS) are not listed.
+struct KernelDesc {
+  std::string name;
+  const void* func = nullptr; // the __global__ function
+  int block_threads = 0;
+  size_t dynamic_smem = 0;
+  int64_t grid_blocks = 0;
+};
+
 class Variant {
 public:
   virtual ~Variant() = default;
@@ -50,6 +59,8 @@ public:
   // Expected HBM bytes moved (read + write) for one call; the report sets it beside min_bytes() and the measured
   // DRAM bytes.
   virtual double model_bytes(const AttentionProblem& p, const Config& c) const = 0;
+  // The kernels launch() queues (for theoretical occupancy). Empty when unknown.
+  virtual std::vector<KernelDesc> kernels(const AttentionProblem&, const Config&) const { return {}; }
 
   // Enqueues the whole forward pass on `stream`. Must be asynchronous: no allocation, no synchronisation, no
   // host<->device copies (the timer holds the stream while launches are queued). Throws CudaError on a bad launch.
