@@ -136,6 +136,9 @@ int main(int argc, char** argv) {
   auto* probe = app.add_subcommand("probe", "device facts and measured ceilings (bf16 GEMM, device copy)");
   std::string probe_out;
   probe->add_option("-o,--output", probe_out, "also write them as JSON here");
+  bool probe_copy = false, probe_no_counters = false;
+  probe->add_flag("--copy-kernel", probe_copy, "only the copy kernel, with its counters (the counters' sanity check)");
+  probe->add_flag("--no-counters", probe_no_counters, "with --copy-kernel: skip the CUPTI pass (e.g. under ncu)");
 
   try {
     app.parse(argc, argv);
@@ -229,10 +232,16 @@ int main(int argc, char** argv) {
       }
       FB_CUDA_CHECK(cudaSetDevice(device));
       const fb::DeviceInfo dev = fb::query_device(device);
-      const fb::Ceilings c = fb::measure_ceilings(dev);
       nlohmann::json j;
       j["device"] = dev;
-      j["ceilings"] = c;
+      if (probe_copy) {
+        const fb::CopyProbe cp = fb::run_copy_probe(dev, size_t(1) << 30, !probe_no_counters);
+        j["copy_kernel"] = {{"bytes_each_way", cp.bytes}, {"median_us", cp.median_us}, {"gbps", cp.gbps},
+                            {"occupancy", cp.occupancy}, {"counters", fb::summarize_counters(cp.counters)},
+                            {"counters_reason", cp.counters.reason}};
+      } else {
+        j["ceilings"] = fb::measure_ceilings(dev);
+      }
       std::printf("%s\n", j.dump(2).c_str());
       if (!probe_out.empty()) {
         std::ofstream os(probe_out);

@@ -1,6 +1,7 @@
 // Ceilings measured on the device itself: reports divide by these, never by datasheet numbers.
 #include "flashbench/buffers.hpp"
 #include "flashbench/check.hpp"
+#include "flashbench/counters.hpp"
 #include "flashbench/nvtx.hpp"
 #include "flashbench/probe.hpp"
 #include "flashbench/timing.hpp"
@@ -11,6 +12,49 @@
 #include <algorithm>
 
 namespace fb {
+
+namespace {
+// A plain 16-byte-per-thread copy: the reference point for the counters (its DRAM bytes are known exactly).
+__global__ void copy_probe_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+    dst[i] = src[i];
+}
+} // namespace
+
+CopyProbe run_copy_probe(const DeviceInfo& dev, size_t bytes, bool with_counters) {
+  ScopedRange range{"copy_probe"};
+  CopyProbe out;
+  out.bytes = bytes;
+  cudaStream_t stream;
+  FB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    DeviceBuffer src(bytes), dst(bytes);
+    fill_normal(src.get(), DType::f32, static_cast<int64_t>(bytes / 4), 0x5eed0003, 1.0f, stream);
+    const size_t n = bytes / sizeof(uint4);
+    const int threads = 256;
+    const int blocks = dev.sm_count * 8;
+    auto launch = [&](cudaStream_t s) {
+      copy_probe_kernel<<<blocks, threads, 0, s>>>(src.as<const uint4>(), dst.as<uint4>(), n);
+      FB_CHECK_LAUNCH();
+    };
+    Timer timer(dev, stream);
+    TimingPolicy policy;
+    policy.min_time_s = 0.2;
+    policy.timeout_s = 3;
+    const TimingStats t = timer.measure(launch, policy);
+    out.median_us = t.median_us;
+    out.gbps = 2.0 * bytes / (t.median_us * 1e-6) / 1e9;
+    KernelDesc k{"copy_probe_kernel", reinterpret_cast<const void*>(copy_probe_kernel), threads, 0, blocks};
+    out.occupancy = theoretical_occupancy(dev, k);
+    if (with_counters) {
+      CounterSession session(dev, default_metrics());
+      out.counters = session.profile("copy_probe", launch, [&] { timer.flush_l2(); }, stream);
+    }
+    FB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  cudaStreamDestroy(stream);
+  return out;
+}
 
 Ceilings measure_ceilings(const DeviceInfo& dev) {
   ScopedRange range{"probe"};

@@ -2,6 +2,7 @@
 // (bytes read + written). Reports normalise by these, not by datasheet numbers.
 #pragma once
 
+#include "flashbench/counters.hpp"
 #include "flashbench/device.hpp"
 
 #include <nlohmann/json_fwd.hpp>
@@ -17,6 +18,15 @@ struct Ceilings {
 };
 
 Ceilings measure_ceilings(const DeviceInfo& dev);
+
+// A copy kernel of known traffic (bytes read + bytes written), timed and profiled: the counters' sanity check.
+struct CopyProbe {
+  size_t bytes = 0;
+  double median_us = 0, gbps = 0;
+  Occupancy occupancy;
+  Counters counters;
+};
+CopyProbe run_copy_probe(const DeviceInfo& dev, size_t bytes, bool with_counters);
 void to_json(nlohmann::json& j, const Ceilings& c);
 
 } // namespace fb

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace fb {
 
@@ -39,6 +40,14 @@ struct AttentionProblem {
   DType dtype = DType::bf16;
   Layout layout = Layout::bshd;
   double scale = 0.0; // softmax scale; 0 means 1/sqrt(head_dim)
+  // Per-entry KV lengths (a serving batch's cache_seqlens), each in [0, seqlen_kv]; empty means every entry has
+  // seqlen_kv keys. seqlen_kv is then the cache capacity: K/V keep seqlen_kv rows per entry and rows past an
+  // entry's length hold data that no query may see. Causal alignment is bottom-right against each entry's own
+  // length; an entry of length 0 gives O = 0 and LSE = -inf.
+  std::vector<int64_t> kv_lens;
+  // Paged KV cache (bshd only): 0 = contiguous. Otherwise K and V are pools [num_pages(), page_size, heads_kv,
+  // head_dim] and a page table int32 [batch, pages_per_seq()] maps entry b's logical page j to a pool page.
+  int64_t page_size = 0;
 
   double softmax_scale() const;
   int64_t group_size() const { return heads_q / heads_kv; }
@@ -47,9 +56,21 @@ struct AttentionProblem {
   int64_t q_elems() const { return batch * heads_q * seqlen_q * head_dim; }
   int64_t kv_elems() const { return batch * heads_kv * seqlen_kv * head_dim; }
   int64_t lse_elems() const { return batch * heads_q * seqlen_q; }
+  // Keys of batch entry b (its cache_seqlens entry).
+  int64_t kv_len(int64_t b) const { return kv_lens.empty() ? seqlen_kv : kv_lens[static_cast<size_t>(b)]; }
+  bool paged() const { return page_size > 0; }
+  int64_t pages_per_seq() const { return paged() ? (seqlen_kv + page_size - 1) / page_size : 0; }
+  int64_t num_pages() const { return batch * pages_per_seq(); }
+  // Elements of one K (or V) allocation as the kernels see it: the page pool when paged, else kv_elems().
+  int64_t kv_storage_elems() const { return paged() ? num_pages() * page_size * heads_kv * head_dim : kv_elems(); }
 
   // Last key visible to query row i (inclusive), or seqlen_kv - 1 when not causal. May be negative.
   int64_t last_key(int64_t i) const { return causal ? i + (seqlen_kv - seqlen_q) : seqlen_kv - 1; }
+  // The same for batch entry b, against its own length.
+  int64_t last_key(int64_t i, int64_t b) const {
+    const int64_t len = kv_len(b);
+    return causal ? i + (len - seqlen_q) : len - 1;
+  }
 
   bool operator==(const AttentionProblem&) const = default;
 };
@@ -57,15 +78,27 @@ struct AttentionProblem {
 // Throws UserError with what is wrong and what to do (seqlen 0, heads_q not a multiple of heads_kv, ...).
 void validate(const AttentionProblem& p);
 
-// Number of (query, key) pairs that are not masked, per (batch, head).
+// Number of (query, key) pairs that are not masked, per (batch, head), for an entry of seqlen_kv keys (kv_lens
+// ignored; see unmasked_pairs_total).
 int64_t unmasked_pairs(const AttentionProblem& p);
-// FlashAttention's FLOP convention: 4 * B * Hq * d * (unmasked pairs); the two GEMMs only.
+// ... for an entry of kv_len keys.
+int64_t unmasked_pairs(const AttentionProblem& p, int64_t kv_len);
+// Summed over the batch with each entry's own length, per head: batch * unmasked_pairs(p) when kv_lens is empty.
+int64_t unmasked_pairs_total(const AttentionProblem& p);
+// FlashAttention's FLOP convention: 4 * Hq * d * (unmasked pairs over the batch); the two GEMMs only.
 double flops(const AttentionProblem& p);
-// The fewest bytes any implementation must move: Q, K, V read once, O written once, LSE (fp32) written once.
+// K and V bytes any implementation must read: each entry's kv_len rows of every KV head, once.
+double kv_bytes(const AttentionProblem& p);
+// The fewest bytes any implementation must move: Q, K, V read once (K/V: each entry's own length; page tables
+// and cache_seqlens are too small to count), O written once, LSE (fp32) written once.
 double min_bytes(const AttentionProblem& p);
+// Deterministic per-entry lengths in [1, seqlen_kv] for the spec shorthand `kv_lens: random` (splitmix64 of
+// (seed, b), the same on every platform).
+std::vector<int64_t> random_kv_lens(int64_t batch, int64_t seqlen_kv, uint64_t seed);
 
-// Stable, human-readable key: "b2_hq16_hkv4_sq512_skv1024_d128_causal_bf16" (layout and scale only when
-// not the default). Used in benchmark names and to group points that share inputs.
+// Stable, human-readable key: "b2_hq16_hkv4_sq512_skv1024_d128_causal_bf16" (layout, scale, kv_lens and
+// page_size only when not the default: "_kvl1-257-0" for up to 8 entries, else "_kvl" + sum + "x" + a hash;
+// "_page16"). Used in benchmark names and to group points that share inputs.
 std::string key(const AttentionProblem& p);
 
 void to_json(nlohmann::json& j, const AttentionProblem& p);

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Checks flashbench's CUPTI counters against Nsight Compute on the same launches: a copy kernel, naive and
+# fa1_kv_outer at N = 4096. ncu runs with --clock-control none (clocks as found) and --cache-control all (cold
+# caches, as flashbench's profile pass). Prints DRAM read+write bytes and achieved/theoretical occupancy side by side.
+#   scripts/validate-counters.sh OUTDIR
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+out=${1:?OUTDIR}; mkdir -p "$out"
+fb="$FB_BUILD/flashbench"
+metrics=dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__maximum_warps_per_active_cycle_pct,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,launch__occupancy_limit_warps,launch__occupancy_limit_blocks
+ncu_common=(--clock-control none --cache-control all --metrics "$metrics" --csv)
+shape=tokens=16384,hidden=2048,seqlen=4096,head_dim=128,dtype=bf16
+
+"$fb" probe --copy-kernel -o "$out/copy.json" >/dev/null
+ncu "${ncu_common[@]}" -k regex:copy_probe --launch-skip 5 --launch-count 1 \
+  "$fb" probe --copy-kernel --no-counters >"$out/ncu_copy.csv" 2>"$out/ncu_copy.err"
+for v in naive fa1_kv_outer; do
+  "$fb" run --variant $v --shape $shape --no-ceilings --timeout 2 -o "$out/$v.json" >"$out/$v.log"
+  range=$("$fb" ncu-cmd --variant $v --shape $shape | sed -E "s/.*--nvtx-include '([^']*)'.*/\1/;q")
+  n=$([ $v = naive ] && echo 4 || echo 1)
+  ncu "${ncu_common[@]}" --nvtx --nvtx-include "$range" --launch-count $n \
+    "$fb" run --variant $v --shape $shape --no-ceilings --no-counters --timeout 2 -o "$out/${v}_ncu_run.json" \
+    >"$out/ncu_$v.csv" 2>"$out/ncu_$v.err"
+done
+python3 - "$out" <<'PY'
+import csv, json, sys
+out = sys.argv[1]
+def ncu(path):
+    rows = list(csv.reader(l for l in open(path) if l.startswith('"')))
+    h = rows[0]; ik, im, iv, iu = (h.index(x) for x in ("Kernel Name", "Metric Name", "Metric Value", "Metric Unit"))
+    per = {}
+    for r in rows[1:]:
+        v = float(r[iv].replace(",", "")) if r[iv] not in ("", "n/a") else float("nan")
+        if r[iu] in ("Kbyte", "KB"): v *= 1e3
+        if r[iu] in ("Mbyte", "MB"): v *= 1e6
+        if r[iu] in ("Gbyte", "GB"): v *= 1e9
+        per.setdefault(len(per) if False else r[0] + r[ik], {})[r[im]] = v
+    return list(per.values())
+def ours_point(path):
+    b = json.load(open(path))["benchmarks"][0]
+    return b.get("counters") or {}, b.get("occupancy") or {}, b.get("counters_reason")
+rows = []
+cp = json.load(open(f"{out}/copy.json"))["copy_kernel"]
+k = ncu(f"{out}/ncu_copy.csv")
+rows.append(("copy_probe", cp["counters"], cp["occupancy"], k))
+for v in ("naive", "fa1_kv_outer"):
+    c, o, why = ours_point(f"{out}/{v}.json")
+    if why: print(v, "counters unavailable:", why)
+    rows.append((v, c, o, ncu(f"{out}/ncu_{v}.csv")))
+print(f"{'kernel':14} {'ours DRAM GB':>12} {'ncu DRAM GB':>12} {'diff %':>7} {'ours ach.occ':>12} {'ncu ach.occ':>11} {'ours theo':>9} {'ncu theo':>8} limiter")
+for name, c, o, ks in rows:
+    nb = sum(x.get("dram__bytes_read.sum", 0) + x.get("dram__bytes_write.sum", 0) for x in ks)
+    ob = c.get("dram_bytes", float("nan"))
+    main = ks[-1] if name != "naive" else max(ks, key=lambda x: x.get("dram__bytes_read.sum", 0))
+    nocc = main.get("sm__warps_active.avg.pct_of_peak_sustained_active", float("nan")) if len(ks) == 1 else float("nan")
+    print(f"{name:14} {ob/1e9:12.4f} {nb/1e9:12.4f} {100*(ob/nb-1) if nb else float('nan'):+7.2f} "
+          f"{c.get('achieved_occupancy_pct', float('nan')):12.2f} {nocc:11.2f} {o.get('theoretical_pct', float('nan')):9.2f} "
+          f"{ks[0].get('sm__maximum_warps_per_active_cycle_pct', float('nan')) if name != 'naive' else float('nan'):8.2f} {o.get('limiter','')}")
+    if name != "naive":
+        print("   ncu limits (blocks/SM): regs", ks[0].get("launch__occupancy_limit_registers"), "smem", ks[0].get("launch__occupancy_limit_shared_mem"),
+              "warps", ks[0].get("launch__occupancy_limit_warps"), "blocks", ks[0].get("launch__occupancy_limit_blocks"), "| ours", o.get("blocks_by_limit"))
+PY
