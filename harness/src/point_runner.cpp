@@ -35,6 +35,7 @@ void PointRunner::prepare(const AttentionProblem& p) {
   ScopedRange range{"prepare"};
   prepared_ = false;
   problem_ = p;
+  kv_cache_ = KvCacheBuffers();
   seed_ = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   const size_t e = static_cast<size_t>(dtype_bytes(p.dtype));
   q_ = DeviceBuffer(p.q_elems() * e);
@@ -63,6 +64,11 @@ void PointRunner::prepare(const AttentionProblem& p) {
     ref_lse_.assign(l.begin(), l.end());
     reference_kind_ = "gpu_f32";
   }
+  kv_cache_ = build_kv_cache(p, k_.get(), v_.get(), seed_ + 3, stream_);
+  if (p.paged()) { // the kernels read the pools; the contiguous copies served the reference only
+    k_ = DeviceBuffer();
+    v_ = DeviceBuffer();
+  }
   prepared_ = true;
 }
 
@@ -76,8 +82,11 @@ void PointRunner::ensure_workspace(size_t bytes) {
 LaunchArgs PointRunner::args() const {
   LaunchArgs a;
   a.q = q_.get();
-  a.k = k_.get();
-  a.v = v_.get();
+  a.k = problem_.paged() ? kv_cache_.k_pages.get() : k_.get();
+  a.v = problem_.paged() ? kv_cache_.v_pages.get() : v_.get();
+  a.cache_seqlens = kv_cache_.seqlens.as<int32_t>();
+  a.page_table = kv_cache_.page_table.as<int32_t>();
+  a.pages_per_seq = problem_.pages_per_seq();
   a.o = o_.get();
   a.lse = lse_.as<float>();
   a.workspace = workspace_.get();

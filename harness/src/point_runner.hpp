@@ -4,6 +4,7 @@
 
 #include "flashbench/buffers.hpp"
 #include "flashbench/device.hpp"
+#include "flashbench/kv_cache.hpp"
 #include "flashbench/results.hpp"
 #include "flashbench/variant.hpp"
 
@@ -38,6 +39,7 @@ private:
   AttentionProblem problem_;
   uint64_t seed_ = 0;
   DeviceBuffer q_, k_, v_, o_, lse_, workspace_;
+  KvCacheBuffers kv_cache_; // cache_seqlens always; page table and K/V pools (then k_/v_ are freed) when paged
   std::vector<double> ref_o_, ref_lse_;
   std::string reference_kind_;
 };

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 
 namespace fb {
@@ -62,6 +63,19 @@ void validate(const AttentionProblem& p) {
   if (p.heads_q % p.heads_kv != 0)
     throw UserError("heads_q = " + std::to_string(p.heads_q) + " is not a multiple of heads_kv = " +
                     std::to_string(p.heads_kv) + "; GQA needs heads_q = k * heads_kv");
+  if (!p.kv_lens.empty()) {
+    if (static_cast<int64_t>(p.kv_lens.size()) != p.batch)
+      throw UserError("kv_lens has " + std::to_string(p.kv_lens.size()) + " entries but batch = " +
+                      std::to_string(p.batch) + "; give one length per batch entry");
+    for (int64_t len : p.kv_lens)
+      if (len < 0 || len > p.seqlen_kv)
+        throw UserError("kv_lens entry " + std::to_string(len) + " is outside [0, seqlen_kv = " +
+                        std::to_string(p.seqlen_kv) + "]; seqlen_kv is the cache capacity, raise it");
+  }
+  if (p.page_size < 0)
+    throw UserError("page_size = " + std::to_string(p.page_size) + " is impossible; use 0 (contiguous) or a page size");
+  if (p.page_size > 0 && p.layout != Layout::bshd)
+    throw UserError("a paged KV cache (page_size > 0) stores pages as [page_size, heads_kv, head_dim]; use layout bshd");
   if (!(p.scale >= 0.0) || !std::isfinite(p.scale))
     throw UserError("scale must be a finite number >= 0 (0 means 1/sqrt(head_dim))");
   // Guard against shapes whose element counts overflow the 64-bit index math downstream.
@@ -70,29 +84,63 @@ void validate(const AttentionProblem& p) {
   if (elems > 4e12) throw UserError("problem " + key(p) + " is too large (over 4e12 elements per tensor)");
 }
 
-int64_t unmasked_pairs(const AttentionProblem& p) {
-  if (!p.causal) return p.seqlen_q * p.seqlen_kv;
+int64_t unmasked_pairs(const AttentionProblem& p) { return unmasked_pairs(p, p.seqlen_kv); }
+
+int64_t unmasked_pairs(const AttentionProblem& p, int64_t skv) {
+  if (!p.causal) return p.seqlen_q * skv;
   // Row i sees keys 0 .. i + (Skv - Sq), clamped to [0, Skv]: a sum of a clamped arithmetic series.
-  const int64_t off = p.seqlen_kv - p.seqlen_q;
+  const int64_t off = skv - p.seqlen_q;
   int64_t total = 0;
   // Rows where the visible count is between 1 and Skv-1 form an arithmetic run; the rest are 0 or Skv.
   const int64_t first_visible = std::max<int64_t>(0, -off);            // first row that sees >= 1 key
-  const int64_t first_full = std::max<int64_t>(0, p.seqlen_kv - 1 - off); // first row that sees all keys
+  const int64_t first_full = std::max<int64_t>(0, skv - 1 - off);       // first row that sees all keys
   const int64_t a = std::min(first_visible, p.seqlen_q);
   const int64_t b = std::min(std::max(first_full, a), p.seqlen_q);
   // rows [a, b): count = i + off + 1, from a+off+1 to b+off
   if (b > a) total += (b - a) * ((a + off + 1) + (b + off)) / 2;
-  total += (p.seqlen_q - b) * p.seqlen_kv;
+  total += (p.seqlen_q - b) * skv;
+  return total;
+}
+
+int64_t unmasked_pairs_total(const AttentionProblem& p) {
+  if (p.kv_lens.empty()) return p.batch * unmasked_pairs(p);
+  int64_t total = 0;
+  for (int64_t len : p.kv_lens) total += unmasked_pairs(p, len);
   return total;
 }
 
 double flops(const AttentionProblem& p) {
-  return 4.0 * static_cast<double>(p.batch) * p.heads_q * p.head_dim * static_cast<double>(unmasked_pairs(p));
+  return 4.0 * static_cast<double>(p.heads_q) * p.head_dim * static_cast<double>(unmasked_pairs_total(p));
+}
+
+double kv_bytes(const AttentionProblem& p) {
+  int64_t keys = p.batch * p.seqlen_kv;
+  if (!p.kv_lens.empty()) {
+    keys = 0;
+    for (int64_t len : p.kv_lens) keys += len;
+  }
+  return 2.0 * dtype_bytes(p.dtype) * static_cast<double>(keys) * p.heads_kv * p.head_dim;
 }
 
 double min_bytes(const AttentionProblem& p) {
   const double e = dtype_bytes(p.dtype);
-  return e * (2.0 * p.q_elems() + 2.0 * p.kv_elems()) + 4.0 * p.lse_elems();
+  return e * 2.0 * p.q_elems() + kv_bytes(p) + 4.0 * p.lse_elems();
+}
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::vector<int64_t> random_kv_lens(int64_t batch, int64_t seqlen_kv, uint64_t seed) {
+  std::vector<int64_t> lens(static_cast<size_t>(std::max<int64_t>(batch, 0)));
+  for (int64_t b = 0; b < batch; ++b)
+    lens[static_cast<size_t>(b)] =
+        1 + static_cast<int64_t>(splitmix64(seed * 0x100000001b3ull + static_cast<uint64_t>(b)) %
+                                 static_cast<uint64_t>(std::max<int64_t>(seqlen_kv, 1)));
+  return lens;
 }
 
 std::string key(const AttentionProblem& p) {
@@ -101,6 +149,23 @@ std::string key(const AttentionProblem& p) {
      << p.seqlen_kv << "_d" << p.head_dim << (p.causal ? "_causal" : "") << "_" << to_string(p.dtype);
   if (p.layout != Layout::bshd) os << "_" << to_string(p.layout);
   if (p.scale != 0.0) os << "_scale" << p.scale;
+  if (!p.kv_lens.empty()) {
+    os << "_kvl";
+    if (p.kv_lens.size() <= 8) {
+      for (size_t i = 0; i < p.kv_lens.size(); ++i) os << (i ? "-" : "") << p.kv_lens[i];
+    } else {
+      int64_t sum = 0;
+      uint64_t h = 0xcbf29ce484222325ull; // FNV-1a over the lengths
+      for (int64_t len : p.kv_lens) {
+        sum += len;
+        h = (h ^ static_cast<uint64_t>(len)) * 0x100000001b3ull;
+      }
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "%08llx", static_cast<unsigned long long>(h & 0xffffffffull));
+      os << sum << "x" << buf;
+    }
+  }
+  if (p.page_size > 0) os << "_page" << p.page_size;
   return os.str();
 }
 
@@ -109,6 +174,9 @@ void to_json(nlohmann::json& j, const AttentionProblem& p) {
                      {"seqlen_q", p.seqlen_q},   {"seqlen_kv", p.seqlen_kv}, {"head_dim", p.head_dim},
                      {"causal", p.causal},       {"dtype", to_string(p.dtype)},
                      {"layout", to_string(p.layout)}, {"scale", p.scale}};
+  // Only when set, so that records of uniform contiguous problems keep their old shape.
+  if (!p.kv_lens.empty()) j["kv_lens"] = p.kv_lens;
+  if (p.page_size > 0) j["page_size"] = p.page_size;
 }
 
 void from_json(const nlohmann::json& j, AttentionProblem& p) {
@@ -123,6 +191,8 @@ void from_json(const nlohmann::json& j, AttentionProblem& p) {
   p.dtype = parse_dtype(j.at("dtype").get<std::string>());
   p.layout = parse_layout(j.value("layout", std::string("bshd")));
   p.scale = j.value("scale", 0.0);
+  if (j.contains("kv_lens") && j["kv_lens"].is_array()) p.kv_lens = j["kv_lens"].get<std::vector<int64_t>>();
+  p.page_size = j.value("page_size", int64_t{0});
 }
 
 } // namespace fb

@@ -7,7 +7,7 @@
 namespace fb {
 
 bool use_cpu_reference(const AttentionProblem& p) {
-  const double work = static_cast<double>(p.batch) * p.heads_q * static_cast<double>(unmasked_pairs(p)) *
+  const double work = static_cast<double>(p.heads_q) * static_cast<double>(unmasked_pairs_total(p)) *
                       static_cast<double>(p.head_dim);
   return work <= kCpuReferenceMaxWork;
 }
@@ -24,7 +24,8 @@ ReferenceOutput cpu_reference(const AttentionProblem& p, const float* q, const f
     for (int64_t h = 0; h < p.heads_q; ++h) {
       const int64_t hk = h / p.group_size();
       for (int64_t i = 0; i < p.seqlen_q; ++i) {
-        const int64_t last = std::min(p.last_key(i), p.seqlen_kv - 1);
+        // Each entry against its own length (kv_lens); K/V rows past it are never read.
+        const int64_t last = std::min(p.last_key(i, b), p.kv_len(b) - 1);
         if (last < 0) continue; // sees no key: O = 0, LSE = -inf
         const float* qrow = q + b * qs.batch + i * qs.seq + h * qs.head;
         double mx = -std::numeric_limits<double>::infinity();

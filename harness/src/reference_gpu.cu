@@ -93,6 +93,17 @@ __global__ void softmax_rows_kernel(float *s, int64_t skv, int64_t row0, int64_t
     lse[r] = static_cast<float>(m + log(l));
 }
 
+// A batch entry with no keys: its rows see nothing, O = 0 and LSE = -inf (the GEMMs cannot take k = 0 with
+// leading dimension 0).
+__global__ void empty_rows_kernel(float *o, int64_t seq_stride, int64_t rows, int64_t d, float *lse) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < rows * d;
+       e += int64_t(gridDim.x) * blockDim.x)
+    o[(e / d) * seq_stride + e % d] = 0.f;
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
+       r += int64_t(gridDim.x) * blockDim.x)
+    lse[r] = -INFINITY;
+}
+
 struct CublasHandle {
   cublasHandle_t h = nullptr;
   CublasHandle() { FB_CUBLAS_CHECK(cublasCreate(&h)); }
@@ -109,10 +120,10 @@ int grid_for(int64_t n, int threads) {
 
 void gpu_reference(const AttentionProblem &p, const void *q, const void *k, const void *v,
                    float *o_ref, float *lse_ref, cudaStream_t stream) {
-  const int64_t sq = p.seqlen_q, skv = p.seqlen_kv, d = p.head_dim;
+  const int64_t sq = p.seqlen_q, skv_max = p.seqlen_kv, d = p.head_dim;
   const Strides qs = p.q_strides(), ks = p.kv_strides();
   // Bound S to ~1 GiB (2^28 floats); at least one row.
-  const int64_t block_rows = std::clamp<int64_t>((int64_t(1) << 28) / skv, 1, sq);
+  const int64_t block_rows = std::clamp<int64_t>((int64_t(1) << 28) / skv_max, 1, sq);
 
   CublasHandle cublas;
   FB_CUBLAS_CHECK(cublasSetStream(cublas.h, stream));
@@ -120,12 +131,22 @@ void gpu_reference(const AttentionProblem &p, const void *q, const void *k, cons
   // environment says.
   FB_CUBLAS_CHECK(cublasSetMathMode(cublas.h, CUBLAS_PEDANTIC_MATH));
 
-  DeviceBuffer kf(size_t(skv * d) * sizeof(float)), vf(size_t(skv * d) * sizeof(float));
-  DeviceBuffer qf(size_t(sq * d) * sizeof(float)), sbuf(size_t(block_rows * skv) * sizeof(float));
+  DeviceBuffer kf(size_t(skv_max * d) * sizeof(float)), vf(size_t(skv_max * d) * sizeof(float));
+  DeviceBuffer qf(size_t(sq * d) * sizeof(float)), sbuf(size_t(block_rows * skv_max) * sizeof(float));
   constexpr int kThreads = 256;
   const float one = 1.f, zero = 0.f;
 
   for (int64_t b = 0; b < p.batch; ++b) {
+    // Each entry against its own length (kv_lens): only its first skv rows of K/V exist for it.
+    const int64_t skv = p.kv_len(b);
+    if (skv == 0) {
+      for (int64_t h = 0; h < p.heads_q; ++h) {
+        empty_rows_kernel<<<grid_for(sq * d, kThreads), kThreads, 0, stream>>>(
+            o_ref + b * qs.batch + h * qs.head, qs.seq, sq, d, lse_ref + (b * p.heads_q + h) * sq);
+        FB_CHECK_LAUNCH();
+      }
+      continue;
+    }
     for (int64_t hkv = 0; hkv < p.heads_kv; ++hkv) {
       const int64_t kv_off = b * ks.batch + hkv * ks.head;
       gather_slice_kernel<<<grid_for(skv * d, kThreads), kThreads, 0, stream>>>(

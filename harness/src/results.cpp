@@ -81,6 +81,7 @@ nlohmann::json to_json(const Result& r) {
   j["flops"] = r.flops;
   j["bytes_min"] = r.bytes_min;
   j["bytes_model"] = r.bytes_model;
+  j["kv_bytes"] = kv_bytes(r.problem);
   j["seed"] = r.seed;
   if (ok) {
     const TimingStats& t = *r.timing;
@@ -98,6 +99,10 @@ nlohmann::json to_json(const Result& r) {
     j["sm_clock_mhz"] = t.sm_clock_mhz;
     j["wall_s"] = t.wall_s;
     j["bytes_model_gbps"] = r.bytes_model / (t.median_us * 1e-6) / 1e9;
+    // Achieved bandwidth on the bytes that must move: K+V alone (decode is bound by reading the cache) and all
+    // of bytes_min (Q, K, V, O, LSE). SI GB/s over the median time.
+    j["kv_gbps"] = kv_bytes(r.problem) / (t.median_us * 1e-6) / 1e9;
+    j["bytes_min_gbps"] = r.bytes_min / (t.median_us * 1e-6) / 1e9;
   } else {
     j["tflops"] = nullptr;
     j["median_us"] = nullptr;

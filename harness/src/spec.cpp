@@ -100,7 +100,7 @@ std::vector<YAML::Node> axis_values(const Ctx& c, const YAML::Node& n, const std
 const std::vector<std::string> kProblemFields = {"name",   "batch",    "heads_q", "heads_kv", "heads",
                                                  "gqa",    "seqlen_q", "seqlen_kv", "seqlen", "tokens",
                                                  "hidden", "head_dim", "causal",   "dtype",  "layout",
-                                                 "scale",  "constraints"};
+                                                 "scale",  "constraints", "kv_lens", "page_size"};
 
 std::string known_list(const std::vector<std::string>& v) {
   std::string s;
@@ -122,6 +122,7 @@ int64_t field_value(const AttentionProblem& p, const std::string& f, bool* ok) {
   if (f == "seqlen_q") return p.seqlen_q;
   if (f == "seqlen_kv") return p.seqlen_kv;
   if (f == "head_dim") return p.head_dim;
+  if (f == "page_size") return p.page_size;
   try {
     size_t used = 0;
     const long long v = std::stoll(f, &used);
@@ -149,7 +150,7 @@ Constraint parse_constraint(const Ctx& c, const YAML::Node& n) {
   if (!ops.count(k.op) || !ok1 || !ok2 || !extra.empty())
     c.fail(n, "cannot read constraint '" + k.text +
                   "'; write 'FIELD OP FIELD_OR_INTEGER' with OP one of < <= > >= == != and FIELD one of "
-                  "batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim");
+                  "batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim, page_size");
   return k;
 }
 
@@ -164,8 +165,43 @@ bool holds(const Constraint& k, const AttentionProblem& p) {
   return a != b;
 }
 
+// kv_lens is one value per problem, not an axis: a list of lengths (one per batch entry; it sets batch),
+// `random` (seed 0) or {random: SEED}: lengths drawn uniformly from [1, seqlen_kv] by random_kv_lens(seed).
+struct KvLensSpec {
+  enum class Kind { none, list, random } kind = Kind::none;
+  std::vector<int64_t> lens;
+  uint64_t seed = 0;
+  YAML::Node node;
+};
+
+KvLensSpec parse_kv_lens(const Ctx& c, const YAML::Node& n) {
+  KvLensSpec k;
+  k.node = n;
+  const char* how = "kv_lens must be a list of per-entry lengths ([1, 257, 8191]), 'random' or {random: SEED}";
+  if (n.IsSequence()) {
+    k.kind = KvLensSpec::Kind::list;
+    for (const auto& e : n) {
+      const int64_t v = as_int(c, e, "kv_lens");
+      if (v < 0) c.fail(e, "kv_lens entries must be >= 0 (0 = an entry with an empty cache)");
+      k.lens.push_back(v);
+    }
+    if (k.lens.empty()) c.fail(n, how);
+  } else if (n.IsScalar() && n.Scalar() == "random") {
+    k.kind = KvLensSpec::Kind::random;
+  } else if (n.IsMap() && n.size() == 1 && n["random"]) {
+    k.kind = KvLensSpec::Kind::random;
+    const int64_t seed = as_int(c, n["random"], "kv_lens random seed");
+    if (seed < 0) c.fail(n["random"], "the kv_lens random seed must be >= 0");
+    k.seed = static_cast<uint64_t>(seed);
+  } else {
+    c.fail(n, how);
+  }
+  return k;
+}
+
 void expand_problem_entry(const Ctx& c, const YAML::Node& entry, std::vector<AttentionProblem>& out) {
   if (!entry.IsMap()) c.fail(entry, "each entry of 'problems' must be a map of fields");
+  KvLensSpec kv_lens;
   std::vector<std::pair<std::string, std::vector<YAML::Node>>> axes;
   std::vector<Constraint> constraints;
   std::set<std::string> given;
@@ -175,6 +211,10 @@ void expand_problem_entry(const Ctx& c, const YAML::Node& entry, std::vector<Att
       c.fail(kv.first, "unknown problem field '" + f + "'; known fields: " + known_list(kProblemFields));
     given.insert(f);
     if (f == "name") continue;
+    if (f == "kv_lens") {
+      kv_lens = parse_kv_lens(c, kv.second);
+      continue;
+    }
     if (f == "constraints") {
       if (!kv.second.IsSequence()) c.fail(kv.second, "constraints must be a list of strings");
       for (const auto& k : kv.second) constraints.push_back(parse_constraint(c, k));
@@ -195,6 +235,7 @@ void expand_problem_entry(const Ctx& c, const YAML::Node& entry, std::vector<Att
   clash("hidden", "heads");
   clash("tokens", "batch");
   clash("gqa", "heads_kv");
+  if (kv_lens.kind == KvLensSpec::Kind::list) clash("kv_lens", "tokens");
   if (!given.count("head_dim")) c.fail(entry, "problem entry has no head_dim; add e.g. 'head_dim: 128'");
   if (!given.count("seqlen") && !(given.count("seqlen_q") && given.count("seqlen_kv")))
     c.fail(entry, "problem entry needs 'seqlen' or both 'seqlen_q' and 'seqlen_kv'");
@@ -226,6 +267,7 @@ void expand_problem_entry(const Ctx& c, const YAML::Node& entry, std::vector<Att
       else if (f == "head_dim") p.head_dim = as_int(c, v, f);
       else if (f == "causal") p.causal = as_bool(c, v, f);
       else if (f == "scale") p.scale = as_double(c, v, f);
+      else if (f == "page_size") p.page_size = as_int(c, v, f);
       else if (f == "dtype" || f == "layout") {
         try {
           if (f == "dtype") p.dtype = parse_dtype(v.Scalar());
@@ -255,6 +297,15 @@ void expand_problem_entry(const Ctx& c, const YAML::Node& entry, std::vector<Att
         c.fail(entry["tokens"], "tokens = " + std::to_string(*tokens) + " is not a positive multiple of seqlen_q = " +
                                     std::to_string(p.seqlen_q));
       p.batch = *tokens / p.seqlen_q;
+    }
+    if (kv_lens.kind == KvLensSpec::Kind::list) {
+      if (given.count("batch") && p.batch != static_cast<int64_t>(kv_lens.lens.size()))
+        c.fail(kv_lens.node, "kv_lens has " + std::to_string(kv_lens.lens.size()) + " entries but batch = " +
+                                 std::to_string(p.batch) + "; drop 'batch' (kv_lens sets it) or match it");
+      p.batch = static_cast<int64_t>(kv_lens.lens.size());
+      p.kv_lens = kv_lens.lens;
+    } else if (kv_lens.kind == KvLensSpec::Kind::random) {
+      p.kv_lens = random_kv_lens(p.batch, p.seqlen_kv, kv_lens.seed);
     }
     try {
       validate(p);

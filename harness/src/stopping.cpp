@@ -11,7 +11,8 @@ void to_json(nlohmann::json& j, const TimingPolicy& t) {
   j = nlohmann::json{{"min_samples", t.min_samples}, {"max_noise", t.max_noise},
                      {"min_time_s", t.min_time_s},   {"timeout_s", t.timeout_s},
                      {"max_samples", t.max_samples}, {"cold", t.cold},
-                     {"warmup_runs", t.warmup_runs}, {"throttle_fraction", t.throttle_fraction}};
+                     {"warmup_runs", t.warmup_runs}, {"throttle_fraction", t.throttle_fraction},
+                     {"point_timeout_s", t.point_timeout_s}};
 }
 
 double StoppingRule::relative_stddev() const {

@@ -49,4 +49,15 @@ inline std::optional<std::string> memory_reason(const AttentionProblem &p, doubl
          format_gb(static_cast<double>(dev.total_mem_bytes));
 }
 
+// For variants that read K/V as one contiguous [batch, seqlen_kv] cache: a reason when the problem has per-entry
+// KV lengths or a paged cache, which only the decode variants handle.
+inline std::optional<std::string> needs_decode_variant(const AttentionProblem &p) {
+  if (p.paged())
+    return std::string("paged KV cache (page_size ") + std::to_string(p.page_size) +
+           ") needs a decode variant (flash_decoding)";
+  if (!p.kv_lens.empty())
+    return std::string("per-entry KV lengths (kv_lens) need a decode variant (flash_decoding)");
+  return std::nullopt;
+}
+
 } // namespace fb::kernels

@@ -6,6 +6,7 @@
 
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fb {
@@ -17,6 +18,14 @@ struct RunOptions {
   bool counters = true;         // CUPTI pass after timing (null metrics with a reason when unavailable)
   std::vector<std::string> extra_metrics; // added to default_metrics()
   bool verbose = false;
+  // Fault isolation and distribution: points run in worker processes (see harness/src/supervisor.hpp).
+  std::vector<int> gpus;         // one worker per GPU over a shared queue; empty: {device}
+  int shard_index = 0;           // this run takes shard_index of shard_count deterministic slices of the plan
+  int shard_count = 1;
+  bool resume = false;           // keep the records already in <output>.partial.jsonl, run only the rest
+  double point_timeout_s = 0;    // > 0 overrides the spec's timing.point_timeout_s
+  bool fake_worker = false;      // workers simulate points without CUDA (tests of the engine)
+  int fake_delay_ms = 5;
 };
 
 // Prints the plan: per variant the points that will run and are skipped (with reasons), FLOPs and model bytes.
@@ -25,6 +34,24 @@ void print_plan(std::ostream& os, const SweepSpec& spec, const std::vector<Plann
 
 // The NVTX range name of a point (its name with ':' for '/'); ncu --nvtx-include "flashbench@<this>/time/".
 std::string nvtx_name(const Result& r);
+
+// "i/n" -> (i, n), 0 <= i < n; throws UserError.
+std::pair<int, int> parse_shard(const std::string& text);
+// The deterministic slice [begin, end) of n planned points that shard i of count takes (contiguous, so points that
+// share a problem stay together and reuse its inputs and reference).
+std::pair<size_t, size_t> shard_range(size_t n, int index, int count);
+// Identity of this build: the git sha and a hash of the executable. Shards merge only when it matches.
+std::string build_id();
+// Identity of a plan: the spec's name, timing policy and every point's name in order. Shards merge only when
+// it matches.
+std::string plan_hash(const SweepSpec& spec, const std::vector<PlannedPoint>& points);
+// 64-bit FNV-1a as 16 hex digits.
+std::string hash_hex(const std::string& bytes);
+
+// Joins shard result files into one: same plan hash and build, no point twice, every shard present (unless
+// allow_missing). Records come out in plan order. Throws UserError naming the offending file.
+void merge_results(const std::vector<std::string>& inputs, const std::string& output, bool allow_missing,
+                   std::ostream& log);
 
 // Runs every planned point and writes the results file. Returns the process exit code: 0 when every point that
 // ran verified correct, 1 when any point was incorrect, crashed or timed out.

@@ -30,6 +30,9 @@ struct TimingPolicy {
   bool cold = true;           // flush L2 before each sample
   int warmup_runs = 3;
   double throttle_fraction = 0.75;
+  // Whole-point deadline (prepare + verify + time + counters), enforced by the sweep's supervisor: past it the
+  // worker process is killed and the point is recorded as a timeout.
+  double point_timeout_s = 120.0;
 };
 
 void to_json(nlohmann::json& j, const TimingPolicy& t);

@@ -10,6 +10,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -36,6 +37,13 @@ struct LaunchArgs {
   float* lse = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // int32 [batch]: each entry's KV length (problem.kv_len(b)); set by the harness for every problem (variants
+  // may ignore it when problem.kv_lens is empty).
+  const int32_t* cache_seqlens = nullptr;
+  // Paged problems only (problem.page_size > 0): k and v are the page pools [num_pages, page_size, heads_kv,
+  // head_dim] and page_table is int32 [batch, pages_per_seq] of pool page indices.
+  const int32_t* page_table = nullptr;
+  int64_t pages_per_seq = 0;
 };
 
 // One kernel a variant launches, for the occupancy report. Library kernels (cuBLAS) are not listed.
