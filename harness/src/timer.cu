@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <string>
 #include <stdexcept>
 
 namespace fb {
@@ -33,12 +34,26 @@ __global__ void hold_stream(const volatile int* release, unsigned long long time
   }
 }
 
-// Under Nsight Compute or Nsight Systems (they inject through CUDA_INJECTION64_PATH) a profiled launch blocks the
-// host until the kernel has run, so a stream held by the spinning kernel would deadlock until its timeout. There the
-// hold is skipped: those tools time kernels themselves.
-bool under_profiler() {
-  static const bool yes = std::getenv("CUDA_INJECTION64_PATH") != nullptr;
-  return yes;
+__global__ void empty_kernel() {}
+
+// Under Nsight Compute (and other tools that serialise launches) a launch blocks the host until the kernel has run,
+// so a stream held by the spinning kernel would stall every sample until the hold's timeout. Probe it once: hold the
+// stream for at most 200 ms and see whether a following launch returns at once. FLASHBENCH_NO_STREAM_HOLD=1 forces
+// the hold off.
+bool launches_are_asynchronous(cudaStream_t stream, int* device_flags, volatile int* host_flags) {
+  if (const char* off = std::getenv("FLASHBENCH_NO_STREAM_HOLD"); off && std::string(off) == "1") return false;
+  host_flags[0] = 0;
+  host_flags[1] = 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  hold_stream<<<1, 1, 0, stream>>>(device_flags, 200'000'000ull, device_flags + 1);
+  FB_CHECK_LAUNCH();
+  const auto t0 = std::chrono::steady_clock::now();
+  empty_kernel<<<1, 1, 0, stream>>>();
+  FB_CHECK_LAUNCH();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  host_flags[0] = 1;
+  FB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return s < 0.1;
 }
 
 double now_s() {
@@ -57,6 +72,7 @@ struct Timer::Impl {
   int* device_flags = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
   ClockReader clocks;
+  bool hold = true; // hold the stream while a sample is queued (off where launches are synchronous)
 
   explicit Impl(const DeviceInfo& d, cudaStream_t s) : dev(d), stream(s), clocks(d.pci_bus_id) {
     // Twice the L2 so that a flush evicts every line even with the L2's partitioned (near/far) halves.
@@ -66,6 +82,7 @@ struct Timer::Impl {
     FB_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flags), host_flags, 0));
     FB_CUDA_CHECK(cudaEventCreate(&start));
     FB_CUDA_CHECK(cudaEventCreate(&stop));
+    hold = launches_are_asynchronous(stream, device_flags, host_flags);
   }
   ~Impl() {
     cudaEventDestroy(start);
@@ -88,7 +105,7 @@ double Timer::sample_us(const std::function<void(cudaStream_t)>& launch, bool co
   flags[0] = 0;
   flags[1] = 0;
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  const bool hold = !under_profiler();
+  const bool hold = m.hold;
   if (hold) {
     hold_stream<<<1, 1, 0, m.stream>>>(m.device_flags, 10'000'000'000ull, m.device_flags + 1);
     FB_CHECK_LAUNCH();

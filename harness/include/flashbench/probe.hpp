@@ -10,7 +10,8 @@
 namespace fb {
 
 struct Ceilings {
-  double gemm_bf16_tflops = 0; // median over repetitions
+  double gemm_bf16_tflops = 0;       // sustained: median over >= 0.2 s of cold samples (the clock may drop)
+  double gemm_bf16_tflops_burst = 0; // median of 10 back-to-back products right after warm-up
   int gemm_mnk = 0;            // square size used
   double copy_gbps = 0;        // read + write, SI GB/s
   double copy_bytes = 0;       // bytes read + written per copy
