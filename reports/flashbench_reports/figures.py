@@ -46,14 +46,26 @@ def _grid(n: int, w: float = 5.0, h: float = 3.6):
 
 
 def _families(points: List[R.Point]) -> Dict[str, Dict[str, Dict[int, R.Point]]]:
-    """family -> variant -> seqlen -> best ok point (best config per variant)."""
-    fam: Dict[str, Dict[str, Dict[int, R.Point]]] = defaultdict(lambda: defaultdict(dict))
-    for (variant, _key), p in R.best_per_variant(points).items():
-        s = R.seqlen_of(p.problem)
-        if s is None or p.tflops is None:
-            continue
-        fam[R.family_key(p.problem)][variant][s] = p
-    return fam
+    """family -> variant -> seqlen -> best ok point (best config per variant).
+
+    Families are taken at fixed batch or at fixed tokens (batch x seqlen), whichever gives more curves with two or
+    more sequence lengths: sweeps fix one or the other."""
+    best = R.best_per_variant(points).items()
+
+    def group(by_tokens):
+        fam: Dict[str, Dict[str, Dict[int, R.Point]]] = defaultdict(lambda: defaultdict(dict))
+        for (variant, _key), p in best:
+            s = R.seqlen_of(p.problem)
+            if s is None or p.tflops is None:
+                continue
+            fam[R.family_key(p.problem, by_tokens)][variant][s] = p
+        return fam
+
+    def curves(fam):
+        return sum(1 for v in fam.values() if len({s for vs in v.values() for s in vs}) >= 2)
+
+    by_batch, by_tokens = group(False), group(True)
+    return by_tokens if curves(by_tokens) > curves(by_batch) else by_batch
 
 
 def _line_families(points):

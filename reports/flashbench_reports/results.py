@@ -235,9 +235,15 @@ def write_text_atomic(path: str, text: str) -> None:
         raise
 
 
-def family_key(p: Dict[str, Any]) -> str:
-    """A problem without its sequence lengths: the curves of a 'TFLOPs vs seqlen' plot."""
-    s = "b{} hq{} hkv{} d{} {}{}".format(p.get("batch", "?"), p.get("heads_q", "?"), p.get("heads_kv", "?"),
+def family_key(p: Dict[str, Any], by_tokens: bool = False) -> str:
+    """A problem without its sequence lengths: the curves of a 'TFLOPs vs seqlen' plot.
+
+    by_tokens groups square problems by tokens (batch x seqlen) instead of batch, so that a sweep at fixed tokens
+    (B*N = 16384, the anchor shapes, where batch shrinks as N grows) forms one curve."""
+    b, sq0 = p.get("batch"), p.get("seqlen_q")
+    square = isinstance(b, int) and isinstance(sq0, int) and sq0 == p.get("seqlen_kv") and not _is_decode(p)
+    lead = "tok{}".format(b * sq0) if by_tokens and square else "b{}".format(p.get("batch", "?"))
+    s = "{} hq{} hkv{} d{} {}{}".format(lead, p.get("heads_q", "?"), p.get("heads_kv", "?"),
                                          p.get("head_dim", "?"), p.get("dtype", "?"),
                                          " causal" if p.get("causal") else "")
     sq, skv = p.get("seqlen_q"), p.get("seqlen_kv")
