@@ -252,6 +252,10 @@ CounterSession::CounterSession(const DeviceInfo& dev, std::vector<std::string> m
   } catch (const CudaError& e) {
     reason_ = e.what();
   }
+  // The profiler stays initialised only inside profile(): with it initialised, kernel launches were seen to block
+  // the host (the timer's stream hold then stalls), so timing never runs under it.
+  CUpti_Profiler_DeInitialize_Params deinit{CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE};
+  cuptiProfilerDeInitialize(&deinit);
 }
 
 CounterSession::~CounterSession() = default;
@@ -266,8 +270,12 @@ Counters CounterSession::profile(const std::string& range_name, const std::funct
   const auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   CUpti_RangeProfiler_Object* obj = nullptr;
+  bool initialised = false;
   try {
     FB_CUDA_CHECK(cudaStreamSynchronize(stream));
+    CUpti_Profiler_Initialize_Params init{CUpti_Profiler_Initialize_Params_STRUCT_SIZE};
+    FB_CUPTI_TRY(cuptiProfilerInitialize(&init));
+    initialised = true;
     CUpti_RangeProfiler_Enable_Params en{CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
     en.ctx = m.ctx;
     FB_CUPTI_TRY(cuptiRangeProfilerEnable(&en));
@@ -362,6 +370,10 @@ Counters CounterSession::profile(const std::string& range_name, const std::funct
     CUpti_RangeProfiler_Disable_Params dis{CUpti_RangeProfiler_Disable_Params_STRUCT_SIZE};
     dis.pRangeProfilerObject = obj;
     cuptiRangeProfilerDisable(&dis);
+  }
+  if (initialised) {
+    CUpti_Profiler_DeInitialize_Params deinit{CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE};
+    cuptiProfilerDeInitialize(&deinit);
   }
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return c;

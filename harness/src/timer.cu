@@ -107,7 +107,7 @@ double Timer::sample_us(const std::function<void(cudaStream_t)>& launch, bool co
   std::atomic_thread_fence(std::memory_order_seq_cst);
   const bool hold = m.hold;
   if (hold) {
-    hold_stream<<<1, 1, 0, m.stream>>>(m.device_flags, 10'000'000'000ull, m.device_flags + 1);
+    hold_stream<<<1, 1, 0, m.stream>>>(m.device_flags, 1'000'000'000ull, m.device_flags + 1);
     FB_CHECK_LAUNCH();
   }
   if (cold) flush_l2();
@@ -117,9 +117,12 @@ double Timer::sample_us(const std::function<void(cudaStream_t)>& launch, bool co
   std::atomic_thread_fence(std::memory_order_seq_cst);
   flags[0] = 1;
   FB_CUDA_CHECK(cudaEventSynchronize(m.stop));
-  if (flags[1])
-    throw std::runtime_error("the stream-holding kernel timed out: the variant's launch() blocked on the host "
-                             "(it must not synchronise or allocate)");
+  if (flags[1]) {
+    // The hold gave up before the host released it: this launch blocked the host (a tool serialising launches, or
+    // a variant that synchronises). The sample is void; later samples run without the hold.
+    m.hold = false;
+    return -1.0;
+  }
   float ms = 0;
   FB_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
   return static_cast<double>(ms) * 1e3;
@@ -127,6 +130,8 @@ double Timer::sample_us(const std::function<void(cudaStream_t)>& launch, bool co
 
 TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, const TimingPolicy& policy) {
   Impl& m = *impl_;
+  // Re-checked per point: a profiler attached or initialised since the last point can make launches synchronous.
+  m.hold = launches_are_asynchronous(m.stream, m.device_flags, m.host_flags);
   {
     ScopedRange r{"warmup"};
     for (int i = 0; i < policy.warmup_runs; ++i) {
@@ -143,6 +148,7 @@ TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
   const double t0 = now_s();
   for (;;) {
     const double us = sample_us(launch, policy.cold);
+    if (us < 0) continue; // void sample (see sample_us)
     const int mhz = m.clocks.available() ? m.clocks.sm_clock_mhz() : 0;
     const double wall = now_s() - t0;
     if (mhz > 0 && max_mhz > 0 && mhz < policy.throttle_fraction * max_mhz) {

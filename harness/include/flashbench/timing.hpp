@@ -94,7 +94,8 @@ public:
 
   // Runs warmups, then samples `launch` until the policy says stop.
   TimingStats measure(const std::function<void(cudaStream_t)>& launch, const TimingPolicy& policy);
-  // One cold sample in microseconds (flush, hold, record, launch, record, release, sync).
+  // One cold sample in microseconds (flush, hold, record, launch, record, release, sync); -1 when the sample is
+  // void because the launch blocked the host while the stream was held (the hold is then switched off).
   double sample_us(const std::function<void(cudaStream_t)>& launch, bool cold);
   void flush_l2();
 
