@@ -2,12 +2,18 @@
 // fixed and a static library cannot drop a variant at link time.
 #include "kernels/catalog.hpp"
 
+#include <cstdlib>
+#include <string>
+
 namespace fb {
 
 void register_catalog(Registry &r) {
   register_naive(r);
   register_fa1_kv_outer(r);
   register_fa2_q_outer(r);
+  register_flash_decoding(r);
+  // Variants that fail on purpose, for the sweep engine's fault-isolation tests; never shown to users.
+  if (const char* t = std::getenv("FLASHBENCH_TEST_VARIANTS"); t && std::string(t) == "1") register_test_faults(r);
 }
 
 const Registry &catalog() {

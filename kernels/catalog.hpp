@@ -9,5 +9,7 @@ namespace fb {
 void register_naive(Registry &r);
 void register_fa1_kv_outer(Registry &r);
 void register_fa2_q_outer(Registry &r);
+void register_flash_decoding(Registry &r);
+void register_test_faults(Registry &r); // only with FLASHBENCH_TEST_VARIANTS=1
 
 } // namespace fb

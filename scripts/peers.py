@@ -51,6 +51,8 @@ def normalize_problem(p: dict) -> dict:
     q = {"batch": 1, "heads_q": 1, "heads_kv": None, "seqlen_q": None, "seqlen_kv": None, "head_dim": 64,
          "causal": False, "dtype": "bf16", "layout": "bshd", "scale": 0.0}
     q.update({k: v for k, v in p.items() if v is not None})
+    q["kv_lens"] = list(q.get("kv_lens") or [])
+    q["page_size"] = int(q.get("page_size") or 0)
     q["heads_kv"] = q["heads_kv"] or q["heads_q"]
     q["seqlen_kv"] = q["seqlen_kv"] or q["seqlen_q"]
     q["dtype"] = {"f32": "fp32", "f16": "fp16"}.get(q["dtype"], q["dtype"])
@@ -84,11 +86,16 @@ def flops(p: dict) -> float:
     return 4.0 * p["batch"] * p["heads_q"] * p["head_dim"] * unmasked_pairs(p)
 
 
+def kv_bytes(p: dict) -> float:
+    """K and V bytes read: each entry's own length (kv_lens) when given."""
+    keys = sum(p["kv_lens"]) if p.get("kv_lens") else p["batch"] * p["seqlen_kv"]
+    return float(2 * DTYPE_BYTES[p["dtype"]] * keys * p["heads_kv"] * p["head_dim"])
+
+
 def bytes_min(p: dict) -> float:
     el = DTYPE_BYTES[p["dtype"]]
     q = p["batch"] * p["heads_q"] * p["seqlen_q"] * p["head_dim"]
-    kv = p["batch"] * p["heads_kv"] * p["seqlen_kv"] * p["head_dim"]
-    return float(el * (2 * q + 2 * kv) + 4 * p["batch"] * p["heads_q"] * p["seqlen_q"])
+    return float(el * 2 * q + kv_bytes(p) + 4 * p["batch"] * p["heads_q"] * p["seqlen_q"])
 
 
 def problem_key(p: dict) -> str:
@@ -98,6 +105,17 @@ def problem_key(p: dict) -> str:
         s += "_" + p["layout"]
     if p.get("scale"):
         s += "_scale{:g}".format(p["scale"])
+    lens = p.get("kv_lens") or []
+    if lens:  # as flashbench's key(): the lengths up to 8 entries, else their sum and an FNV-1a hash
+        if len(lens) <= 8:
+            s += "_kvl" + "-".join(str(x) for x in lens)
+        else:
+            h = 0xcbf29ce484222325
+            for x in lens:
+                h = ((h ^ (x & 0xffffffffffffffff)) * 0x100000001b3) & 0xffffffffffffffff
+            s += "_kvl{}x{:08x}".format(sum(lens), h & 0xffffffff)
+    if p.get("page_size"):
+        s += "_page{}".format(p["page_size"])
     return s
 
 
@@ -106,7 +124,8 @@ def record(peer: str, p: dict, status: str, reason: str = "", timing: dict = Non
     variant = "peer:" + peer
     name = "{}/{}".format(variant, problem_key(p))
     rec = {"name": name, "run_name": name, "run_type": "iteration", "repetitions": 1, "repetition_index": 0,
-           "threads": 1, "time_unit": "us", "variant": variant, "config": {}, "config_str": "", "problem": p,
+           "threads": 1, "time_unit": "us", "variant": variant, "config": {}, "config_str": "",
+           "problem": {k: v for k, v in p.items() if v or k not in ("kv_lens", "page_size")},
            "status": status, "reason": reason, "flops": flops(p), "bytes_min": bytes_min(p), "bytes_model": None,
            "seed": seed, "counters": None, "counters_reason": "peers.py does not collect counters"}
     rec.update(check or {})
@@ -114,7 +133,9 @@ def record(peer: str, p: dict, status: str, reason: str = "", timing: dict = Non
     if status == "ok" and timing:
         med = timing["median_us"]
         rec.update({"iterations": len(timing["samples_us"]), "real_time": med, "cpu_time": med,
-                    "tflops": flops(p) / (med * 1e-6) / 1e12})
+                    "tflops": flops(p) / (med * 1e-6) / 1e12, "kv_bytes": kv_bytes(p),
+                    "kv_gbps": kv_bytes(p) / (med * 1e-6) / 1e9,
+                    "bytes_min_gbps": bytes_min(p) / (med * 1e-6) / 1e9})
         rec.update(timing)
         if len(rec["samples_us"]) > 1000:  # keep the file small: evenly spaced subsample
             s = rec["samples_us"]
@@ -179,6 +200,10 @@ class Peer:
 
     def skip_reason(self):
         p = self.p
+        if p.get("kv_lens"):
+            return "per-entry KV lengths (kv_lens) are not modelled for torch peers (SDPA has no cache_seqlens)"
+        if p.get("page_size"):
+            return "paged KV caches are not modelled for torch peers (SDPA reads contiguous K/V)"
         if self.name == "torch_flash" and p["dtype"] == "fp32":
             return "torch flash backend needs fp16 or bf16 inputs"
         if self.name == "torch_cudnn" and p["dtype"] == "fp32":

@@ -1,11 +1,13 @@
-// flashbench: list | run | plan | check | probe. Every user error is one line on stderr and exit code 2, raised
-// before any output file is created.
+// flashbench: list | run | plan | check | probe | tune | merge (and the internal worker). Every user error is
+// one line on stderr and exit code 2, raised before any output file is created.
 #include "flashbench/check.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/probe.hpp"
 #include "flashbench/results.hpp"
 #include "flashbench/spec.hpp"
 #include "flashbench/sweep.hpp"
+#include "flashbench/tuner.hpp"
+#include "../src/worker.hpp"
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -35,7 +37,7 @@ std::string quick_spec_yaml(const std::string& variant, const std::string& shape
     first = false;
   }
   y << "}\nvariants:\n  " << variant << ":\n    configs: ";
-  if (config.empty() || config == "default" || config == "all") {
+  if (config.empty() || config == "default" || config == "all" || config == "tuned") {
     y << (config.empty() ? "default" : config) << "\n";
   } else {
     y << "\n      - {";
@@ -81,6 +83,24 @@ void list_catalog(bool as_json) {
   if (as_json) std::printf("%s\n", out.dump(2).c_str());
 }
 
+// "0,1,3" -> {0, 1, 3}; "" -> {}.
+std::vector<int> parse_gpus(const std::string& csv) {
+  std::vector<int> out;
+  std::istringstream is(csv);
+  for (std::string g; std::getline(is, g, ',');) {
+    try {
+      size_t used = 0;
+      const int v = std::stoi(g, &used);
+      if (used != g.size() || v < 0) throw std::invalid_argument(g);
+      if (std::find(out.begin(), out.end(), v) != out.end()) throw std::invalid_argument(g);
+      out.push_back(v);
+    } catch (const std::exception&) {
+      throw fb::UserError("--gpus '" + csv + "': expected distinct device indices like 0,1,2");
+    }
+  }
+  return out;
+}
+
 fb::DeviceInfo device_or_nominal(int index, bool* present) {
   *present = fb::device_count() > index;
   return *present ? fb::query_device(index) : fb::nominal_device();
@@ -113,6 +133,18 @@ int main(int argc, char** argv) {
   run->add_option("--timeout", timeout, "override the spec's timing.timeout_s");
   run->add_option("--max-noise", max_noise, "override the spec's timing.max_noise (relative, e.g. 0.005)");
   run->add_flag("-v,--verbose", verbose);
+  bool resume = false, fake_worker = false;
+  std::string gpus_csv, shard_text, configs_override;
+  double point_timeout = -1;
+  int fake_delay_ms = 5;
+  run->add_flag("--resume", resume, "keep the points already in <output>.partial.jsonl (after any interruption), run the rest");
+  run->add_option("--gpus", gpus_csv, "one worker per GPU over a shared queue, e.g. --gpus 0,1,2,3");
+  run->add_option("--shard", shard_text, "run slice i of n of the plan (e.g. 0/4); join the files with 'merge'");
+  run->add_option("--point-timeout", point_timeout, "override the spec's timing.point_timeout_s (whole point, seconds)");
+  run->add_option("--configs", configs_override, "override every variant's configs: all | default | tuned")
+      ->check(CLI::IsMember({"all", "default", "tuned"}));
+  run->add_flag("--fake-worker", fake_worker, "workers simulate points without CUDA (tests)")->group("");
+  run->add_option("--fake-delay-ms", fake_delay_ms, "with --fake-worker: milliseconds per ok point")->group("");
   bool no_counters = false;
   std::string metrics_csv;
   run->add_flag("--no-counters", no_counters, "skip the CUPTI pass (metrics null with that reason)");
@@ -132,6 +164,48 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "correctness of every variant x config on built-in awkward shapes");
   std::vector<std::string> check_only;
   check->add_option("--variant", check_only, "only these variants");
+
+  auto* worker = app.add_subcommand("worker", "internal: measures points sent by run/tune on stdin")->group("");
+  fb::WorkerOptions wopts;
+  std::string worker_metrics;
+  bool worker_no_counters = false;
+  worker->add_option("--device", wopts.device);
+  worker->add_option("--result-fd", wopts.result_fd);
+  worker->add_flag("--ceilings", wopts.ceilings);
+  worker->add_flag("--no-counters", worker_no_counters);
+  worker->add_option("--metrics", worker_metrics);
+  worker->add_flag("--fake", wopts.fake);
+  worker->add_option("--fake-delay-ms", wopts.fake_delay_ms);
+
+  auto* merge = app.add_subcommand("merge", "join shard result files (same spec, same build) into one");
+  std::vector<std::string> merge_inputs;
+  std::string merge_output;
+  bool allow_missing = false;
+  merge->add_option("inputs", merge_inputs, "shard result files")->required();
+  merge->add_option("-o,--output", merge_output, "merged results file")->required();
+  merge->add_flag("--allow-missing", allow_missing, "merge even when some shards are absent");
+
+  auto* tune = app.add_subcommand("tune", "search each variant's config space per problem; write a tuning table");
+  std::string tune_spec, tune_strategy = "halving", tune_cache, tune_report, tune_gpus_csv;
+  std::string tune_output;
+  double tune_budget = 0.3, tune_point_timeout = -1;
+  uint64_t tune_seed = 0;
+  bool tune_no_cache = false, tune_fake = false;
+  tune->add_option("spec", tune_spec, "sweep spec (problems and variants; configs are searched)")->required();
+  tune->add_option("-o,--output", tune_output, "tuning table (default tuning/<gpu-slug>.json in the source tree); "
+                                               "entries for other buckets already there are kept");
+  tune->add_option("--strategy", tune_strategy, "exhaustive | random | halving (successive halving)")
+      ->check(CLI::IsMember({"exhaustive", "random", "halving"}));
+  tune->add_option("--budget", tune_budget, "random/halving: evaluations per problem, in full-measurement units; "
+                                            "< 1 means that fraction of the candidate configs");
+  tune->add_option("--seed", tune_seed, "random strategy seed");
+  tune->add_option("--cache", tune_cache, "measurement cache (default $FLASHBENCH_CACHE_DIR or ~/.cache/flashbench"
+                                          "/tune-cache.jsonl)");
+  tune->add_flag("--no-cache", tune_no_cache, "measure everything again and record nothing");
+  tune->add_option("--report", tune_report, "also write every measurement and the search's cost as JSON");
+  tune->add_option("--gpus", tune_gpus_csv, "one worker per GPU, e.g. --gpus 0,1");
+  tune->add_option("--point-timeout", tune_point_timeout, "per-measurement deadline in seconds");
+  tune->add_flag("--fake-worker", tune_fake, "workers simulate points without CUDA (tests)")->group("");
 
   auto* probe = app.add_subcommand("probe", "device facts and measured ceilings (bf16 GEMM, device copy)");
   std::string probe_out;
@@ -178,8 +252,24 @@ int main(int argc, char** argv) {
       if (min_time >= 0) spec.timing.min_time_s = min_time;
       if (timeout > 0) spec.timing.timeout_s = timeout;
       if (max_noise > 0) spec.timing.max_noise = max_noise;
+      const auto gpus = parse_gpus(gpus_csv);
+      if (!gpus.empty()) device = gpus.front();
       bool present = false;
       const fb::DeviceInfo dev = device_or_nominal(device, &present);
+      for (int g : gpus)
+        if (present && !fake_worker && g >= fb::device_count())
+          throw fb::UserError("--gpus " + gpus_csv + ": there is no GPU " + std::to_string(g) + " (this machine has " +
+                              std::to_string(fb::device_count()) + ")");
+      if (!configs_override.empty())
+        for (auto& sel : spec.variants) {
+          sel.mode = configs_override == "all"       ? fb::VariantSelection::Mode::all
+                     : configs_override == "tuned" ? fb::VariantSelection::Mode::tuned
+                                                   : fb::VariantSelection::Mode::default_config;
+          sel.configs.clear();
+        }
+      if (point_timeout > 0) spec.timing.point_timeout_s = point_timeout;
+      const auto [shard_index, shard_count] = shard_text.empty() ? std::pair{0, 1} : fb::parse_shard(shard_text);
+      present = present || fake_worker;
       const auto points = fb::plan(spec, fb::catalog(), dev); // unknown variants/configs fail here, before output
       if (dry_run || !present) {
         if (!present && !dry_run)
@@ -193,6 +283,12 @@ int main(int argc, char** argv) {
       opts.device = device;
       opts.measure_ceilings = !no_ceilings;
       opts.verbose = verbose;
+      opts.gpus = gpus;
+      opts.shard_index = shard_index;
+      opts.shard_count = shard_count;
+      opts.resume = resume;
+      opts.fake_worker = fake_worker;
+      opts.fake_delay_ms = fake_delay_ms;
       opts.counters = !no_counters;
       std::istringstream ms(metrics_csv);
       for (std::string m; std::getline(ms, m, ',');)
@@ -224,6 +320,36 @@ int main(int argc, char** argv) {
         return kExitNoDevice;
       }
       return fb::run_check(device, check_only, std::cout);
+    }
+    if (*worker) {
+      wopts.counters = !worker_no_counters;
+      std::istringstream ms(worker_metrics);
+      for (std::string m; std::getline(ms, m, ',');)
+        if (!m.empty()) wopts.extra_metrics.push_back(m);
+      return fb::run_worker(wopts);
+    }
+    if (*merge) {
+      fb::merge_results(merge_inputs, merge_output, allow_missing, std::cout);
+      return 0;
+    }
+    if (*tune) {
+      fb::TuneOptions t;
+      t.strategy = tune_strategy;
+      t.budget = tune_budget;
+      t.seed = tune_seed;
+      t.output_path = tune_output;
+      t.report_path = tune_report;
+      t.cache_path = tune_no_cache ? "" : (tune_cache.empty() ? fb::default_cache_path() : tune_cache);
+      t.gpus = parse_gpus(tune_gpus_csv);
+      if (t.gpus.empty()) t.gpus = {device};
+      t.fake_worker = tune_fake;
+      fb::SweepSpec spec = fb::load_spec(tune_spec);
+      if (tune_point_timeout > 0) spec.timing.point_timeout_s = tune_point_timeout;
+      if (!tune_fake && fb::device_count() <= t.gpus.front()) {
+        std::fprintf(stderr, "flashbench: no CUDA device found; 'tune' needs a GPU\n");
+        return kExitNoDevice;
+      }
+      return fb::run_tune(spec, t, std::cout);
     }
     if (*probe) {
       if (fb::device_count() <= device) {

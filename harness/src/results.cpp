@@ -185,11 +185,18 @@ Result result_from_json(const nlohmann::json& j) {
 
 void write_results_file(const std::string& path, const nlohmann::json& context,
                         const std::vector<Result>& results) {
+  std::vector<nlohmann::json> records;
+  records.reserve(results.size());
+  for (const Result& r : results) records.push_back(to_json(r));
+  write_results_file(path, context, records);
+}
+
+void write_results_file(const std::string& path, const nlohmann::json& context,
+                        const std::vector<nlohmann::json>& records) {
   nlohmann::json doc;
   doc["context"] = context;
   doc["context"]["schema_version"] = kSchemaVersion;
-  doc["benchmarks"] = nlohmann::json::array();
-  for (const Result& r : results) doc["benchmarks"].push_back(to_json(r));
+  doc["benchmarks"] = records;
   namespace fs = std::filesystem;
   const fs::path target(path);
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
@@ -232,9 +239,12 @@ ResultLog::ResultLog(std::string path) : path_(std::move(path)) {
   if (target.has_parent_path()) fs::create_directories(target.parent_path());
 }
 
-void ResultLog::append(const Result& r) {
+void ResultLog::append(const Result& r) { append(to_json(r)); }
+
+void ResultLog::append(const nlohmann::json& record) {
+  // One write per record, so that a kill leaves at most one torn last line (which --resume ignores).
   std::ofstream os(path_, std::ios::app);
-  os << to_json(r).dump() << "\n";
+  os << record.dump() + "\n";
   os.flush();
 }
 

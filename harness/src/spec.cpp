@@ -1,6 +1,7 @@
 #include "flashbench/spec.hpp"
 
 #include "flashbench/errors.hpp"
+#include "flashbench/tuner.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -17,16 +18,19 @@ namespace {
 // Every message starts with file:line:col (1-based) of the node it is about.
 struct Ctx {
   std::string path;
+  // Where nodes that come from no line of the file (a preset's fields) point: the `preset:` entry.
+  YAML::Mark fallback = YAML::Mark::null_mark();
+  YAML::Mark mark_of(const YAML::Node& n) const { return n.Mark().line >= 0 ? n.Mark() : fallback; }
   [[noreturn]] void fail(const YAML::Node& n, const std::string& what) const {
     std::ostringstream os;
     os << path;
-    const YAML::Mark m = n.Mark();
+    const YAML::Mark m = mark_of(n);
     if (m.line >= 0) os << ":" << m.line + 1 << ":" << m.column + 1;
     os << ": " << what;
     throw UserError(os.str());
   }
   std::string where(const YAML::Node& n) const {
-    const YAML::Mark m = n.Mark();
+    const YAML::Mark m = mark_of(n);
     return path + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
   }
 };
@@ -100,7 +104,7 @@ std::vector<YAML::Node> axis_values(const Ctx& c, const YAML::Node& n, const std
 const std::vector<std::string> kProblemFields = {"name",   "batch",    "heads_q", "heads_kv", "heads",
                                                  "gqa",    "seqlen_q", "seqlen_kv", "seqlen", "tokens",
                                                  "hidden", "head_dim", "causal",   "dtype",  "layout",
-                                                 "scale",  "constraints", "kv_lens", "page_size"};
+                                                 "scale",  "constraints", "kv_lens", "page_size", "preset"};
 
 std::string known_list(const std::vector<std::string>& v) {
   std::string s;
@@ -199,8 +203,84 @@ KvLensSpec parse_kv_lens(const Ctx& c, const YAML::Node& n) {
   return k;
 }
 
+// Named shapes of real models: the whole model's attention (all heads on one GPU), bf16. Fields given beside
+// `preset:` replace the preset's fields that set the same thing (replaced_by), so
+// `{preset: llama3-8b-prefill, seqlen: 4096}` keeps the heads and takes one length. Decode is one new token per
+// sequence over a KV cache; with bottom-right alignment causal and not are the same mask there, so it is false.
+struct Preset {
+  const char* name;
+  std::vector<std::pair<std::string, std::vector<std::string>>> fields;
+};
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> p = [] {
+    auto prefill = [](const char* name, const char* heads_q, const char* gqa) {
+      return Preset{name, {{"heads_q", {heads_q}}, {"gqa", {gqa}}, {"head_dim", {"128"}}, {"causal", {"true"}},
+                           {"dtype", {"bf16"}}, {"tokens", {"16384"}}, {"seqlen", {"1024", "2048", "4096", "8192"}}}};
+    };
+    auto decode = [](const char* name, const char* heads_q, const char* gqa) {
+      return Preset{name, {{"heads_q", {heads_q}}, {"gqa", {gqa}}, {"head_dim", {"128"}}, {"causal", {"false"}},
+                           {"dtype", {"bf16"}}, {"batch", {"1", "16", "64"}}, {"seqlen_q", {"1"}},
+                           {"seqlen_kv", {"1024", "4096", "16384", "65536"}}}};
+    };
+    // Llama-3-8B: 32 query heads, 8 KV heads (GQA 4); Llama-3-70B: 64 query heads, 8 KV heads (GQA 8); d = 128.
+    return std::vector<Preset>{prefill("llama3-8b-prefill", "32", "4"), prefill("llama3-70b-prefill", "64", "8"),
+                               decode("llama3-8b-decode", "32", "4"), decode("llama3-70b-decode", "64", "8")};
+  }();
+  return p;
+}
+
+// The preset fields a user's field replaces: the ones that set the same thing, so that e.g. seqlen_kv alone keeps a
+// decode preset's seqlen_q = 1, and heads_q keeps its GQA ratio.
+std::set<std::string> replaced_by(const std::string& f) {
+  if (f == "seqlen") return {"seqlen", "seqlen_q", "seqlen_kv"};
+  if (f == "seqlen_q") return {"seqlen", "seqlen_q"};
+  if (f == "seqlen_kv") return {"seqlen", "seqlen_kv"};
+  if (f == "heads") return {"heads", "heads_q", "heads_kv", "hidden", "gqa"};
+  if (f == "heads_q" || f == "hidden") return {"heads", "heads_q", "hidden"};
+  if (f == "heads_kv" || f == "gqa") return {"heads", "heads_kv", "gqa"};
+  if (f == "batch" || f == "tokens" || f == "kv_lens") return {"batch", "tokens"};
+  return {f};
+}
+
+void expand_problem_entry(const Ctx& c, const YAML::Node& entry, std::vector<AttentionProblem>& out);
+
+// An entry with `preset:` becomes the preset's fields plus the entry's own; errors about preset fields point at
+// the `preset:` line.
+void expand_preset_entry(const Ctx& c, const YAML::Node& entry, std::vector<AttentionProblem>& out) {
+  const YAML::Node name = entry["preset"];
+  std::string known;
+  for (const auto& p : presets()) known += (known.empty() ? "" : ", ") + std::string(p.name);
+  if (!name.IsScalar()) c.fail(name, "preset must be a name; known presets: " + known);
+  const auto it = std::find_if(presets().begin(), presets().end(),
+                               [&](const Preset& p) { return name.Scalar() == p.name; });
+  if (it == presets().end()) c.fail(name, "unknown preset '" + name.Scalar() + "'; known presets: " + known);
+  YAML::Node merged(YAML::NodeType::Map);
+  std::set<std::string> replaced;
+  for (const auto& kv : entry) {
+    const std::string f = kv.first.as<std::string>();
+    if (f == "preset") continue;
+    for (const auto& r : replaced_by(f)) replaced.insert(r);
+    merged[kv.first] = kv.second;
+  }
+  for (const auto& [field, values] : it->fields) {
+    if (replaced.count(field)) continue;
+    YAML::Node v;
+    if (values.size() == 1) {
+      v = YAML::Node(values.front());
+    } else {
+      v = YAML::Node(YAML::NodeType::Sequence);
+      for (const auto& x : values) v.push_back(YAML::Node(x));
+    }
+    merged[field] = v;
+  }
+  Ctx pc = c;
+  pc.fallback = name.Mark();
+  expand_problem_entry(pc, merged, out);
+}
+
 void expand_problem_entry(const Ctx& c, const YAML::Node& entry, std::vector<AttentionProblem>& out) {
   if (!entry.IsMap()) c.fail(entry, "each entry of 'problems' must be a map of fields");
+  if (entry["preset"]) return expand_preset_entry(c, entry, out);
   KvLensSpec kv_lens;
   std::vector<std::pair<std::string, std::vector<YAML::Node>>> axes;
   std::vector<Constraint> constraints;
@@ -327,7 +407,8 @@ void expand_problem_entry(const Ctx& c, const YAML::Node& entry, std::vector<Att
 void parse_timing(const Ctx& c, const YAML::Node& n, TimingPolicy& t) {
   if (!n.IsMap()) c.fail(n, "timing must be a map (min_samples, max_noise, min_time_s, timeout_s, ...)");
   static const std::vector<std::string> known = {"min_samples", "max_noise",   "min_time_s",       "timeout_s",
-                                                 "max_samples", "cold",        "warmup_runs", "throttle_fraction"};
+                                                 "max_samples", "cold",        "warmup_runs", "throttle_fraction",
+                                                 "point_timeout_s"};
   for (const auto& kv : n) {
     const std::string f = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
@@ -339,12 +420,16 @@ void parse_timing(const Ctx& c, const YAML::Node& n, TimingPolicy& t) {
     else if (f == "cold") t.cold = as_bool(c, v, f);
     else if (f == "warmup_runs") t.warmup_runs = static_cast<int>(as_int(c, v, f));
     else if (f == "throttle_fraction") t.throttle_fraction = as_double(c, v, f);
+    else if (f == "point_timeout_s") t.point_timeout_s = as_double(c, v, f);
     else c.fail(kv.first, "unknown timing field '" + f + "'; known: " + known_list(known));
   }
   if (t.min_samples < 1 || t.max_samples < t.min_samples || t.max_noise <= 0 || t.min_time_s < 0 ||
       t.timeout_s <= 0 || t.warmup_runs < 0 || t.throttle_fraction < 0 || t.throttle_fraction > 1)
     c.fail(n, "timing values out of range (need min_samples >= 1, max_samples >= min_samples, max_noise > 0, "
               "timeout_s > 0, 0 <= throttle_fraction <= 1)");
+  if (t.point_timeout_s <= t.timeout_s)
+    c.fail(n, "timing.point_timeout_s (" + std::to_string(t.point_timeout_s) + " s) must exceed timeout_s (" +
+                  std::to_string(t.timeout_s) + " s): the point deadline covers sampling plus verification");
 }
 
 VariantSelection parse_selection(const Ctx& c, const std::string& name, const YAML::Node& key,
@@ -357,7 +442,7 @@ VariantSelection parse_selection(const Ctx& c, const std::string& name, const YA
     for (const auto& kv : v)
       if (kv.first.as<std::string>() != "configs")
         c.fail(kv.first, "unknown field '" + kv.first.as<std::string>() + "' for variant " + name +
-                             "; only 'configs' (all | default | a list of configs)");
+                             "; only 'configs' (all | default | tuned | a list of configs)");
     configs = v["configs"];
     if (!configs) c.fail(v, "variant " + name + ": add 'configs: all | default | [ {param: value}, ... ]'");
   }
@@ -366,7 +451,8 @@ VariantSelection parse_selection(const Ctx& c, const std::string& name, const YA
   } else if (configs.IsScalar()) {
     if (configs.Scalar() == "all") s.mode = VariantSelection::Mode::all;
     else if (configs.Scalar() == "default") s.mode = VariantSelection::Mode::default_config;
-    else c.fail(configs, "configs must be 'all', 'default' or a list of {param: value} maps");
+    else if (configs.Scalar() == "tuned") s.mode = VariantSelection::Mode::tuned;
+    else c.fail(configs, "configs must be 'all', 'default', 'tuned' or a list of {param: value} maps");
   } else if (configs.IsSequence()) {
     s.mode = VariantSelection::Mode::list;
     if (configs.size() == 0) c.fail(configs, "empty config list for " + name + "; use 'default' or list configs");
@@ -380,7 +466,7 @@ VariantSelection parse_selection(const Ctx& c, const std::string& name, const YA
       s.configs.push_back(m);
     }
   } else {
-    c.fail(configs, "configs must be 'all', 'default' or a list of {param: value} maps");
+    c.fail(configs, "configs must be 'all', 'default', 'tuned' or a list of {param: value} maps");
   }
   return s;
 }
@@ -457,6 +543,8 @@ std::vector<PlannedPoint> plan(const SweepSpec& spec, const Registry& registry, 
     case VariantSelection::Mode::default_config:
       configs.emplace_back(v->space().default_config(), std::nullopt);
       break;
+    case VariantSelection::Mode::tuned: // per problem, below
+      break;
     case VariantSelection::Mode::list:
       for (const auto& m : sel.configs) {
         try {
@@ -468,9 +556,16 @@ std::vector<PlannedPoint> plan(const SweepSpec& spec, const Registry& registry, 
       }
       break;
     }
-    for (const auto& p : spec.problems)
+    for (const auto& p : spec.problems) {
+      std::string source;
+      if (sel.mode == VariantSelection::Mode::tuned) {
+        auto [cfg, why] = tuned_config(*v, p, dev);
+        configs.assign(1, {cfg, std::nullopt});
+        source = why;
+      }
       for (const auto& [cfg, invalid] : configs) {
-        PlannedPoint pt{v, cfg, p, invalid};
+        PlannedPoint pt{v, cfg, p, invalid, {}};
+        pt.config_source = source;
         if (!pt.skip_reason) {
           Support sup = v->supports(p, cfg, dev);
           if (!sup.ok) pt.skip_reason = sup.reason;
@@ -480,6 +575,7 @@ std::vector<PlannedPoint> plan(const SweepSpec& spec, const Registry& registry, 
         });
         if (!dup) out.push_back(std::move(pt));
       }
+    }
   }
   return out;
 }

@@ -37,6 +37,7 @@ struct Worker {
   int from_child = -1; // its result fd
   std::string buffer;  // bytes read but not yet a full line
   bool ready = false;  // hello received
+  bool retiring = false; // said it exits after its last record (context lost): no more tasks
   std::optional<size_t> task; // index into the current run's task vector
   std::string phase;
   Clock::time_point spawned, dispatched;
@@ -103,6 +104,7 @@ struct Supervisor::Impl {
     w.from_child = out[0];
     w.buffer.clear();
     w.ready = false;
+    w.retiring = false;
     w.task.reset();
     w.phase.clear();
     w.last_affinity.clear();
@@ -173,6 +175,7 @@ void Supervisor::run(const std::vector<SupervisorTask>& tasks, const SupervisorC
   Impl& s = *impl_;
   std::deque<size_t> pending;
   for (size_t i = 0; i < tasks.size(); ++i) pending.push_back(i);
+  std::vector<int> requeued(tasks.size(), 0);
   size_t done = 0;
 
   auto finish_lost = [&](Worker& w, Status st, const std::string& reason) {
@@ -196,11 +199,19 @@ void Supervisor::run(const std::vector<SupervisorTask>& tasks, const SupervisorC
     const bool was_ready = w.ready;
     const int status = s.reap(w);
     const std::string how = describe_wait_status(status);
-    if (w.task) {
+    if (w.task && w.phase == "dispatch" && requeued[*w.task] < 2) {
+      // It died before it started this task (between points): the task never ran, so it goes back to the queue.
+      ++requeued[*w.task];
+      pending.push_front(*w.task);
+      w.task.reset();
+    } else if (w.task) {
       finish_lost(w, Status::crashed,
                   "worker process (GPU " + std::to_string(w.device) + ") died with " + how +
                       (w.phase.empty() ? std::string() : " during " + w.phase) + "; no record was written");
     }
+    if (!was_ready && WIFEXITED(status) && WEXITSTATUS(status) == kExitUserError)
+      throw UserError("a worker on GPU " + std::to_string(w.device) +
+                      " refused its arguments (its message is above); fix them and run again");
     if (!was_ready) {
       ++w.failed_starts;
       w.last_failure = "worker on GPU " + std::to_string(w.device) + " ended before it was ready (" + how + ")";
@@ -233,6 +244,7 @@ void Supervisor::run(const std::vector<SupervisorTask>& tasks, const SupervisorC
       }
       const size_t t = *w.task;
       w.task.reset();
+      w.retiring = m.value("exiting", false);
       ++done;
       if (cb.on_record) cb.on_record(tasks[t].id, m.value("record", nlohmann::json::object()));
     }
@@ -245,7 +257,7 @@ void Supervisor::run(const std::vector<SupervisorTask>& tasks, const SupervisorC
       if (w.disabled) continue;
       any_usable = true;
       if (!w.alive() && !pending.empty()) s.spawn(w);
-      if (w.alive() && w.ready && !w.task && !pending.empty()) {
+      if (w.alive() && w.ready && !w.retiring && !w.task && !pending.empty()) {
         const size_t t = take(w);
         nlohmann::json payload = tasks[t].payload;
         payload["id"] = tasks[t].id;

@@ -6,7 +6,8 @@
 #include "flashbench/nvtx.hpp"
 #include "flashbench/probe.hpp"
 #include "flashbench/results.hpp"
-#include "point_runner.hpp"
+#include "supervisor.hpp"
+#include "worker.hpp"
 
 #include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
@@ -21,14 +22,15 @@
 #include <map>
 #include <memory>
 #include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <set>
 #include <unistd.h>
 
 namespace fb {
 
 namespace {
-
-// Seconds a single verification launch may run before the point is declared hung.
-constexpr double kLaunchDeadlineS = 120.0;
 
 std::string iso_date() {
   const std::time_t t = std::time(nullptr);
@@ -62,23 +64,6 @@ nlohmann::json base_context(const SweepSpec& spec, const DeviceInfo& dev) {
   return c;
 }
 
-Result make_result(const PlannedPoint& pt) {
-  Result r;
-  r.variant = pt.variant->name();
-  r.config = pt.config;
-  r.config_str = pt.variant->space().to_string(pt.config);
-  r.config_json = pt.variant->space().to_json(pt.config);
-  r.problem = pt.problem;
-  r.flops = flops(pt.problem);
-  r.bytes_min = min_bytes(pt.problem);
-  r.bytes_model = pt.variant->model_bytes(pt.problem, pt.config);
-  if (pt.skip_reason) {
-    r.status = Status::skipped;
-    r.reason = *pt.skip_reason;
-  }
-  return r;
-}
-
 std::string human(double x, const char* unit) {
   std::ostringstream os;
   const char* prefixes[] = {"", "K", "M", "G", "T", "P"};
@@ -91,18 +76,21 @@ std::string human(double x, const char* unit) {
   return os.str();
 }
 
-void print_summary(const std::vector<Result>& results) {
+void print_summary(const std::vector<nlohmann::json>& records) {
   std::printf("\n%-14s %-44s %-40s %-9s %11s %8s %7s\n", "variant", "config", "problem", "status",
               "median_us", "TFLOPs", "cv%");
-  for (const Result& r : results) {
-    const std::string cfg = r.config_str.size() > 44 ? r.config_str.substr(0, 41) + "..." : r.config_str;
-    if (r.status == Status::ok && r.timing)
-      std::printf("%-14s %-44s %-40s %-9s %11.2f %8.2f %7.2f%s\n", r.variant.c_str(), cfg.c_str(),
-                  key(r.problem).c_str(), "ok", r.timing->median_us, r.tflops(), r.timing->cv * 100,
-                  r.timing->noisy ? " noisy" : "");
+  for (const auto& j : records) {
+    std::string cfg = j.value("config_str", "");
+    if (cfg.size() > 44) cfg = cfg.substr(0, 41) + "...";
+    const std::string status = j.value("status", "?");
+    const std::string problem = j.contains("problem") ? key(j["problem"].get<AttentionProblem>()) : "?";
+    if (status == "ok" && j.value("median_us", nlohmann::json()).is_number())
+      std::printf("%-14s %-44s %-40s %-9s %11.2f %8.2f %7.2f%s\n", j.value("variant", "").c_str(), cfg.c_str(),
+                  problem.c_str(), "ok", j["median_us"].get<double>(), j.value("tflops", 0.0),
+                  j.value("cv", 0.0) * 100, j.value("noisy", false) ? " noisy" : "");
     else
-      std::printf("%-14s %-44s %-40s %-9s %s\n", r.variant.c_str(), cfg.c_str(), key(r.problem).c_str(),
-                  to_string(r.status), r.reason.substr(0, 120).c_str());
+      std::printf("%-14s %-44s %-40s %-9s %s\n", j.value("variant", "").c_str(), cfg.c_str(), problem.c_str(),
+                  status.c_str(), j.value("reason", "").substr(0, 120).c_str());
   }
 }
 
@@ -114,29 +102,6 @@ std::string nvtx_name(const Result& r) {
   std::replace(n.begin(), n.end(), '/', ':');
   return n;
 }
-
-namespace {
-
-// The profile pass: CUPTI counters over one cold launch (a pass of its own, after timing), and the theoretical
-// occupancy of each kernel the variant lists.
-void measure_counters_and_occupancy(Result& r, const PlannedPoint& pt, const LaunchArgs& args,
-                                    CounterSession* counters, Timer& timer, const DeviceInfo& dev,
-                                    cudaStream_t stream) {
-  ScopedRange range{"profile"};
-  for (const KernelDesc& k : pt.variant->kernels(pt.problem, pt.config)) r.occupancy.push_back(theoretical_occupancy(dev, k));
-  if (!counters) return;
-  r.counters = counters->profile(
-      r.name(), [&](cudaStream_t s) { pt.variant->launch(pt.problem, pt.config, args, s); },
-      [&] { timer.flush_l2(); }, stream);
-}
-
-// Console output from Google Benchmark, minus its own context banner (flashbench prints the device instead).
-class QuietConsoleReporter : public benchmark::ConsoleReporter {
-public:
-  bool ReportContext(const Context&) override { return true; }
-};
-
-} // namespace
 
 void print_plan(std::ostream& os, const SweepSpec& spec, const std::vector<PlannedPoint>& points,
                 const DeviceInfo& dev) {
@@ -173,145 +138,290 @@ void print_plan(std::ostream& os, const SweepSpec& spec, const std::vector<Plann
        << human(flops(pt.problem), "FLOP") << ", min " << human(min_bytes(pt.problem), "B") << ", model "
        << human(pt.variant->model_bytes(pt.problem, pt.config), "B");
     if (pt.skip_reason) os << "  (" << *pt.skip_reason << ")";
+    if (!pt.config_source.empty()) os << "  [" << pt.config_source << "]";
     os << "\n";
   }
 }
 
+std::pair<int, int> parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  try {
+    if (slash == std::string::npos) throw std::invalid_argument(text);
+    size_t u1 = 0, u2 = 0;
+    const int i = std::stoi(text.substr(0, slash), &u1), n = std::stoi(text.substr(slash + 1), &u2);
+    if (u1 != slash || u2 != text.size() - slash - 1 || n < 1 || i < 0 || i >= n) throw std::invalid_argument(text);
+    return {i, n};
+  } catch (const std::exception&) {
+    throw UserError("--shard '" + text + "': expected i/n with 0 <= i < n, e.g. --shard 0/4");
+  }
+}
+
+std::pair<size_t, size_t> shard_range(size_t n, int index, int count) {
+  const auto at = [&](int k) { return n * static_cast<size_t>(k) / static_cast<size_t>(count); };
+  return {at(index), at(index + 1)};
+}
+
+std::string hash_hex(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string build_id() {
+  static const std::string id = [] {
+    // Word-wise FNV-style mixing: the executable is tens of MB, hashed once per process.
+    uint64_t h = 1469598103934665603ull;
+    std::ifstream is("/proc/self/exe", std::ios::binary);
+    std::vector<char> buf(1 << 20);
+    while (is) {
+      is.read(buf.data(), static_cast<std::streamsize>(buf.size()));
+      const size_t n = static_cast<size_t>(is.gcount());
+      size_t i = 0;
+      for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        std::memcpy(&w, buf.data() + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29;
+      }
+      for (; i < n; ++i) h = (h ^ static_cast<unsigned char>(buf[i])) * 1099511628211ull;
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+    return std::string(FLASHBENCH_GIT_SHA) + "+" + hex;
+  }();
+  return id;
+}
+
+std::string plan_hash(const SweepSpec& spec, const std::vector<PlannedPoint>& points) {
+  std::string text = spec.name + "\n" + nlohmann::json(spec.timing).dump() + "\n";
+  for (const auto& pt : points) text += make_result(pt).name() + "\n";
+  return hash_hex(text);
+}
+
+namespace {
+
+// Records already in a partial log (one JSON object a line). A line cut short by kill -9 is ignored.
+std::vector<nlohmann::json> read_partial_log(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream is(path);
+  std::string line;
+  while (std::getline(is, line)) {
+    if (line.empty()) continue;
+    try {
+      nlohmann::json j = nlohmann::json::parse(line);
+      if (j.is_object() && j.contains("name") && j.contains("status")) out.push_back(std::move(j));
+    } catch (const nlohmann::json::exception&) {
+    }
+  }
+  return out;
+}
+
+bool is_bad_status(const std::string& s) { return s == "incorrect" || s == "crashed" || s == "timeout"; }
+
+} // namespace
+
 int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
-  FB_CUDA_CHECK(cudaSetDevice(opts.device));
-  const DeviceInfo dev = query_device(opts.device);
+  const std::vector<int> gpus = opts.gpus.empty() ? std::vector<int>{opts.device} : opts.gpus;
+  // The parent only reads device properties (no context); every CUDA context lives in a worker.
+  const DeviceInfo dev = opts.fake_worker ? nominal_device() : query_device(gpus.front());
+  if (!opts.fake_worker)
+    for (int g : gpus)
+      if (query_device(g).name != dev.name)
+        throw UserError("--gpus mixes " + dev.name + " and " + query_device(g).name +
+                        "; one sweep runs on one kind of GPU (run one per kind, then compare)");
   const std::vector<PlannedPoint> points = plan(spec, catalog(), dev);
-  std::printf("flashbench %s (%s) on %s, SM %d.%d, %d SMs, driver %s, CUDA runtime %d\n", FLASHBENCH_VERSION,
-              FLASHBENCH_GIT_SHA, dev.name.c_str(), dev.cc_major, dev.cc_minor, dev.sm_count,
-              dev.driver_version_string.c_str(), dev.runtime_version);
+  const auto [begin, end] = shard_range(points.size(), opts.shard_index, opts.shard_count);
+  std::printf("flashbench %s (%s) on %s, SM %d.%d, %d SMs, driver %s, CUDA runtime %d; %zu GPU worker(s)\n",
+              FLASHBENCH_VERSION, FLASHBENCH_GIT_SHA, dev.name.c_str(), dev.cc_major, dev.cc_minor, dev.sm_count,
+              dev.driver_version_string.c_str(), dev.runtime_version, gpus.size());
+  if (opts.shard_count > 1)
+    std::printf("shard %d/%d: points %zu..%zu of %zu\n", opts.shard_index, opts.shard_count, begin,
+                end == begin ? begin : end - 1, points.size());
 
   nlohmann::json context = base_context(spec, dev);
-  std::vector<std::string> metrics = default_metrics();
-  for (const auto& m : opts.extra_metrics)
-    if (std::find(metrics.begin(), metrics.end(), m) == metrics.end()) metrics.push_back(m);
-  std::unique_ptr<CounterSession> counters;
-  if (opts.counters) {
-    counters = std::make_unique<CounterSession>(dev, metrics); // unknown metric names throw UserError here
-    if (!counters->available())
-      std::fprintf(stderr, "flashbench: warning: hardware counters unavailable (%s); metrics will be null\n",
-                   counters->reason().c_str());
-    context["counters"] = {{"metrics", metrics}, {"available", counters->available()},
-                           {"passes", counters->passes()}, {"reason", counters->reason()}};
-  }
-  if (opts.measure_ceilings) {
-    try {
-      const Ceilings c = measure_ceilings(dev);
-      context["ceilings"] = c;
-      std::printf("ceilings: bf16 GEMM %.0f TFLOP/s, device copy %.0f GB/s (read+write)\n", c.gemm_bf16_tflops,
-                  c.copy_gbps);
-    } catch (const std::exception& e) {
-      context["ceilings_reason"] = e.what();
-      std::fprintf(stderr, "flashbench: warning: ceilings not measured: %s\n", e.what());
-    }
-  }
+  context["plan_hash"] = plan_hash(spec, points);
+  context["build_id"] = build_id();
+  context["plan_points"] = points.size();
+  context["shard"] = {{"index", opts.shard_index}, {"count", opts.shard_count}, {"begin", begin}, {"end", end}};
+  context["gpus"] = gpus;
+  if (opts.fake_worker) context["fake_worker"] = true;
 
-  std::vector<Result> results;
-  results.reserve(points.size());
-  for (const auto& pt : points) results.push_back(make_result(pt));
+  std::vector<std::optional<nlohmann::json>> records(points.size());
+  std::map<std::string, size_t> index_of;
+  for (size_t i = begin; i < end; ++i) index_of[make_result(points[i]).name()] = i;
+
   ResultLog log(opts.output_path + ".partial.jsonl");
-  std::filesystem::remove(log.path());
-
-  cudaStream_t stream;
-  FB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  PointRunner runner(dev, stream);
-  Timer timer(dev, stream);
-  std::string context_lost; // set after a sticky error or a hung kernel: nothing more can run in this process
-
-  for (size_t i = 0; i < points.size(); ++i) {
-    if (points[i].skip_reason) {
-      log.append(results[i]);
-      continue;
-    }
-    const std::string name = results[i].name();
-    benchmark::RegisterBenchmark(name.c_str(), [&, i](benchmark::State& state) {
-      Result& r = results[i];
-      const PlannedPoint& pt = points[i];
-      for (auto _ : state) {
-        if (!context_lost.empty()) {
-          r.status = Status::crashed;
-          r.reason = "not run: " + context_lost;
-          state.SkipWithError(r.reason.c_str());
-          break;
-        }
-        ScopedRange point_range{nvtx_name(r).c_str()};
-        try {
-          runner.prepare(pt.problem);
-          r.seed = runner.seed();
-          VerifyResult v = runner.verify(*pt.variant, pt.config, kLaunchDeadlineS);
-          r.verification = v;
-          if (!v.pass) {
-            r.status = Status::incorrect;
-            r.reason = v.summary();
-            state.SkipWithError(("incorrect: " + r.reason).c_str());
-            break;
-          }
-          const LaunchArgs args = runner.args();
-          TimingStats t = timer.measure(
-              [&](cudaStream_t s) { pt.variant->launch(pt.problem, pt.config, args, s); }, spec.timing);
-          r.timing = t;
-          r.status = Status::ok;
-          if (t.noisy) r.reason = "noise target not met: cv " + std::to_string(t.cv * 100) + "%";
-          state.SetIterationTime(t.median_us * 1e-6);
-          state.counters["TFLOPs"] = r.tflops();
-          state.counters["cv_pct"] = t.cv * 100;
-          state.counters["samples"] = static_cast<double>(t.samples_us.size());
-          state.counters["sm_MHz"] = t.sm_clock_mhz;
-          measure_counters_and_occupancy(r, pt, args, counters.get(), timer, dev, stream);
-        } catch (const PointTimeout& e) {
-          r.status = Status::timeout;
-          r.reason = e.what();
-          context_lost = "an earlier point (" + r.name() + ") hung";
-          state.SkipWithError(r.reason.c_str());
-        } catch (const CudaError& e) {
-          if (e.code() == cudaErrorMemoryAllocation) {
-            cudaGetLastError();
-            r.status = Status::skipped;
-            r.reason = std::string("out of device memory: ") + e.what();
-          } else {
-            r.status = Status::crashed;
-            r.reason = e.what();
-            if (e.sticky()) context_lost = "the CUDA context was lost at " + r.name() + " (" + e.what() + ")";
-          }
-          state.SkipWithError(r.reason.c_str());
-        } catch (const std::exception& e) {
-          r.status = Status::crashed;
-          r.reason = e.what();
-          state.SkipWithError(r.reason.c_str());
-        }
+  auto keep = [&](size_t i, nlohmann::json rec) {
+    rec["point_index"] = i;
+    log.append(rec);
+    records[i] = std::move(rec);
+  };
+  if (opts.resume) {
+    size_t kept = 0, foreign = 0;
+    for (auto& rec : read_partial_log(log.path())) {
+      const auto it = index_of.find(rec.value("name", ""));
+      if (it == index_of.end() || records[it->second]) {
+        ++foreign;
+        continue;
       }
-      log.append(r);
-    })
-        ->Iterations(1)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+      rec["point_index"] = it->second;
+      records[it->second] = std::move(rec);
+      ++kept;
+    }
+    // Rewrite the log with exactly the kept records (drops a torn last line and records of other plans), through
+    // a rename so that a kill during the rewrite loses nothing.
+    {
+      const std::string tmp = log.path() + ".tmp";
+      std::ofstream os(tmp, std::ios::trunc);
+      for (size_t i = begin; i < end; ++i)
+        if (records[i]) os << records[i]->dump() + "\n";
+      os.close();
+      if (!os) throw UserError("cannot rewrite " + tmp + " (disk full?)");
+      std::filesystem::rename(tmp, log.path());
+    }
+    std::printf("resume: %zu finished points kept from %s%s\n", kept, log.path().c_str(),
+                foreign ? (", " + std::to_string(foreign) + " records not in this plan ignored").c_str() : "");
+  } else {
+    std::filesystem::remove(log.path());
+  }
+  for (size_t i = begin; i < end; ++i)
+    if (points[i].skip_reason && !records[i]) keep(i, to_json(make_result(points[i])));
+
+  const double point_timeout = opts.point_timeout_s > 0 ? opts.point_timeout_s : spec.timing.point_timeout_s;
+  std::vector<SupervisorTask> tasks;
+  for (size_t i = begin; i < end; ++i)
+    if (!records[i]) tasks.push_back({i, task_payload(points[i], spec.timing, point_timeout), key(points[i].problem)});
+  std::printf("%zu points to run, %zu already recorded\n", tasks.size(), (end - begin) - tasks.size());
+
+  if (!tasks.empty()) {
+    SupervisorOptions so;
+    so.devices = gpus;
+    so.point_timeout_s = point_timeout;
+    so.verbose = opts.verbose;
+    so.worker_args = [&](int, bool first) {
+      std::vector<std::string> a;
+      if (first && opts.measure_ceilings) a.push_back("--ceilings");
+      if (!opts.counters) a.push_back("--no-counters");
+      std::string metrics;
+      for (const auto& m : opts.extra_metrics) metrics += (metrics.empty() ? "" : ",") + m;
+      if (!metrics.empty()) a.insert(a.end(), {"--metrics", metrics});
+      if (opts.fake_worker) a.insert(a.end(), {"--fake", "--fake-delay-ms", std::to_string(opts.fake_delay_ms)});
+      return a;
+    };
+    bool have_hello = false;
+    SupervisorCallbacks cb;
+    cb.on_hello = [&](const nlohmann::json& hello) {
+      if (hello.contains("ceilings") && context["ceilings"].is_null()) {
+        context["ceilings"] = hello["ceilings"];
+        std::printf("ceilings: bf16 GEMM %.0f TFLOP/s, device copy %.0f GB/s (read+write)\n",
+                    hello["ceilings"].value("gemm_bf16_tflops", 0.0), hello["ceilings"].value("copy_gbps", 0.0));
+      }
+      if (hello.contains("ceilings_reason")) context["ceilings_reason"] = hello["ceilings_reason"];
+      if (have_hello) return;
+      have_hello = true;
+      if (hello.contains("counters")) {
+        context["counters"] = hello["counters"];
+        if (!hello["counters"].value("available", false))
+          std::fprintf(stderr, "flashbench: warning: hardware counters unavailable (%s); metrics will be null\n",
+                       hello["counters"].value("reason", "").c_str());
+      }
+    };
+    cb.on_record = [&](size_t id, nlohmann::json rec) {
+      if (opts.verbose || is_bad_status(rec.value("status", "")))
+        std::fprintf(stderr, "flashbench: %s: %s%s%s\n", rec.value("name", "").c_str(),
+                     rec.value("status", "").c_str(), rec.value("reason", "").empty() ? "" : ": ",
+                     rec.value("reason", "").c_str());
+      keep(id, std::move(rec));
+    };
+    cb.on_lost = [&](size_t id, Status st, std::string reason) {
+      Result r = make_result(points[id]);
+      r.status = st;
+      r.reason = std::move(reason);
+      std::fprintf(stderr, "flashbench: %s: %s: %s\n", r.name().c_str(), to_string(st), r.reason.c_str());
+      keep(id, to_json(r));
+    };
+    Supervisor supervisor(so);
+    supervisor.run(tasks, cb);
+    context["workers_started"] = supervisor.workers_started();
   }
 
-  int argc = 1;
-  char arg0[] = "flashbench";
-  char* argv[] = {arg0, nullptr};
-  benchmark::Initialize(&argc, argv);
-  QuietConsoleReporter console;
-  benchmark::RunSpecifiedBenchmarks(&console);
-  benchmark::ClearRegisteredBenchmarks();
-  cudaStreamDestroy(stream);
-
-  write_results_file(opts.output_path, context, results);
+  std::vector<nlohmann::json> out;
+  for (size_t i = begin; i < end; ++i) out.push_back(*records[i]);
+  write_results_file(opts.output_path, context, out);
   std::filesystem::remove(log.path());
-  print_summary(results);
+  print_summary(out);
   int bad = 0, ok = 0, skipped = 0;
-  for (const Result& r : results) {
-    if (r.status == Status::ok) ++ok;
-    else if (r.status == Status::skipped) ++skipped;
+  for (const auto& j : out) {
+    const std::string st = j.value("status", "");
+    if (st == "ok") ++ok;
+    else if (st == "skipped") ++skipped;
     else ++bad;
   }
   std::printf("\n%d ok, %d skipped, %d incorrect/crashed/timeout; results in %s\n", ok, skipped, bad,
               opts.output_path.c_str());
   return bad ? 1 : 0;
+}
+
+void merge_results(const std::vector<std::string>& inputs, const std::string& output, bool allow_missing,
+                   std::ostream& log) {
+  if (inputs.empty()) throw UserError("merge: give the shard files to join, e.g. merge a.json b.json -o all.json");
+  nlohmann::json context;
+  std::string first;
+  int count = 0;
+  std::set<int> shards;
+  std::map<std::string, std::string> seen; // point name -> file
+  std::vector<nlohmann::json> records;
+  for (const auto& path : inputs) {
+    const nlohmann::json doc = read_results_file(path);
+    const nlohmann::json& c = doc["context"];
+    for (const char* field : {"plan_hash", "build_id", "shard"})
+      if (!c.contains(field))
+        throw UserError(path + ": no context." + field + "; it was not written by 'flashbench run' of this version");
+    const int index = c["shard"].value("index", 0), n = c["shard"].value("count", 1);
+    if (first.empty()) {
+      first = path;
+      context = c;
+      count = n;
+    } else {
+      auto same = [&](const char* field, const nlohmann::json& a, const nlohmann::json& b, const char* what) {
+        if (a != b)
+          throw UserError(path + ": " + field + " " + a.dump() + " differs from " + first + "'s " + b.dump() +
+                          "; " + what);
+      };
+      same("plan_hash", c["plan_hash"], context["plan_hash"], "shards must come from the same spec and plan");
+      same("build_id", c["build_id"], context["build_id"], "shards must come from the same build");
+      same("device", c.value("device", nlohmann::json()).value("name", nlohmann::json()),
+           context.value("device", nlohmann::json()).value("name", nlohmann::json()),
+           "shards must run on the same kind of GPU");
+      same("shard count", nlohmann::json(n), nlohmann::json(count), "shards must split the plan the same way");
+    }
+    if (!shards.insert(index).second)
+      throw UserError(path + ": shard " + std::to_string(index) + "/" + std::to_string(n) +
+                      " is given twice; pass each shard file once");
+    for (const auto& rec : doc["benchmarks"]) {
+      const std::string name = rec.value("name", "");
+      const auto [it, fresh] = seen.emplace(name, path);
+      if (!fresh) throw UserError(path + ": point " + name + " is also in " + it->second + "; shards overlap");
+      records.push_back(rec);
+    }
+  }
+  if (!allow_missing && static_cast<int>(shards.size()) != count) {
+    std::string missing;
+    for (int i = 0; i < count; ++i)
+      if (!shards.count(i)) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+    throw UserError("merge: shard(s) " + missing + " of " + std::to_string(count) +
+                    " missing; add their files or pass --allow-missing");
+  }
+  std::stable_sort(records.begin(), records.end(), [](const nlohmann::json& a, const nlohmann::json& b) {
+    return a.value("point_index", size_t(0)) < b.value("point_index", size_t(0));
+  });
+  context["shard"] = {{"index", 0}, {"count", 1}, {"begin", 0}, {"end", context.value("plan_points", records.size())}};
+  context["merged_from"] = inputs;
+  write_results_file(output, context, records);
+  log << "merged " << records.size() << " records from " << inputs.size() << " file(s) (" << shards.size() << " of "
+      << count << " shards) into " << output << "\n";
 }
 
 } // namespace fb

@@ -159,7 +159,9 @@ bool measure_point(Result& r, const PlannedPoint& pt, const TimingPolicy& timing
     }
     r.status = Status::crashed;
     r.reason = e.what();
-    return e.sticky();
+    // Sticky errors poison the context; an error not on that list still counts as lost when the device no
+    // longer synchronises cleanly, so the next point never inherits it.
+    return e.sticky() || cudaDeviceSynchronize() != cudaSuccess;
   } catch (const std::exception& e) {
     // A config the variant rejects at launch, or a host-side failure: this point only.
     r.timing.reset();
@@ -259,6 +261,7 @@ int run_worker(const WorkerOptions& o) {
     if (line.empty()) continue;
     const nlohmann::json task = nlohmann::json::parse(line);
     const size_t id = task.at("id").get<size_t>();
+    ch.send({{"type", "phase"}, {"id", id}, {"phase", "start"}});
     const PlannedPoint pt = point_from_task(task);
     const TimingPolicy timing = timing_from_json(task.value("timing", nlohmann::json::object()));
     const double deadline = task.value("launch_deadline_s", 120.0);
@@ -292,7 +295,7 @@ int run_worker(const WorkerOptions& o) {
       benchmark::RunSpecifiedBenchmarks(&console);
       benchmark::ClearRegisteredBenchmarks();
     }
-    ch.send({{"type", "result"}, {"id", id}, {"record", to_json(r)}});
+    ch.send({{"type", "result"}, {"id", id}, {"record", to_json(r)}, {"exiting", lost}});
     if (lost) {
       // Nothing more can run in this context; tearing it down could hang too, so leave at once.
       std::fflush(nullptr);

@@ -70,19 +70,46 @@ struct LaneChunks {
   __device__ __forceinline__ uint32_t at(int kk) const { return (kk / 4) * 128 + off[kk % 4]; }
 };
 
+// Hides a value from the optimiser: the compiler can neither hoist what is computed from it out of a loop nor keep
+// per-iteration copies of it live. Used for the cp.async addressing inside the K/V loop, whose loop-invariant parts
+// (one 64-bit row offset per chunk) ptxas otherwise hoists into ~30 registers and, at 32 rows/warp, spills.
+__device__ __forceinline__ int64_t opaque(int64_t x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
 // Rows [row0, row0 + ROWS) of a [seq, D] slice (row stride `stride` elements) into a swizzled tile; rows at or
-// past `limit` are zero-filled.
-template <int D, int ROWS, int THREADS, class T>
+// past `limit` are zero-filled. Thread tid copies column chunk tid % (D/8) of rows tid / (D/8) + it·RSTEP: one
+// 64-bit pointer walked by RSTEP rows per chunk and one remaining-rows count, both opaque, so the loop costs a
+// handful of registers whatever ROWS is.
+// WALK = false keeps the plain per-chunk addressing (split_k and the prologue, where it compiles tighter).
+template <int D, int ROWS, int THREADS, bool WALK = false, class T>
 __device__ __forceinline__ void load_tile(uint32_t dst, const T* src, int64_t stride, int64_t row0, int64_t limit,
                                           int tid) {
   constexpr int kChunks = ROWS * D / 8;
+  if constexpr (WALK && THREADS % (D / 8) == 0 && kChunks % THREADS == 0) {
+    constexpr int RSTEP = THREADS / (D / 8);
+    const int r0 = tid / (D / 8), ch = tid % (D / 8);
+    const int64_t st = opaque(stride);
+    const int64_t rem = opaque(limit - row0) - r0; // rows left from this thread's first row
+    const T* p = src + (row0 + r0) * st + ch * 8;
+    const uint32_t d0 = dst + swz<D>(r0, ch); // r0 + it·RSTEP has the same row % 8 when RSTEP % 8 == 0
 #pragma unroll
-  for (int it = 0; it < (kChunks + THREADS - 1) / THREADS; ++it) {
-    const int idx = it * THREADS + tid;
-    if (kChunks % THREADS == 0 || idx < kChunks) {
-      const int r = idx / (D / 8), ch = idx % (D / 8);
-      const bool ok = row0 + r < limit;
-      cp_async_16(dst + swz<D>(r, ch), ok ? src + (row0 + r) * stride + ch * 8 : src, ok);
+    for (int it = 0; it < kChunks / THREADS; ++it) {
+      const bool ok = it * RSTEP < rem;
+      const uint32_t d = RSTEP % 8 == 0 ? d0 + it * RSTEP * D * 2 : dst + swz<D>(r0 + it * RSTEP, ch);
+      cp_async_16(d, ok ? p : src, ok);
+      p += RSTEP * st;
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < (kChunks + THREADS - 1) / THREADS; ++it) {
+      const int idx = it * THREADS + tid;
+      if (kChunks % THREADS == 0 || idx < kChunks) {
+        const int r = idx / (D / 8), ch = idx % (D / 8);
+        const bool ok = row0 + r < limit;
+        cp_async_16(dst + swz<D>(r, ch), ok ? src + (row0 + r) * stride + ch * 8 : src, ok);
+      }
     }
   }
 }
@@ -102,7 +129,11 @@ __device__ __forceinline__ void qk_gemm(float (&s)[MT][NT][4], uint32_t sQ, int 
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
-  auto step = [&](uint32_t q_off, uint32_t k_off) {
+  // One k-step: the MT Q fragments first, then one 16-key K fragment at a time feeding every row tile, so the live
+  // operands are 4·MT + 4 registers (not 4·MT + 2·NT) and each K fragment is still read once per warp.
+  // ROLLED (split_k, many row tiles per warp) keeps version 1's order: every K fragment of the step first, then one
+  // Q fragment per row tile.
+  auto step_k_first = [&](uint32_t q_off, uint32_t k_off) {
     uint32_t kb[NT / 2][4];
 #pragma unroll
     for (int n2 = 0; n2 < NT / 2; ++n2) ldmatrix_x4(kb[n2], k_base + n2 * 16 * D * 2 + k_off);
@@ -117,11 +148,27 @@ __device__ __forceinline__ void qk_gemm(float (&s)[MT][NT][4], uint32_t sQ, int 
       }
     }
   };
+  auto step = [&](uint32_t q_off, uint32_t k_off) {
+    uint32_t qa[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(qa[mt], q_base + mt * 16 * D * 2 + q_off);
+#pragma unroll
+    for (int n2 = 0; n2 < NT / 2; ++n2) {
+      uint32_t kb[4];
+      ldmatrix_x4(kb, k_base + n2 * 16 * D * 2 + k_off);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        Mma<T>::run(s[mt][2 * n2], qa[mt], kb[0], kb[1]);
+        Mma<T>::run(s[mt][2 * n2 + 1], qa[mt], kb[2], kb[3]);
+      }
+    }
+  };
   if constexpr (ROLLED) {
     const int x = lane & 7, qcol = lane / 16, kcol = (lane / 8) % 2;
 #pragma unroll 1
     for (int kk = 0; kk < D / 16; ++kk)
-      step(static_cast<uint32_t>(((2 * kk + qcol) ^ x) * 16), static_cast<uint32_t>(((2 * kk + kcol) ^ x) * 16));
+      step_k_first(static_cast<uint32_t>(((2 * kk + qcol) ^ x) * 16),
+                   static_cast<uint32_t>(((2 * kk + kcol) ^ x) * 16));
   } else {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) step(qc.at(kk), kc.at(kk));
@@ -180,7 +227,30 @@ __device__ __forceinline__ void pv_gemm(float (&acc)[MT][DT][4], const uint32_t 
 }
 
 template <class T, int D, int BM, int BN, int W, bool SQ>
-__global__ void __launch_bounds__(W * 32) fa2_q_outer_kernel(const KernelArgs<T> a) {
+__device__ __forceinline__ void kernel_body(const KernelArgs<T>& a);
+
+// split_q: __launch_bounds__(threads, 1): no occupancy-driven register cap, so ptxas never trades spills for occupancy (it
+// did, 8-56 bytes, on small tiles); the shapes compiled are the spill-free ones anyway (traits.hpp).
+template <class T, int D, int BM, int BN, int W, bool SQ>
+__global__ void __launch_bounds__(W * 32, 1) fa2_q_outer_kernel(const KernelArgs<T> a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  if constexpr (sm90_only(D, BM, BN, W, SQ)) { // spills on sm_80: never launched there (supports() says why)
+    __trap();
+  } else
+#endif
+  {
+    kernel_body<T, D, BM, BN, W, SQ>(a);
+  }
+}
+
+// split_k keeps version 1's plain launch bounds: with the min-blocks hint its d128 64x128x8 tile spills 4-24 bytes.
+template <class T, int D, int BM, int BN, int W>
+__global__ void __launch_bounds__(W * 32) fa2_split_k_kernel(const KernelArgs<T> a) {
+  kernel_body<T, D, BM, BN, W, false>(a);
+}
+
+template <class T, int D, int BM, int BN, int W, bool SQ>
+__device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
   constexpr int kThreads = W * 32;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -190,7 +260,7 @@ __global__ void __launch_bounds__(W * 32) fa2_q_outer_kernel(const KernelArgs<T>
   const int64_t q0 = qt * BM;
   const int64_t b = blockIdx.z, h = blockIdx.y, hkv = h / a.group;
   const T* qg = a.q + b * a.qs.batch + h * a.qs.head;
-  T* og = a.o + b * a.qs.batch + h * a.qs.head;
+  T* og = a.o + b * a.qs.batch + h * a.qs.head; // split_q recomputes og and lse after its loop
   const T* kg = a.k + b * a.ks.batch + hkv * a.ks.head;
   const T* vg = a.v + b * a.ks.batch + hkv * a.ks.head;
   float* lse = a.lse + (b * a.heads_q + h) * a.seqlen_q;
@@ -245,10 +315,26 @@ __global__ void __launch_bounds__(W * 32) fa2_q_outer_kernel(const KernelArgs<T>
       l[mt][0] = l[mt][1] = 0.f;
     }
 
+    // First K/V tile that this warp must mask: the one holding key skv (sequence end) or, causal, the first whose
+    // last key lies right of the diagonal for the warp's first row (x keys visible to it). Warp-uniform, one int,
+    // so the loop carries no 64-bit mask bounds.
+    int first_mask = static_cast<int>(skv / BN);
+    if (a.causal) {
+      const int64_t x = q0 + row_w + (skv - sq) + 1;
+      first_mask = min(first_mask, x <= 0 ? 0 : static_cast<int>(x / BN));
+    }
+    const int n_t = static_cast<int>(n_tiles);
+    const int64_t kv_off = b * a.ks.batch + hkv * a.ks.head; // K and V share strides: one offset for both
+    auto load_kv_sq = [&](int jj, int sl) {
+      const uint32_t sk = sKV + sl * 2 * kTileBytes;
+      const int64_t off = opaque(kv_off);
+      load_tile<D, BN, kThreads, true>(sk, a.k + off, a.ks.seq, int64_t(jj) * BN, skv, tid);
+      load_tile<D, BN, kThreads, true>(sk + kTileBytes, a.v + off, a.ks.seq, int64_t(jj) * BN, skv, tid);
+    };
     int slot = 0, load_slot = stages - 1;
-    for (int64_t j = 0; j < n_tiles; ++j) {
+    for (int j = 0; j < n_t; ++j) {
       // load_slot held tile j - 1, which every warp finished with before the barrier that ended the last step.
-      if (j + stages - 1 < n_tiles) load_kv(j + stages - 1, load_slot);
+      if (j + stages - 1 < n_t) load_kv_sq(j + stages - 1, load_slot);
       cp_async_commit();
       cp_async_wait_dynamic(stages - 1);
       __syncthreads();
@@ -256,8 +342,7 @@ __global__ void __launch_bounds__(W * 32) fa2_q_outer_kernel(const KernelArgs<T>
 
       float s[MT][NT][4];
       qk_gemm<T, D, MT, NT>(s, sQ, row_w, sK, 0, lane);
-      const int64_t kv0 = j * BN;
-      if (needs_mask(kv0, q0 + row_w)) apply_mask(s, q0 + row_w, kv0, lane, sq, skv, a.causal);
+      if (j >= first_mask) apply_mask(s, q0 + row_w, int64_t(j) * BN, lane, sq, skv, a.causal);
 
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -291,7 +376,10 @@ __global__ void __launch_bounds__(W * 32) fa2_q_outer_kernel(const KernelArgs<T>
       load_slot = load_slot + 1 == stages ? 0 : load_slot + 1;
     }
 
-    // Epilogue: O / l staged through this warp's own rows of sQ, then 16-byte coalesced stores.
+    // Epilogue: O / l staged through this warp's own rows of sQ, then 16-byte coalesced stores. The output
+    // pointers are recomputed here rather than kept live across the loop.
+    og = a.o + int64_t(blockIdx.z) * a.qs.batch + int64_t(blockIdx.y) * a.qs.head;
+    lse = a.lse + (int64_t(blockIdx.z) * a.heads_q + blockIdx.y) * a.seqlen_q;
     unsigned char* sq_ptr = smem;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -487,7 +575,9 @@ void launch_tile(const AttentionProblem& p, const Params& c, const LaunchArgs& a
   a.num_q_tiles = static_cast<int>(num_q_tiles(p, c));
   a.causal = p.causal;
 
-  const auto kernel = fa2_q_outer_kernel<T, D, BM, BN, W, SQ>;
+  void (*kernel)(const KernelArgs<T>);
+  if constexpr (SQ) kernel = fa2_q_outer_kernel<T, D, BM, BN, W, true>;
+  else kernel = fa2_split_k_kernel<T, D, BM, BN, W>;
   const int64_t smem = smem_bytes(D, c);
   if (smem > 48 * 1024)
     FB_CUDA_CHECK(

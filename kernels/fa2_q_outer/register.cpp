@@ -70,6 +70,10 @@ public:
                                                                fa2::split_q(params))) +
                          " registers per thread (limit " + std::to_string(fa2::kRegisterBudget) +
                          "): not compiled, it would spill");
+    if (dev.present && dev.cc() < 90 &&
+        fa2::sm90_only(d, params.block_m, params.block_n, params.warps, fa2::split_q(params)))
+      return Support::no("head_dim " + std::to_string(d) +
+                         " with this tile spills registers on compute capability 8.x: compiled for 9.0 only");
     const int64_t smem = fa2::smem_bytes(p.head_dim, params);
     if (dev.smem_per_block_optin > 0 && smem > dev.smem_per_block_optin)
       return Support::no("needs " + kernels::format_kb(double(smem)) + " shared memory per block; the device allows " +

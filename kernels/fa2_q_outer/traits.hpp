@@ -93,24 +93,30 @@ inline ConfigSpace make_space() {
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
 
-// A register-pressure score per thread: the fp32 accumulators and scores the tile keeps live, the cp.async
-// chunks each thread issues per K/V tile (their addresses stay live across the unrolled copy), and for split_k
+// A register-pressure score per thread. split_q (version 2): the O accumulators (live across the whole loop) plus
+// three quarters of the fp32 scores (S turns into packed P at half the size before P·V); the K/V copy costs a
+// constant few registers since its addresses are walked, not hoisted. split_k: the fp32 accumulators and scores,
+// the cp.async chunks each thread issues per K/V tile (their addresses stay live across the unrolled copy), and
 // the P·V partial of one column chunk, with split_k's O share counted twice (it is live across the whole chunk
 // loop next to the partial). Not a register count: a score calibrated against ptxas 13.0 -Xptxas -v for sm_90
-// and sm_80 (NOTES.md lists every shape): every shape at or under kRegisterBudget compiled with zero spills,
-// every shape over it spilled. Shapes over it are skipped with this reason instead of compiled.
+// (NOTES.md lists every shape): every shape at or under kRegisterBudget compiled with zero spills, every shape
+// over it spilled. Shapes over it are skipped with this reason instead of compiled.
 constexpr int kRegisterAllowance = 40;
 constexpr int kRegisterBudget = 212;
 constexpr int register_estimate(int head_dim, int block_m, int block_n, int warps, bool sq) {
   if (sq) {
     const int rows = block_m / warps;
-    const int copies = 2 * block_n * head_dim / (8 * 32 * warps);
-    return rows * head_dim / 32 + rows * block_n / 32 + copies / 2 + kRegisterAllowance;
+    return rows * head_dim / 32 + 3 * (rows * block_n / 32) / 4 + kRegisterAllowance;
   }
   const int o_own = block_m * head_dim / (32 * warps);
   const int scores = block_m * (block_n / warps) / 32;
   const int chunk = block_m * splitk_chunk(block_m, warps) / 32;
   return 2 * o_own + scores + chunk + kRegisterAllowance;
+}
+// Shapes that compile spill-free for sm_90 but spill for sm_80 (ptxas 13.0): their sm_80 build is a stub that traps,
+// and supports() turns them down on devices below compute capability 9.0.
+constexpr bool sm90_only(int head_dim, int block_m, int block_n, int warps, bool sq) {
+  return sq && head_dim == 64 && block_m == 128 && block_n == 128 && warps == 4;
 }
 constexpr bool tile_instantiated(int head_dim, int block_m, int block_n, int warps, bool sq) {
   return register_estimate(head_dim, block_m, block_n, warps, sq) <= kRegisterBudget;

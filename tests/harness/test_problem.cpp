@@ -90,3 +90,63 @@ TEST(Problem, JsonRoundTripAndKey) {
   EXPECT_EQ(key(p), "b2_hq8_hkv2_sq77_skv131_d64_causal_fp16_bhsd");
   EXPECT_THROW(parse_dtype("int8"), UserError);
 }
+
+// ---- Per-entry KV lengths (kv_lens) and paged caches.
+TEST(Problem, KvLensCountEachEntrysOwnLength) {
+  AttentionProblem p = make(3, 300, true); // batch 2
+  p.kv_lens = {300, 5};
+  // Each entry against its own length, bottom-right: the entry of 5 keys with 3 queries sees 3 + 4 + 5.
+  EXPECT_EQ(unmasked_pairs_total(p), unmasked_pairs(p, 300) + (3 + 4 + 5));
+  EXPECT_EQ(unmasked_pairs(p, 300), brute_pairs(make(3, 300, true)));
+  EXPECT_DOUBLE_EQ(flops(p), 4.0 * 8 * 64 * double(unmasked_pairs_total(p)));
+  const double kv = 2.0 * 2 * (300 + 5) * 64 * 2; // K and V, bf16, 2 KV heads
+  EXPECT_DOUBLE_EQ(kv_bytes(p), kv);
+  EXPECT_DOUBLE_EQ(min_bytes(p), 2.0 * p.q_elems() * 2 + kv + 4.0 * p.lse_elems());
+  EXPECT_EQ(p.last_key(0, 1), 0 + 5 - 3);
+  // A zero-length entry contributes nothing; the empty list means every entry has seqlen_kv.
+  p.kv_lens = {0, 0};
+  EXPECT_EQ(unmasked_pairs_total(p), 0);
+  EXPECT_DOUBLE_EQ(flops(p), 0.0);
+  p.kv_lens.clear();
+  EXPECT_EQ(unmasked_pairs_total(p), 2 * unmasked_pairs(p));
+}
+
+TEST(Problem, KvLensAndPagingAreValidatedKeyedAndSerialised) {
+  AttentionProblem p = make(1, 1000, false);
+  p.kv_lens = {1000};
+  EXPECT_THROW(validate(p), UserError); // batch 2, one length
+  p.kv_lens = {1000, 1001};
+  EXPECT_THROW(validate(p), UserError); // over the capacity
+  p.kv_lens = {1000, 0};
+  EXPECT_NO_THROW(validate(p));
+  p.page_size = 16;
+  EXPECT_EQ(p.pages_per_seq(), 63);
+  EXPECT_EQ(p.num_pages(), 126);
+  EXPECT_EQ(p.kv_storage_elems(), 126 * 16 * 2 * 64);
+  EXPECT_EQ(key(p), "b2_hq8_hkv2_sq1_skv1000_d64_bf16_kvl1000-0_page16");
+  nlohmann::json j = p;
+  EXPECT_EQ(j.get<AttentionProblem>(), p);
+  p.layout = Layout::bhsd;
+  EXPECT_THROW(validate(p), UserError); // pages are bshd
+  // Uniform contiguous problems keep their old JSON and key.
+  const AttentionProblem u = make(1, 1000, false);
+  nlohmann::json ju = u;
+  EXPECT_FALSE(ju.contains("kv_lens"));
+  EXPECT_FALSE(ju.contains("page_size"));
+  // Long batches get a compact key: sum and a hash.
+  AttentionProblem big = make(1, 1000, false);
+  big.batch = 12;
+  big.kv_lens = random_kv_lens(12, 1000, 7);
+  EXPECT_NE(key(big).find("_kvl"), std::string::npos);
+  EXPECT_LT(key(big).size(), 70u);
+}
+
+TEST(Problem, RandomKvLensAreDeterministicAndInRange) {
+  const auto a = random_kv_lens(64, 8192, 3), b = random_kv_lens(64, 8192, 3), c = random_kv_lens(64, 8192, 4);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  for (int64_t len : a) {
+    EXPECT_GE(len, 1);
+    EXPECT_LE(len, 8192);
+  }
+}

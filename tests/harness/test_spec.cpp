@@ -119,3 +119,94 @@ TEST(Spec, ShippedSpecsParse) {
     EXPECT_FALSE(plan(s, catalog(), nominal_device()).empty()) << path;
   }
 }
+
+TEST(Spec, KvLensAndPageSize) {
+  const SweepSpec s = parse_spec(R"(
+problems:
+  - {heads_q: 32, gqa: 4, seqlen_q: 1, seqlen_kv: 8192, head_dim: 128, kv_lens: [1, 257, 0, 8191], page_size: [0, 16]}
+  - {batch: 8, heads_q: 32, gqa: 4, seqlen_q: 1, seqlen_kv: 4096, head_dim: 128, kv_lens: {random: 5}}
+  - {batch: 2, heads_q: 8, seqlen_q: 1, seqlen_kv: 64, head_dim: 64, kv_lens: random, constraints: ["page_size == 0"]}
+variants: [naive]
+)",
+                                 "t.yaml");
+  ASSERT_EQ(s.problems.size(), 4u);
+  EXPECT_EQ(s.problems[0].batch, 4); // kv_lens sets batch
+  EXPECT_EQ(s.problems[0].kv_lens, (std::vector<int64_t>{1, 257, 0, 8191}));
+  EXPECT_EQ(s.problems[0].page_size, 0);
+  EXPECT_EQ(s.problems[1].page_size, 16);
+  EXPECT_EQ(s.problems[2].kv_lens, random_kv_lens(8, 4096, 5));
+  EXPECT_EQ(s.problems[3].kv_lens, random_kv_lens(2, 64, 0));
+  // naive cannot take them: skipped with a reason, never dropped.
+  for (const auto& pt : plan(s, catalog(), nominal_device())) {
+    ASSERT_TRUE(pt.skip_reason.has_value());
+    EXPECT_NE(pt.skip_reason->find("decode variant"), std::string::npos) << *pt.skip_reason;
+  }
+}
+
+TEST(Spec, KvLensErrors) {
+  expect_error("problems:\n  - {batch: 2, heads: 8, seqlen_q: 1, seqlen_kv: 64, head_dim: 64, kv_lens: [1, 2, 3]}\n"
+               "variants: [naive]\n",
+               "t.yaml:2:.*kv_lens has 3 entries but batch = 2");
+  expect_error("problems:\n  - {heads: 8, seqlen_q: 1, seqlen_kv: 64, head_dim: 64, kv_lens: [1, 65]}\nvariants: [naive]\n",
+               "t.yaml:2:.*outside \\[0, seqlen_kv = 64\\]");
+  expect_error("problems:\n  - {heads: 8, seqlen_q: 1, seqlen_kv: 64, head_dim: 64, kv_lens: sometimes}\nvariants: [naive]\n",
+               "t.yaml:2:.*kv_lens must be a list");
+  expect_error("problems:\n  - {heads: 8, seqlen: 64, head_dim: 64, page_size: 16, layout: bhsd}\nvariants: [naive]\n",
+               "t.yaml:2:.*layout bshd");
+}
+
+TEST(Spec, ModelPresetsAndOverrides) {
+  const SweepSpec s = parse_spec(R"(
+problems:
+  - {preset: llama3-8b-prefill}
+  - {preset: llama3-70b-prefill, seqlen: 4096, dtype: fp16}
+  - {preset: llama3-70b-decode, batch: 8, seqlen_kv: 8192}
+variants: [naive]
+)",
+                                 "t.yaml");
+  ASSERT_EQ(s.problems.size(), 4u + 1u + 1u);
+  for (size_t i = 0; i < 4; ++i) {
+    const AttentionProblem& p = s.problems[i];
+    EXPECT_EQ(p.heads_q, 32);
+    EXPECT_EQ(p.heads_kv, 8);
+    EXPECT_EQ(p.head_dim, 128);
+    EXPECT_TRUE(p.causal);
+    EXPECT_EQ(p.batch * p.seqlen_q, 16384);
+  }
+  const AttentionProblem& big = s.problems[4];
+  EXPECT_EQ(big.heads_q, 64);
+  EXPECT_EQ(big.heads_kv, 8);
+  EXPECT_EQ(big.seqlen_q, 4096);
+  EXPECT_EQ(big.dtype, DType::f16);
+  const AttentionProblem& dec = s.problems[5];
+  EXPECT_EQ(dec.batch, 8);
+  EXPECT_EQ(dec.seqlen_q, 1); // seqlen_kv replaces only the preset's seqlen_kv
+  EXPECT_EQ(dec.seqlen_kv, 8192);
+  EXPECT_EQ(dec.heads_q, 64);
+  EXPECT_EQ(dec.heads_kv, 8);
+}
+
+TEST(Spec, NewFieldsKeepFileLineErrors) {
+  // Unknown preset, a preset field made impossible by an override (points at the preset line), configs: tuned
+  // accepted but a typo refused, and the point deadline checked against the sampling timeout.
+  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64}\n  - {preset: llama9-prefill}\n"
+               "variants: [naive]\n",
+               R"(^t\.yaml:3:\d+: unknown preset 'llama9-prefill'; known presets: llama3-8b-prefill)");
+  expect_error("problems:\n  - preset: llama3-8b-prefill\n    heads_q: 30\nvariants: [naive]\n",
+               R"(^t\.yaml:2:\d+: gqa = 4 must divide heads_q = 30)");
+  expect_error("problems:\n  - {preset: [a, b]}\nvariants: [naive]\n", R"(^t\.yaml:2:\d+: preset must be a name)");
+  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\nvariants:\n  naive: {configs: tunned}\n",
+               R"(^t\.yaml:4:\d+: configs must be 'all', 'default', 'tuned')");
+  expect_error("timing: {timeout_s: 30, point_timeout_s: 20}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, "
+               "head_dim: 64}\nvariants: [naive]\n",
+               R"(^t\.yaml:1:\d+: timing.point_timeout_s .* must exceed timeout_s)");
+  expect_error("timing: {point_timeout_s: soon}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
+               "variants: [naive]\n",
+               R"(^t\.yaml:1:\d+: point_timeout_s must be a number, got 'soon')");
+  const SweepSpec s = parse_spec("timing: {point_timeout_s: 30}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, "
+                                 "head_dim: 64}\nvariants:\n  fa1_kv_outer: {configs: tuned}\n",
+                                 "t.yaml");
+  EXPECT_DOUBLE_EQ(s.timing.point_timeout_s, 30.0);
+  ASSERT_EQ(s.variants.size(), 1u);
+  EXPECT_EQ(s.variants[0].mode, VariantSelection::Mode::tuned);
+}

@@ -6,6 +6,7 @@
 #include "flashbench/buffers.hpp"
 #include "flashbench/check.hpp"
 #include "flashbench/device.hpp"
+#include "flashbench/kv_cache.hpp"
 #include "flashbench/problem.hpp"
 #include "flashbench/reference.hpp"
 #include "flashbench/variant.hpp"
@@ -81,6 +82,8 @@ public:
     const auto k = download_as_float(k_.get(), p_.dtype, p_.kv_elems());
     const auto v = download_as_float(v_.get(), p_.dtype, p_.kv_elems());
     ref_ = cpu_reference(p_, q.data(), k.data(), v.data());
+    // cache_seqlens, and for paged problems a shuffled page table and the K/V page pools.
+    kv_ = build_kv_cache(p_, k_.get(), v_.get(), seed_ * 3 + 3, nullptr);
   }
 
   const AttentionProblem &problem() const { return p_; }
@@ -98,8 +101,11 @@ public:
     poison(ws.get(), ws.bytes(), nullptr);
     LaunchArgs args;
     args.q = q_.get();
-    args.k = k_.get();
-    args.v = v_.get();
+    args.k = p_.paged() ? kv_.k_pages.get() : k_.get();
+    args.v = p_.paged() ? kv_.v_pages.get() : v_.get();
+    args.cache_seqlens = kv_.seqlens.as<int32_t>();
+    args.page_table = kv_.page_table.as<int32_t>();
+    args.pages_per_seq = p_.pages_per_seq();
     args.o = o_.get();
     args.lse = lse_.as<float>();
     args.workspace = ws.get();
@@ -135,6 +141,7 @@ private:
   uint64_t seed_;
   int64_t e_;
   DeviceBuffer q_, k_, v_, o_, lse_;
+  KvCacheBuffers kv_;
   ReferenceOutput ref_;
 };
 

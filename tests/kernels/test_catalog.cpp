@@ -76,3 +76,72 @@ TEST(Catalog, UnsupportedHeadDimIsSkippedWithAReason) {
   EXPECT_FALSE(s.ok);
   EXPECT_NE(s.reason.find("head_dim"), std::string::npos) << s.reason;
 }
+
+// ---- flash_decoding's split plan and the decode-only checks of the other variants.
+#include "kernels/flash_decoding/traits.hpp"
+
+namespace {
+AttentionProblem decode(int64_t batch, int64_t hq, int64_t hkv, int64_t len) {
+  AttentionProblem p;
+  p.batch = batch;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.seqlen_q = 1;
+  p.seqlen_kv = len;
+  p.head_dim = 128;
+  return p;
+}
+} // namespace
+
+TEST(FlashDecodingPlan, HeuristicFillsTheGpuWithoutAPartialWave) {
+  const fdec::DeviceFacts h200{132, 228 * 1024};
+  fdec::Params c; // block_n 64, 4 stages: 128 KB, one CTA per SM
+  c.stages = 4;
+  // B=1, GQA 32/8: 8 groups -> about one split per SM.
+  const fdec::SplitPlan p8k = fdec::split_plan(decode(1, 32, 8, 8192), c, h200);
+  EXPECT_GE(p8k.splits * 8, 120);
+  EXPECT_LE(p8k.splits * 8, 132);
+  // Enough groups to fill the SMs: no split.
+  EXPECT_EQ(fdec::split_plan(decode(64, 32, 32, 4096), c, h200).splits, 1);
+  // The split ranges cover the longest entry in whole tiles.
+  const fdec::SplitPlan p = fdec::split_plan(decode(1, 32, 8, 131072), c, h200);
+  EXPECT_EQ(p.keys_per_split % c.block_n, 0);
+  EXPECT_GE(p.keys_per_split * p.splits, 131072);
+  EXPECT_LT(p.keys_per_split * (p.splits - 1), 131072);
+  // An explicit num_splits is taken (capped by the tiles there are).
+  fdec::Params four = c;
+  four.num_splits = 4;
+  EXPECT_EQ(fdec::split_plan(decode(1, 32, 8, 8192), four, h200).splits, 4);
+  four.num_splits = 64;
+  EXPECT_EQ(fdec::split_plan(decode(1, 32, 8, 100), four, h200).splits, 2); // 2 tiles of 64 keys
+}
+
+TEST(FlashDecodingPlan, WorkspaceOnlyWhenSplitAndTrafficCountsEachEntrysKeys) {
+  const fdec::DeviceFacts h200{132, 228 * 1024};
+  const fdec::Params c;
+  AttentionProblem p = decode(3, 32, 8, 4096);
+  p.kv_lens = {4096, 0, 100};
+  const fdec::SplitPlan plan = fdec::split_plan(p, c, h200);
+  EXPECT_GT(fdec::workspace_layout(p, plan).total, 0u);
+  fdec::SplitPlan one = plan;
+  one.splits = 1;
+  EXPECT_EQ(fdec::workspace_layout(p, one).total, 0u);
+  EXPECT_GE(fdec::traffic_bytes(p, c, plan), min_bytes(p) * 0.999);
+  EXPECT_LT(fdec::traffic_bytes(p, c, plan), min_bytes(p) * 1.1);
+}
+
+TEST(Catalog, OnlyDecodeVariantsTakeKvLensOrPagedCaches) {
+  AttentionProblem p = decode(2, 8, 2, 1024);
+  p.kv_lens = {1024, 7};
+  AttentionProblem paged = decode(2, 8, 2, 1024);
+  paged.page_size = 16;
+  for (const auto& v : catalog().all()) {
+    const Config c = v->space().default_config();
+    const bool decode_variant = v->name() == "flash_decoding";
+    for (const AttentionProblem& q : {p, paged}) {
+      const Support s = v->supports(q, c, nominal_device());
+      EXPECT_EQ(s.ok, decode_variant) << v->name() << " on " << key(q) << ": " << s.reason;
+      if (!decode_variant) EXPECT_NE(s.reason.find("decode variant"), std::string::npos) << s.reason;
+    }
+  }
+}

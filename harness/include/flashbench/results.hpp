@@ -51,6 +51,9 @@ Result result_from_json(const nlohmann::json& j); // throws UserError on a malfo
 // Writes {"context": context, "benchmarks": records} to `path` atomically (temp file, fsync, rename).
 void write_results_file(const std::string& path, const nlohmann::json& context,
                         const std::vector<Result>& results);
+// The same from records already in JSON form (the sweep's parent holds its workers' records this way).
+void write_results_file(const std::string& path, const nlohmann::json& context,
+                        const std::vector<nlohmann::json>& records);
 // Reads and checks schema_version; throws UserError naming the file on any problem.
 nlohmann::json read_results_file(const std::string& path);
 
@@ -60,6 +63,7 @@ class ResultLog {
 public:
   explicit ResultLog(std::string path);
   void append(const Result& r);
+  void append(const nlohmann::json& record);
   const std::string& path() const { return path_; }
 
 private:

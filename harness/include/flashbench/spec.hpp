@@ -17,7 +17,8 @@ namespace fb {
 
 struct VariantSelection {
   std::string variant;
-  enum class Mode { all, default_config, list } mode = Mode::default_config;
+  // tuned: per problem, the tuning table's config for this GPU (tuner.hpp), else the default config.
+  enum class Mode { all, default_config, list, tuned } mode = Mode::default_config;
   std::vector<std::map<std::string, std::string>> configs; // Mode::list: name -> value or label
   std::string where; // "file:line:col" of the entry, for error messages
 };
@@ -40,6 +41,7 @@ struct PlannedPoint {
   Config config;
   AttentionProblem problem;
   std::optional<std::string> skip_reason;
+  std::string config_source; // configs: tuned: which table entry chose the config, or why the default was used
 };
 
 // Expands the spec against the catalog. Unknown variants or config names raise UserError; unsupported

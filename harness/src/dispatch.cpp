@@ -1,0 +1,140 @@
+#include "flashbench/dispatch.hpp"
+
+#include "flashbench/buffers.hpp"
+#include "flashbench/check.hpp"
+#include "flashbench/errors.hpp"
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace fb {
+
+namespace {
+
+// Variants "auto" never picks: they exist to test the harness.
+bool test_only(const std::string& name) { return name.rfind("test_", 0) == 0; }
+
+// The variant's default config when it supports p, else its first valid config that does.
+std::optional<Config> supported_config(const Variant& v, const AttentionProblem& p, const DeviceInfo& dev) {
+  const Config d = v.space().default_config();
+  if (!v.space().check(d) && v.supports(p, d, dev)) return d;
+  for (const auto& e : v.space().expand())
+    if (!e.invalid_reason && v.supports(p, e.config, dev)) return e.config;
+  return std::nullopt;
+}
+
+std::vector<std::string> preference(const AttentionProblem& p) {
+  std::vector<std::string> order;
+  if (p.seqlen_q <= 16) order.push_back("flash_decoding");
+  for (const char* n : {"fa3_pipelined", "fa2_q_outer", "fa1_kv_outer", "naive"}) order.push_back(n);
+  return order;
+}
+
+} // namespace
+
+KernelChoice choose_kernel(const AttentionProblem& p, const DeviceInfo& dev, const std::string& variant,
+                           const TuningTable* table) {
+  const Registry& reg = catalog();
+  std::vector<const Variant*> candidates;
+  if (variant == "auto") {
+    for (const auto& v : reg.all())
+      if (!test_only(v->name())) candidates.push_back(v.get());
+  } else {
+    candidates.push_back(&reg.get(variant)); // UserError for an unknown name
+  }
+
+  // 1. The tuning table: the best measured entry among the candidates.
+  if (table) {
+    const TuningEntry* best = nullptr;
+    const Variant* best_v = nullptr;
+    bool best_exact = false;
+    for (const Variant* v : candidates) {
+      bool exact = false;
+      const TuningEntry* e = table->lookup(v->name(), p, &exact);
+      if (!e || v->space().check(e->config) || !v->supports(p, e->config, dev)) continue;
+      // An exact bucket beats a nearby one; among equals, the higher measured TFLOPs.
+      if (!best || (exact && !best_exact) || (exact == best_exact && e->tflops > best->tflops)) {
+        best = e;
+        best_v = v;
+        best_exact = exact;
+      }
+    }
+    if (best)
+      return {best_v, best->config,
+              std::string("table ") + table->gpu.value("slug", "") + ": " + (best_exact ? "" : "nearest ") +
+                  "bucket sq<=" + std::to_string(best->seqlen_q_bucket) + " skv<=" +
+                  std::to_string(best->seqlen_kv_bucket) + " b*h<=" + std::to_string(best->bh_bucket) + ", " +
+                  std::to_string(static_cast<int>(best->tflops)) + " TFLOP/s measured"};
+  }
+
+  // 2. The documented heuristic.
+  const std::string why = table ? "no fitting table entry" : "no tuning table for " + dev.slug();
+  if (variant != "auto") {
+    if (auto c = supported_config(*candidates.front(), p, dev))
+      return {candidates.front(), *c, "heuristic (" + why + "): default config"};
+    throw UserError(variant + " supports " + key(p) + " with none of its configs on " + dev.name);
+  }
+  for (const auto& name : preference(p)) {
+    const Variant* v = reg.find(name);
+    if (!v) continue;
+    if (auto c = supported_config(*v, p, dev)) return {v, *c, "heuristic (" + why + "): preference order"};
+  }
+  throw UserError("no variant in the catalog supports " + key(p) + " on " + dev.name);
+}
+
+KernelChoice choose_kernel(const AttentionProblem& p, const DeviceInfo& dev, const std::string& variant) {
+  return choose_kernel(p, dev, variant, tuning_table_for(dev));
+}
+
+namespace {
+
+struct DeviceState {
+  std::mutex mu;
+  DeviceInfo info;
+  DeviceBuffer workspace;
+};
+
+DeviceState& device_state(int device) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<DeviceState>> states;
+  std::lock_guard<std::mutex> lock(mu);
+  auto& s = states[device];
+  if (!s) {
+    s = std::make_unique<DeviceState>();
+    s->info = query_device(device);
+  }
+  return *s;
+}
+
+} // namespace
+
+void attention_forward(const AttentionProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
+                       cudaStream_t stream, const std::string& variant) {
+  validate(p);
+  if (!p.kv_lens.empty() || p.paged())
+    throw UserError("attention_forward takes dense problems; for per-sequence KV lengths or a paged cache call "
+                    "the variant's launch() with LaunchArgs (cache_seqlens, page_table)");
+  int device = 0;
+  FB_CUDA_CHECK(cudaGetDevice(&device));
+  DeviceState& s = device_state(device);
+  const KernelChoice choice = choose_kernel(p, s.info, variant);
+  std::lock_guard<std::mutex> lock(s.mu);
+  const size_t need = choice.variant->workspace_bytes(p, choice.config);
+  if (need > s.workspace.bytes()) {
+    FB_CUDA_CHECK(cudaDeviceSynchronize()); // in-flight calls may still use the old buffer
+    s.workspace = DeviceBuffer();
+    s.workspace = DeviceBuffer(need);
+  }
+  LaunchArgs args;
+  args.q = q;
+  args.k = k;
+  args.v = v;
+  args.o = o;
+  args.lse = lse;
+  args.workspace = s.workspace.get();
+  args.workspace_bytes = s.workspace.bytes();
+  choice.variant->launch(p, choice.config, args, stream);
+}
+
+} // namespace fb

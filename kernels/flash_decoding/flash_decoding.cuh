@@ -1,0 +1,547 @@
+// Flash-decoding: split-KV attention for decode shapes, with a log-sum-exp combine.
+//
+// What it changes relative to FA2 (one CTA per Q tile, loop over all of K/V): in decode a Q tile is
+// one token (or a few, for speculative decoding), so batch x heads gives far fewer CTAs than SMs and
+// a CTA's loop over a long cache runs on one SM at a fraction of the memory bandwidth. Here the KV
+// sequence of every (entry, KV head) is cut into `splits` ranges, one CTA each; every CTA writes a
+// partial O (fp32, normalised) and its LSE, and a combine rescales each partial by exp(lse_i - lse)
+// and sums. The work is bound by reading K and V, so everything serves that stream:
+//   * the query heads of a GQA group and the seqlen_q tokens are packed into the 16 rows of one
+//     m16n8k16 row block, so one K/V load serves the whole group (MHA uses 1 of 16 rows, MQA up to
+//     all of them; the tensor cores have the spare rate);
+//   * K/V tiles of block_n keys go global -> shared through cp.async (16 B per thread, coalesced
+//     256 B rows) in a `stages`-deep ring, so several tiles per CTA are in flight; each byte is
+//     read once, never through L1, and rows past a range's end are zero-filled, not read;
+//   * the 4 warps split each tile's keys (split-K inside the CTA) and merge their (m, l, O) through
+//     shared memory once, at the end;
+//   * fused = 1 combines in the same launch: each CTA writes its partial, then takes a ticket on the
+//     group's arrival counter, and the last one to arrive merges the group (no second launch, no
+//     memset: the counter carries a per-launch tag, so whatever the workspace held before, the first
+//     arrival of a launch restarts it, and the last one leaves it at (tag, 0)).
+// A group whose keys fit one split writes its final O directly (no partials at all).
+//
+// Variable lengths (cache_seqlens) and causal alignment: row r of a group is query i = r / group of
+// head hkv * group + r % group; it sees keys [0, i + 1 + len - seqlen_q) of its entry, clamped to
+// [0, len]. An entry of length 0 (or rows that see no key) ends with O = 0 and LSE = -inf, never NaN:
+// scores are kept in log2 units and a running max of -inf is replaced by 0 before it is subtracted.
+//
+// Paged caches: K/V are pools [pages, page_size, heads_kv, D] and row j of entry b lives in page
+// page_table[b, j / page_size]; each thread looks the page up for the rows it copies.
+#pragma once
+
+#include "kernels/common/dtype.cuh"
+#include "kernels/common/mma.cuh"
+#include "kernels/common/reduce.cuh"
+#include "kernels/flash_decoding/traits.hpp"
+
+#include "flashbench/check.hpp"
+
+#include <cuda_runtime.h>
+
+namespace fb::fdec {
+
+template <class T> struct KArgs {
+  const T *q;
+  const T *k;
+  const T *v;
+  T *o;
+  float *lse;
+  float *o_part;   // [groups, splits, 16, D]
+  float *lse_part; // [groups, splits, 16], log2 units
+  unsigned long long *counters; // [groups]: (tag << 16) | arrivals
+  unsigned long long tag;       // this launch's tag, already shifted left by 16
+  const int *seqlens;           // [batch] or null (every entry has seqlen_kv keys)
+  const int *page_table;        // [batch, pages_per_seq] or null (contiguous)
+  int64_t q_batch, q_seq, q_head; // element strides of Q and O
+  int64_t k_batch, k_seq, k_head; // contiguous K/V strides
+  int page_size, pages_per_seq;
+  int seqlen_q, seqlen_kv, heads_q, heads_kv, group, rows, m_blocks;
+  int splits, keys_per_split, stages;
+  float scale_log2;
+  bool causal, fused;
+};
+
+// Keys [0, kv_end) that row block mb of entry b reads (its last row's visible keys).
+template <class T>
+__device__ __forceinline__ int group_kv_end(const KArgs<T> &a, int len, int mb) {
+  if (!a.causal)
+    return len;
+  const int last_row = min(a.rows, (mb + 1) * kRowsPerCta) - 1;
+  const int i = last_row / a.group;
+  return max(0, min(len, i + 1 + len - a.seqlen_q));
+}
+
+// Final outputs of packed row r: O element offset of column 0 and the LSE index.
+template <class T>
+__device__ __forceinline__ void row_outputs(const KArgs<T> &a, int b, int hkv, int r, int64_t &o_off,
+                                            int64_t &lse_idx) {
+  const int i = r / a.group, h = hkv * a.group + r % a.group;
+  o_off = b * a.q_batch + int64_t(i) * a.q_seq + int64_t(h) * a.q_head;
+  lse_idx = (int64_t(b) * a.heads_q + h) * a.seqlen_q + i;
+}
+
+template <class T>
+__device__ __forceinline__ void store4(T *dst, float x, float y, float z, float w) {
+  using E = fb::kernels::Elem<T>;
+  T t[4] = {E::from_float(x), E::from_float(y), E::from_float(z), E::from_float(w)};
+  *reinterpret_cast<uint2 *>(dst) = *reinterpret_cast<const uint2 *>(t);
+}
+
+// Merges the n_active partials of every row of one group into the final O and LSE: one warp per row,
+// 4 columns per lane. Partials are read through L2 (ld.cg): in the fused path other CTAs wrote them.
+template <class T, int D>
+__device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_active, int64_t grp) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rows_here = min(kRowsPerCta, a.rows - mb * kRowsPerCta);
+  const float *lp = a.lse_part + grp * a.splits * kRowsPerCta;
+  const float *op = a.o_part + grp * a.splits * kRowsPerCta * D;
+  for (int rr = warp; rr < rows_here; rr += kWarps) {
+    float mx = -INFINITY;
+    for (int s = lane; s < n_active; s += 32)
+      mx = fmaxf(mx, __ldcg(lp + s * kRowsPerCta + rr));
+    mx = fb::kernels::warp_max(mx);
+    const float mu = mx == -INFINITY ? 0.f : mx;
+    float sum = 0.f;
+    for (int s = lane; s < n_active; s += 32)
+      sum += exp2f(__ldcg(lp + s * kRowsPerCta + rr) - mu);
+    sum = fb::kernels::warp_sum(sum);
+    const float lse2 = sum > 0.f ? mu + log2f(sum) : -INFINITY;
+    const float lse_use = sum > 0.f ? lse2 : 0.f;
+    int64_t o_off, lse_idx;
+    row_outputs(a, b, hkv, mb * kRowsPerCta + rr, o_off, lse_idx);
+    for (int c4 = lane; c4 < D / 4; c4 += 32) {
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int s = 0; s < n_active; ++s) {
+        const float w = exp2f(__ldcg(lp + s * kRowsPerCta + rr) - lse_use);
+        const float4 x =
+            __ldcg(reinterpret_cast<const float4 *>(op + (int64_t(s) * kRowsPerCta + rr) * D) + c4);
+        acc.x = fmaf(w, x.x, acc.x);
+        acc.y = fmaf(w, x.y, acc.y);
+        acc.z = fmaf(w, x.z, acc.z);
+        acc.w = fmaf(w, x.w, acc.w);
+      }
+      store4(a.o + o_off + c4 * 4, acc.x, acc.y, acc.z, acc.w);
+    }
+    if (lane == 0)
+      a.lse[lse_idx] = lse2 * 0.69314718055994531f;
+  }
+}
+
+// Rows of a group that sees no key at all: O = 0, LSE = -inf.
+template <class T, int D>
+__device__ void write_empty_group(const KArgs<T> &a, int b, int hkv, int mb) {
+  const int rows_here = min(kRowsPerCta, a.rows - mb * kRowsPerCta);
+  for (int e = threadIdx.x; e < rows_here * (D / 4); e += kThreads) {
+    const int rr = e / (D / 4), c4 = e % (D / 4);
+    int64_t o_off, lse_idx;
+    row_outputs(a, b, hkv, mb * kRowsPerCta + rr, o_off, lse_idx);
+    store4(a.o + o_off + c4 * 4, 0.f, 0.f, 0.f, 0.f);
+    if (c4 == 0)
+      a.lse[lse_idx] = -INFINITY;
+  }
+}
+
+// One CTA: keys [split * keys_per_split, ...) of group (entry b, KV head hkv, row block mb).
+template <class T, int D, int KW>
+__global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
+  using namespace fb::kernels;
+  constexpr int BN = KW * kWarps; // keys per tile
+  constexpr int CH = D / 8;       // 16-byte chunks per row
+  constexpr int TILE = BN * D;    // elements per K (or V) tile
+  constexpr int NT = KW / 8;      // n-tiles of S per warp
+  constexpr int KD = D / 16;      // k-steps over head_dim
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T *ks = reinterpret_cast<T *>(smem_raw);
+  T *vs = ks + a.stages * TILE;
+
+  const int split = blockIdx.x;
+  const int mb = blockIdx.y % a.m_blocks, hkv = blockIdx.y / a.m_blocks, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int len = a.seqlens ? a.seqlens[b] : a.seqlen_kv;
+  const int kv_end = group_kv_end(a, len, mb);
+  const int kps = a.keys_per_split;
+  const int n_active = (kv_end + kps - 1) / kps;
+  if (n_active == 0) {
+    if (split == 0)
+      write_empty_group<T, D>(a, b, hkv, mb);
+    return;
+  }
+  if (split >= n_active)
+    return;
+  const int64_t grp = (int64_t(b) * a.heads_kv + hkv) * a.m_blocks + mb;
+  const int row0 = mb * kRowsPerCta;
+  const int rows_here = min(kRowsPerCta, a.rows - row0);
+  const int k_begin = split * kps, k_end = min(kv_end, k_begin + kps);
+  const int n_tiles = (k_end - k_begin + BN - 1) / BN;
+
+  // ---- K/V producer: every thread copies chunk (tid % CH) of rows tid / CH + k * (128 / CH).
+  const T *kbase, *vbase;
+  if (a.page_table) {
+    kbase = a.k + int64_t(hkv) * D;
+    vbase = a.v + int64_t(hkv) * D;
+  } else {
+    kbase = a.k + int64_t(b) * a.k_batch + int64_t(hkv) * a.k_head;
+    vbase = a.v + int64_t(b) * a.k_batch + int64_t(hkv) * a.k_head;
+  }
+  const int *ptab = a.page_table ? a.page_table + int64_t(b) * a.pages_per_seq : nullptr;
+  const int64_t pool_row = int64_t(a.heads_kv) * D; // elements per token in a page pool
+  auto load_tile = [&](int t, int st) {
+    const int kt = k_begin + t * BN;
+    T *kd = ks + st * TILE, *vd = vs + st * TILE;
+#pragma unroll
+    for (int it = 0; it < BN * CH / kThreads; ++it) {
+      const int e = threadIdx.x + it * kThreads;
+      const int r = e / CH, c = e % CH;
+      const int j = kt + r;
+      const bool valid = j < k_end;
+      int64_t off = 0;
+      if (valid) {
+        if (ptab) {
+          const int page = __ldg(ptab + j / a.page_size);
+          off = (int64_t(page) * a.page_size + j % a.page_size) * pool_row;
+        } else {
+          off = int64_t(j) * a.k_seq;
+        }
+      }
+      off += c * 8;
+      const int dst = r * D + ((c ^ (r & 7)) * 8);
+      cp_async_16(smem_u32(kd + dst), kbase + off, valid);
+      cp_async_16(smem_u32(vd + dst), vbase + off, valid);
+    }
+  };
+
+  // ---- Q as m16n8k16 A fragments, once: rows lane/4 and lane/4 + 8, columns (lane%4)*2 (+8).
+  uint32_t qa[KD][4];
+  int lim[2]; // keys each of this thread's two rows sees, capped at the range's end
+  {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rr = lane / 4 + 8 * h, r = row0 + rr;
+      const T *qrow = nullptr;
+      lim[h] = k_end;
+      if (rr < rows_here) {
+        const int i = r / a.group, hq = hkv * a.group + r % a.group;
+        qrow = a.q + int64_t(b) * a.q_batch + int64_t(i) * a.q_seq + int64_t(hq) * a.q_head;
+        if (a.causal)
+          lim[h] = min(k_end, i + 1 + len - a.seqlen_q);
+      }
+#pragma unroll
+      for (int kk = 0; kk < KD; ++kk) {
+        const int col = kk * 16 + (lane % 4) * 2;
+        qa[kk][h] = qrow ? *reinterpret_cast<const uint32_t *>(qrow + col) : 0u;
+        qa[kk][h + 2] = qrow ? *reinterpret_cast<const uint32_t *>(qrow + col + 8) : 0u;
+      }
+    }
+  }
+
+  float oacc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+    oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+
+  for (int t = 0; t < a.stages - 1; ++t) {
+    if (t < n_tiles)
+      load_tile(t, t);
+    cp_async_commit();
+  }
+
+  for (int t = 0; t < n_tiles; ++t) {
+    cp_async_wait_dynamic(a.stages - 2);
+    __syncthreads(); // tile t is in shared memory for everyone; tile t-1's stage is free
+    {
+      const int tn = t + a.stages - 1;
+      if (tn < n_tiles)
+        load_tile(tn, tn % a.stages);
+      cp_async_commit();
+    }
+    const int st = t % a.stages;
+    const int kw0 = k_begin + t * BN + warp * KW; // this warp's first key
+    if (kw0 >= k_end)
+      continue; // warp-uniform: the range ends before this warp's keys
+    const T *kt = ks + st * TILE, *vt = vs + st * TILE;
+
+    // S = Q Kᵀ for the warp's KW keys.
+    float sacc[NT][4];
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+      sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < KD; ++kk) {
+#pragma unroll
+      for (int np = 0; np < NT / 2; ++np) {
+        const int m = lane / 8;
+        const int key = warp * KW + np * 16 + (m / 2) * 8 + lane % 8;
+        const int chunk = kk * 2 + (m % 2);
+        uint32_t r[4];
+        ldmatrix_x4(r, smem_u32(kt + key * D + ((chunk ^ (key & 7)) * 8)));
+        Mma<T>::run(sacc[2 * np], qa[kk], r[0], r[1]);
+        Mma<T>::run(sacc[2 * np + 1], qa[kk], r[2], r[3]);
+      }
+    }
+
+    // Mask, online softmax (log2 units), P in registers.
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int j = kw0 + n * 8 + (lane % 4) * 2 + (e & 1);
+        const float s = j < lim[h] ? sacc[n][e] * a.scale_log2 : -INFINITY;
+        sacc[n][e] = s;
+        mx[h] = fmaxf(mx[h], s);
+      }
+    float alpha[2], m_use[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = quad_max(mx[h]);
+      const float m_new = fmaxf(m_run[h], mx[h]);
+      m_use[h] = softmax_offset(m_new);
+      alpha[h] = exp2f(m_run[h] - m_use[h]);
+      m_run[h] = m_new;
+    }
+    float psum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp2f(sacc[n][e] - m_use[e / 2]);
+        sacc[n][e] = p;
+        psum[e / 2] += p;
+      }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      l_run[h] = l_run[h] * alpha[h] + psum[h];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      oacc[n][0] *= alpha[0];
+      oacc[n][1] *= alpha[0];
+      oacc[n][2] *= alpha[1];
+      oacc[n][3] *= alpha[1];
+    }
+
+    // O += P V.
+#pragma unroll
+    for (int k2 = 0; k2 < KW / 16; ++k2) {
+      uint32_t pa[4];
+      pa[0] = Mma<T>::pack(sacc[2 * k2][0], sacc[2 * k2][1]);
+      pa[1] = Mma<T>::pack(sacc[2 * k2][2], sacc[2 * k2][3]);
+      pa[2] = Mma<T>::pack(sacc[2 * k2 + 1][0], sacc[2 * k2 + 1][1]);
+      pa[3] = Mma<T>::pack(sacc[2 * k2 + 1][2], sacc[2 * k2 + 1][3]);
+#pragma unroll
+      for (int dn = 0; dn < D / 16; ++dn) {
+        const int m = lane / 8;
+        const int key = warp * KW + k2 * 16 + (m % 2) * 8 + lane % 8;
+        const int chunk = dn * 2 + m / 2;
+        uint32_t r[4];
+        ldmatrix_x4_trans(r, smem_u32(vt + key * D + ((chunk ^ (key & 7)) * 8)));
+        Mma<T>::run(oacc[2 * dn], pa, r[0], r[1]);
+        Mma<T>::run(oacc[2 * dn + 1], pa, r[2], r[3]);
+      }
+    }
+  }
+
+  // ---- Merge the four warps' (m, l, O) through shared memory (the drained K/V ring).
+  cp_async_wait<0>();
+  __syncthreads();
+  float *obuf = reinterpret_cast<float *>(smem_raw);   // [warps][16][D]
+  float *mbuf = obuf + kWarps * kRowsPerCta * D;        // [warps][16]
+  float *lbuf = mbuf + kWarps * kRowsPerCta;            // [warps][16]
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l_run[h] = quad_sum(l_run[h]);
+    if (lane % 4 == 0) {
+      mbuf[warp * kRowsPerCta + lane / 4 + 8 * h] = m_run[h];
+      lbuf[warp * kRowsPerCta + lane / 4 + 8 * h] = l_run[h];
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rr = lane / 4 + 8 * h, col = n * 8 + (lane % 4) * 2;
+      *reinterpret_cast<float2 *>(obuf + (warp * kRowsPerCta + rr) * D + col) =
+          make_float2(oacc[n][2 * h], oacc[n][2 * h + 1]);
+    }
+  __syncthreads();
+
+  const bool direct = n_active == 1;
+  float *opart = a.o_part + ((grp * a.splits + split) * kRowsPerCta) * D;
+  float *lpart = a.lse_part + (grp * a.splits + split) * kRowsPerCta;
+  for (int e = threadIdx.x; e < rows_here * (D / 4); e += kThreads) {
+    const int rr = e / (D / 4), c4 = e % (D / 4);
+    float mw[kWarps], M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      mw[w] = mbuf[w * kRowsPerCta + rr];
+      M = fmaxf(M, mw[w]);
+    }
+    const float Mu = softmax_offset(M);
+    float L = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float cw = exp2f(mw[w] - Mu);
+      L += cw * lbuf[w * kRowsPerCta + rr];
+      const float4 x = *reinterpret_cast<const float4 *>(obuf + (w * kRowsPerCta + rr) * D + c4 * 4);
+      acc.x = fmaf(cw, x.x, acc.x);
+      acc.y = fmaf(cw, x.y, acc.y);
+      acc.z = fmaf(cw, x.z, acc.z);
+      acc.w = fmaf(cw, x.w, acc.w);
+    }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    acc.x *= inv, acc.y *= inv, acc.z *= inv, acc.w *= inv;
+    const float lse2 = L > 0.f ? M + log2f(L) : -INFINITY;
+    if (direct) {
+      int64_t o_off, lse_idx;
+      row_outputs(a, b, hkv, row0 + rr, o_off, lse_idx);
+      store4(a.o + o_off + c4 * 4, acc.x, acc.y, acc.z, acc.w);
+      if (c4 == 0)
+        a.lse[lse_idx] = lse2 * 0.69314718055994531f;
+    } else {
+      __stcg(reinterpret_cast<float4 *>(opart + rr * D) + c4, acc);
+      if (c4 == 0)
+        __stcg(lpart + rr, lse2);
+    }
+  }
+  if (direct || !a.fused)
+    return;
+
+  // ---- Fused combine: the last CTA of the group to arrive merges every split's partial.
+  __shared__ int is_last;
+  __threadfence(); // this thread's partials are visible device-wide before the ticket is taken
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long *ctr = a.counters + grp;
+    unsigned long long seen = *reinterpret_cast<volatile unsigned long long *>(ctr), assumed;
+    unsigned long long arrived;
+    do {
+      assumed = seen;
+      const bool same = (assumed >> 16) == (a.tag >> 16);
+      arrived = same ? (assumed & 0xffffull) + 1 : 1;
+      seen = atomicCAS(ctr, assumed, a.tag | arrived);
+    } while (seen != assumed);
+    is_last = arrived == static_cast<unsigned long long>(n_active);
+    if (is_last)
+      atomicExch(ctr, a.tag); // (tag, 0): ready for a replay of this very launch (CUDA graphs)
+  }
+  __syncthreads();
+  if (!is_last)
+    return;
+  __threadfence();
+  combine_group<T, D>(a, b, hkv, mb, n_active, grp);
+}
+
+// Non-fused path: one CTA per group with at least two active splits.
+template <class T, int D> __global__ void __launch_bounds__(kThreads) combine_kernel(const KArgs<T> a) {
+  const int mb = blockIdx.x % a.m_blocks, hkv = blockIdx.x / a.m_blocks, b = blockIdx.y;
+  const int len = a.seqlens ? a.seqlens[b] : a.seqlen_kv;
+  const int kv_end = group_kv_end(a, len, mb);
+  const int n_active = (kv_end + a.keys_per_split - 1) / a.keys_per_split;
+  if (n_active < 2)
+    return; // written by the split kernel
+  const int64_t grp = (int64_t(b) * a.heads_kv + hkv) * a.m_blocks + mb;
+  combine_group<T, D>(a, b, hkv, mb, n_active, grp);
+}
+
+template <class T, int D, int KW> const void *split_kernel_ptr() {
+  return reinterpret_cast<const void *>(&split_kernel<T, D, KW>);
+}
+
+template <class T>
+KArgs<T> make_args(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
+                   const LaunchArgs &args, uint64_t tag) {
+  KArgs<T> a{};
+  a.q = static_cast<const T *>(args.q);
+  a.k = static_cast<const T *>(args.k);
+  a.v = static_cast<const T *>(args.v);
+  a.o = static_cast<T *>(args.o);
+  a.lse = args.lse;
+  const WorkspaceLayout w = workspace_layout(p, plan);
+  char *ws = static_cast<char *>(args.workspace);
+  a.o_part = reinterpret_cast<float *>(ws + w.o_offset);
+  a.lse_part = reinterpret_cast<float *>(ws + w.lse_offset);
+  a.counters = reinterpret_cast<unsigned long long *>(ws + w.counter_offset);
+  a.tag = (tag & 0xffffffffffffull) << 16;
+  a.seqlens = p.kv_lens.empty() ? nullptr : args.cache_seqlens;
+  a.page_table = p.paged() ? args.page_table : nullptr;
+  const Strides qs = p.q_strides(), ks = p.kv_strides();
+  a.q_batch = qs.batch, a.q_seq = qs.seq, a.q_head = qs.head;
+  a.k_batch = ks.batch, a.k_seq = ks.seq, a.k_head = ks.head;
+  a.page_size = static_cast<int>(p.page_size);
+  a.pages_per_seq = static_cast<int>(p.pages_per_seq());
+  a.seqlen_q = static_cast<int>(p.seqlen_q);
+  a.seqlen_kv = static_cast<int>(p.seqlen_kv);
+  a.heads_q = static_cast<int>(p.heads_q);
+  a.heads_kv = static_cast<int>(p.heads_kv);
+  a.group = static_cast<int>(p.group_size());
+  a.rows = static_cast<int>(packed_rows(p));
+  a.m_blocks = static_cast<int>(row_blocks(p));
+  a.splits = plan.splits;
+  a.keys_per_split = static_cast<int>(plan.keys_per_split);
+  a.stages = plan.stages;
+  a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
+  a.causal = p.causal;
+  a.fused = c.fused != 0;
+  return a;
+}
+
+template <class T, int D, int KW>
+void launch_split(const KArgs<T> &a, const AttentionProblem &p, const Params &c,
+                  cudaStream_t stream) {
+  Params fit = c;
+  fit.stages = a.stages;
+  const int64_t smem = smem_bytes(D, fit);
+  // Always: the 48 KB default counts the kernel's static shared memory too, so exactly 48 KB of
+  // dynamic memory already needs the opt-in.
+  FB_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D, KW>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(unsigned(a.splits), unsigned(p.heads_kv * a.m_blocks), unsigned(p.batch));
+  split_kernel<T, D, KW><<<grid, kThreads, size_t(smem), stream>>>(a);
+  FB_CHECK_LAUNCH();
+}
+
+template <class T, int D>
+void launch_d(const KArgs<T> &a, const AttentionProblem &p, const Params &c, cudaStream_t stream) {
+  if (c.block_n == 64)
+    launch_split<T, D, 16>(a, p, c, stream);
+  else
+    launch_split<T, D, 32>(a, p, c, stream);
+  if (a.splits > 1 && !a.fused) {
+    const dim3 grid(unsigned(p.heads_kv * a.m_blocks), unsigned(p.batch));
+    combine_kernel<T, D><<<grid, kThreads, 0, stream>>>(a);
+    FB_CHECK_LAUNCH();
+  }
+}
+
+template <class T>
+void launch_typed(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
+                  const LaunchArgs &args, uint64_t tag, cudaStream_t stream) {
+  const KArgs<T> a = make_args<T>(p, c, plan, args, tag);
+  switch (p.head_dim) {
+  case 64: launch_d<T, 64>(a, p, c, stream); break;
+  case 128: launch_d<T, 128>(a, p, c, stream); break;
+  default: launch_d<T, 256>(a, p, c, stream); break;
+  }
+}
+
+template <class T>
+std::vector<KernelDesc> kernel_descs_typed(const AttentionProblem &p, const Params &c,
+                                           const SplitPlan &plan) {
+  const void *f = nullptr;
+  const bool wide = c.block_n == 128;
+  switch (p.head_dim) {
+  case 64: f = wide ? split_kernel_ptr<T, 64, 32>() : split_kernel_ptr<T, 64, 16>(); break;
+  case 128: f = wide ? split_kernel_ptr<T, 128, 32>() : split_kernel_ptr<T, 128, 16>(); break;
+  default: f = wide ? split_kernel_ptr<T, 256, 32>() : split_kernel_ptr<T, 256, 16>(); break;
+  }
+  std::vector<KernelDesc> out;
+  Params fit = c;
+  fit.stages = plan.stages;
+  out.push_back(KernelDesc{"flash_decoding_split", f, kThreads, size_t(smem_bytes(p.head_dim, fit)),
+                           int64_t(plan.splits) * num_groups(p)});
+  return out;
+}
+
+} // namespace fb::fdec

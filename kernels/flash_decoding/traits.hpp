@@ -1,0 +1,227 @@
+// Flash-decoding: the config space, the split plan (how many CTAs share one KV sequence) and the
+// workspace layout that the kernels, the traffic model and the heuristic share. Host-only code may
+// include this file; the kernels are in flash_decoding.cuh.
+#pragma once
+
+#include "flashbench/config.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/variant.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fb::fdec {
+
+// One CTA = 4 warps; each warp owns block_n / 4 consecutive keys of every K/V tile (split-K inside
+// the CTA) and all kRowsPerCta packed query rows (one m16n8k16 row block).
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kRowsPerCta = 16;
+constexpr int kMaxSplits = 128;
+
+struct Params {
+  int block_n = 64;   // keys per K/V tile (per pipeline stage), shared by the 4 warps
+  int stages = 3;     // cp.async pipeline depth (3: two CTAs per SM at block_n 64, d 128; NOTES.md)
+  int num_splits = 0; // CTAs per (entry, KV head, row block); 0 = heuristic (split_plan)
+  int fused = 1;      // 1: the last CTA of a group combines (one launch); 0: a combine kernel
+};
+
+inline std::optional<std::string> config_problem(const Params &c) {
+  if (c.block_n != 64 && c.block_n != 128)
+    return "block_n must be 64 or 128";
+  if (c.stages < 2 || c.stages > 4)
+    return "stages must be 2, 3 or 4";
+  if (c.num_splits < 0 || c.num_splits > kMaxSplits)
+    return "num_splits must be 0 (heuristic) .. " + std::to_string(kMaxSplits);
+  if (c.fused != 0 && c.fused != 1)
+    return "fused must be 0 or 1";
+  return std::nullopt;
+}
+
+inline Params params_of(const Config &c) {
+  const Params d;
+  return Params{static_cast<int>(c.get_or("block_n", d.block_n)),
+                static_cast<int>(c.get_or("stages", d.stages)),
+                static_cast<int>(c.get_or("num_splits", d.num_splits)),
+                static_cast<int>(c.get_or("fused", d.fused))};
+}
+
+inline ConfigSpace make_space() {
+  const Params d;
+  return ConfigSpace(
+      {Axis{"block_n", {64, 128}, {}, "keys per K/V tile (one pipeline stage; block_n / 4 per warp)"},
+       Axis{"stages", {2, 3, 4}, {}, "cp.async pipeline depth (K/V tiles in flight per CTA)"},
+       Axis{"num_splits",
+            {0, 1, 2, 4, 8, 16, 32, 64},
+            {},
+            "CTAs that share one KV sequence; 0 = heuristic (wave efficiency, see NOTES.md)"},
+       Axis{"fused",
+            {0, 1},
+            {"two_kernels", "last_cta"},
+            "combine in a second kernel, or in the last CTA of each group (one launch)"}},
+      Config({{"block_n", d.block_n},
+              {"stages", d.stages},
+              {"num_splits", d.num_splits},
+              {"fused", d.fused}}),
+      [](const Config &c) { return config_problem(params_of(c)); });
+}
+
+inline bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
+
+// K and V tiles of every stage (16-bit elements). The end-of-CTA merge of the four warps' partial O
+// reuses this space (4 * 16 * D floats + 512 bytes, always smaller). Callers pass the plan's stages.
+inline int64_t smem_bytes(int64_t head_dim, const Params &c) {
+  return int64_t(c.stages) * c.block_n * head_dim * 2 * 2;
+}
+
+// Query rows per KV head: the GQA group's heads times seqlen_q, packed so one K/V load serves all.
+inline int64_t packed_rows(const AttentionProblem &p) { return p.group_size() * p.seqlen_q; }
+inline int64_t row_blocks(const AttentionProblem &p) {
+  return (packed_rows(p) + kRowsPerCta - 1) / kRowsPerCta;
+}
+// Independent (entry, KV head, row block) groups; each is split num_splits ways.
+inline int64_t num_groups(const AttentionProblem &p) { return p.batch * p.heads_kv * row_blocks(p); }
+
+inline int64_t max_kv_len(const AttentionProblem &p) {
+  if (p.kv_lens.empty())
+    return p.seqlen_kv;
+  return *std::max_element(p.kv_lens.begin(), p.kv_lens.end());
+}
+
+// Keys that row block mb of entry b must read: up to the last visible key of its last row.
+inline int64_t group_kv_end(const AttentionProblem &p, int64_t b, int64_t mb) {
+  const int64_t len = p.kv_len(b);
+  if (!p.causal)
+    return len;
+  const int64_t last_row = std::min(packed_rows(p), (mb + 1) * kRowsPerCta) - 1;
+  const int64_t i = last_row / p.group_size();
+  return std::clamp<int64_t>(i + 1 + len - p.seqlen_q, 0, len);
+}
+
+// What the heuristic needs to know about the GPU.
+struct DeviceFacts {
+  int sm_count = 132;
+  int64_t smem_per_sm = 228 * 1024;
+  int64_t smem_per_block_optin = 227 * 1024;
+};
+
+// How the KV sequence is cut: every group's keys [0, kv_end) go to splits of keys_per_split keys (a
+// multiple of block_n); grid.x = splits. Entries shorter than the longest use fewer splits; their
+// other CTAs exit at once.
+struct SplitPlan {
+  int splits = 1;
+  int64_t keys_per_split = 0;
+  int ctas_per_sm = 1;
+  int stages = 2; // the config's stages, lowered to what fits a block's shared memory (0: not even 1)
+};
+
+// `stages` is an upper bound: head_dim 256 with block_n 64 fits 3 stages in 227 KB, so stages = 4
+// runs with 3 there (and block_n 128 at head_dim 256, 128 KB a stage, cannot run).
+inline int fitting_stages(const AttentionProblem &p, const Params &c, const DeviceFacts &dev) {
+  const int64_t per_stage = int64_t(c.block_n) * p.head_dim * 2 * 2;
+  const int64_t fit = dev.smem_per_block_optin / per_stage;
+  return fit >= 2 ? static_cast<int>(std::min<int64_t>(c.stages, fit)) : 0;
+}
+
+// Resident CTAs per SM: shared memory bound, and the register file (about 168 registers a thread at
+// head_dim <= 128, 255 at 256).
+inline int ctas_per_sm(const AttentionProblem &p, const Params &c, const DeviceFacts &dev) {
+  Params fit = c;
+  fit.stages = std::max(fitting_stages(p, c, dev), 1);
+  const int64_t by_smem = dev.smem_per_sm / (smem_bytes(p.head_dim, fit) + 1024);
+  const int by_regs = p.head_dim <= 128 ? 3 : 2;
+  return static_cast<int>(std::clamp<int64_t>(by_smem, 1, by_regs));
+}
+
+// The heuristic (num_splits = 0), FlashAttention's wave-efficiency rule adapted to a memory-bound
+// kernel: with G groups and `slots` resident CTAs, s splits give waves w = G*s/slots and efficiency
+// w/ceil(w). Take the smallest s whose efficiency is within 5% of the best s in [1, max_s], where
+// max_s leaves every split at least two K/V tiles (so its pipeline fills). Unlike FlashAttention
+// (which keeps 1 split once G >= 0.8 * SMs and accepts 85% of the best), a half-empty last wave
+// here is not hidden by the other CTAs' arithmetic: every idle slot is lost bandwidth.
+inline SplitPlan split_plan(const AttentionProblem &p, const Params &c, const DeviceFacts &dev) {
+  SplitPlan plan;
+  plan.stages = fitting_stages(p, c, dev);
+  plan.ctas_per_sm = ctas_per_sm(p, c, dev);
+  const int64_t len = std::max<int64_t>(max_kv_len(p), 1);
+  const int64_t tiles = (len + c.block_n - 1) / c.block_n;
+  int s = c.num_splits;
+  if (s == 0) {
+    const double slots = double(dev.sm_count) * plan.ctas_per_sm;
+    const double groups = double(num_groups(p));
+    const int max_s = static_cast<int>(std::clamp<int64_t>(tiles / 2, 1, kMaxSplits));
+    auto eff = [&](int n) {
+      const double w = groups * n / slots;
+      return w / std::ceil(w);
+    };
+    double best = 0;
+    for (int n = 1; n <= max_s; ++n)
+      best = std::max(best, eff(n));
+    s = 1;
+    for (int n = 1; n <= max_s; ++n)
+      if (eff(n) >= 0.95 * best) {
+        s = n;
+        break;
+      }
+  }
+  const int64_t tiles_per_split = (tiles + s - 1) / s;
+  plan.keys_per_split = tiles_per_split * c.block_n;
+  plan.splits = static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split);
+  return plan;
+}
+
+// Workspace: partial O (fp32, normalised) and partial LSE (log2 units) of every (group, split, row),
+// then one 64-bit arrival counter per group (fused only).
+struct WorkspaceLayout {
+  size_t o_offset = 0, lse_offset = 0, counter_offset = 0, total = 0;
+};
+constexpr size_t round_up_256(size_t n) { return (n + 255) / 256 * 256; }
+inline WorkspaceLayout workspace_layout(const AttentionProblem &p, const SplitPlan &plan) {
+  WorkspaceLayout w;
+  if (plan.splits <= 1)
+    return w; // every group writes its final O directly
+  const size_t slots = size_t(num_groups(p)) * size_t(plan.splits) * kRowsPerCta;
+  w.lse_offset = round_up_256(slots * size_t(p.head_dim) * sizeof(float));
+  w.counter_offset = w.lse_offset + round_up_256(slots * sizeof(float));
+  w.total = w.counter_offset + round_up_256(size_t(num_groups(p)) * sizeof(uint64_t));
+  return w;
+}
+
+// HBM bytes the kernels move: each group reads K and V up to its kv_end once (row blocks beyond the
+// first re-read them), Q once per group, O and LSE written once; groups that use more than one split
+// write and read back their partials.
+inline double traffic_bytes(const AttentionProblem &p, const Params &c, const SplitPlan &plan) {
+  const double e = dtype_bytes(p.dtype), d = double(p.head_dim);
+  const int64_t rows = packed_rows(p), mbs = row_blocks(p);
+  double bytes = 2.0 * e * double(p.q_elems()) + 4.0 * double(p.lse_elems()); // Q, O, LSE
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t mb = 0; mb < mbs; ++mb) {
+      const int64_t kv_end = group_kv_end(p, b, mb);
+      bytes += double(p.heads_kv) * 2.0 * e * d * double(kv_end);
+      const int64_t active = (kv_end + plan.keys_per_split - 1) / std::max<int64_t>(plan.keys_per_split, 1);
+      if (active >= 2) {
+        const double rows_here = double(std::min<int64_t>(kRowsPerCta, rows - mb * kRowsPerCta));
+        bytes += double(p.heads_kv) * 2.0 * double(active) * rows_here * (4.0 * d + 4.0);
+      }
+    }
+  (void)c;
+  return bytes;
+}
+
+// The launch entry points (flash_decoding_bf16.cu, flash_decoding_fp16.cu). `tag` must differ
+// between launches that share a workspace (the fused path's arrival counters; see the kernel file).
+void launch_bf16(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
+                 const LaunchArgs &args, uint64_t tag, cudaStream_t stream);
+void launch_fp16(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
+                 const LaunchArgs &args, uint64_t tag, cudaStream_t stream);
+std::vector<KernelDesc> kernel_descs(const AttentionProblem &p, const Params &c,
+                                     const SplitPlan &plan);
+std::vector<KernelDesc> kernel_descs_fp16(const AttentionProblem &p, const Params &c,
+                                          const SplitPlan &plan);
+
+} // namespace fb::fdec

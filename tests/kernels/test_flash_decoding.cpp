@@ -1,0 +1,105 @@
+// Flash-decoding against the float64 CPU reference: every config on decode shapes that are awkward
+// on purpose (KV lengths 1 and 257, lengths that are multiples of no page, tile or split size, mixed
+// lengths and empty entries in one batch, paged and contiguous caches, seqlen_q 1..16 causal, GQA,
+// MQA, MHA, head_dim 64/128/256, bf16 and fp16).
+#include "gpu_test_util.hpp"
+
+#include "kernels/flash_decoding/traits.hpp"
+
+using namespace fb;
+using fb::test::Case;
+
+namespace {
+
+const Variant &fdv() { return catalog().get("flash_decoding"); }
+
+struct DecodeShape {
+  const char *name;
+  int64_t batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim;
+  bool causal;
+  DType dtype;
+  std::vector<int64_t> kv_lens = {};
+  int64_t page_size = 0;
+  Layout layout = Layout::bshd;
+
+  AttentionProblem problem() const {
+    AttentionProblem p;
+    p.batch = batch;
+    p.heads_q = heads_q;
+    p.heads_kv = heads_kv;
+    p.seqlen_q = seqlen_q;
+    p.seqlen_kv = seqlen_kv;
+    p.head_dim = head_dim;
+    p.causal = causal;
+    p.dtype = dtype;
+    p.kv_lens = kv_lens;
+    p.page_size = page_size;
+    p.layout = layout;
+    return p;
+  }
+};
+std::ostream &operator<<(std::ostream &os, const DecodeShape &s) { return os << key(s.problem()); }
+std::string decode_name(const ::testing::TestParamInfo<DecodeShape> &info) {
+  return info.param.name;
+}
+
+const std::vector<DecodeShape> kShapes = {
+    {"len1_gqa", 1, 32, 8, 1, 1, 128, true, DType::bf16},
+    {"len257_gqa_f16", 1, 32, 8, 1, 257, 128, true, DType::f16},
+    // Mixed lengths in one batch, one of them empty (O = 0, LSE = -inf), none a multiple of 64.
+    {"mixed_with_empty", 4, 32, 8, 1, 1000, 128, false, DType::bf16, {1, 257, 0, 1000}},
+    {"paged16_mixed", 4, 32, 8, 1, 513, 128, true, DType::bf16, {77, 0, 300, 513}, 16},
+    {"paged256_mha_d64_f16", 2, 8, 8, 1, 1100, 64, false, DType::f16, {1000, 3}, 256},
+    // Speculative decoding: 16 tokens, causal bottom-right against each entry's own length (the
+    // entry of 5 keys has rows that see none).
+    {"sq16_causal_paged32", 2, 32, 8, 16, 300, 128, true, DType::bf16, {300, 5}, 32},
+    {"sq4_causal_mqa_d256_f16", 1, 16, 1, 4, 200, 256, true, DType::f16},
+    {"sq7_causal_mha_d64", 1, 4, 4, 7, 131, 64, true, DType::bf16},
+    {"d256_gqa_lens", 2, 8, 2, 1, 2049, 256, false, DType::bf16, {2049, 1500}},
+    {"bhsd_sq3_causal_f16", 2, 8, 2, 3, 100, 64, true, DType::f16, {}, 0, Layout::bhsd},
+    {"long_8191_gqa", 1, 32, 8, 1, 8191, 128, false, DType::bf16},
+    {"mqa32_sq16_paged64", 1, 32, 1, 16, 700, 128, true, DType::bf16, {}, 64},
+};
+
+class FlashDecodingAllConfigs : public ::testing::TestWithParam<DecodeShape> {};
+
+TEST_P(FlashDecodingAllConfigs, MatchCpuReference) {
+  FB_SKIP_WITHOUT_GPU();
+  Case c(GetParam().problem());
+  const Config def = fdv().space().default_config();
+  ASSERT_TRUE(fdv().supports(c.problem(), def, fb::test::test_device()).ok);
+  int ran = 0;
+  for (const auto &e : fdv().space().expand()) {
+    ASSERT_FALSE(e.invalid_reason) << *e.invalid_reason;
+    // block_n 128 x 4 stages x head_dim 256 needs more shared memory than a block may have.
+    if (!fdv().supports(c.problem(), e.config, fb::test::test_device()))
+      continue;
+    c.expect_pass(fdv(), e.config);
+    ++ran;
+  }
+  EXPECT_GT(ran, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Decode, FlashDecodingAllConfigs, ::testing::ValuesIn(kShapes), decode_name);
+
+TEST(FlashDecoding, RepeatedLaunchesShareTheWorkspace) {
+  // The fused path's arrival counters live in the workspace: a later launch must not depend on what
+  // an earlier one (or the poison) left there.
+  FB_SKIP_WITHOUT_GPU();
+  Case c(DecodeShape{"rep", 3, 32, 8, 2, 3000, 128, true, DType::bf16, {3000, 17, 2500}, 16}.problem());
+  for (const char *splits : {"0", "8", "64"})
+    for (const char *fused : {"0", "1"})
+      c.expect_pass(fdv(), fdv().space().make({{"num_splits", splits}, {"fused", fused}}), 3);
+}
+
+TEST(FlashDecoding, Fp32AndOddHeadDimsAreRejected) {
+  AttentionProblem p = DecodeShape{"f32", 1, 8, 8, 1, 100, 128, false, DType::f32}.problem();
+  EXPECT_FALSE(fdv().supports(p, fdv().space().default_config(), nominal_device()).ok);
+  p.dtype = DType::bf16;
+  p.head_dim = 96;
+  const Support s = fdv().supports(p, fdv().space().default_config(), nominal_device());
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.reason.find("head_dim 96"), std::string::npos) << s.reason;
+}
+
+} // namespace
