@@ -8,25 +8,31 @@ cd "$(dirname "$0")/.."
 STATE=${1:-${HOME}/flashbench-nightly}
 FB=${FLASHBENCH:-build/flashbench}
 [[ -x $FB ]] || { echo "nightly.sh: $FB not found; build first (cmake -B build && cmake --build build)" >&2; exit 2; }
-command -v flashbench-report >/dev/null || { echo "nightly.sh: flashbench-report not found; pip install ./reports" >&2; exit 2; }
+# flashbench-report from pip, or straight from the checkout where nothing can be installed (an offline GPU runner).
+report() {
+  if command -v flashbench-report >/dev/null; then flashbench-report "$@"
+  else PYTHONPATH="$PWD/reports${PYTHONPATH:+:$PYTHONPATH}" python3 -m flashbench_reports "$@"; fi
+}
+report --help >/dev/null 2>&1 || { echo "nightly.sh: flashbench-report not usable; pip install ./reports" >&2; exit 2; }
+SPEC=${FLASHBENCH_NIGHTLY_SPEC:-sweeps/nightly.yaml}
 SHA=$(git rev-parse HEAD 2>/dev/null || echo unknown)
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$STATE/runs" "$STATE/baselines"
 RUN="$STATE/runs/nightly-$STAMP-${SHA:0:12}.json"
 
-"$FB" run sweeps/nightly.yaml -o "$RUN"
+"$FB" run "$SPEC" -o "$RUN"
 SLUG=$(python3 -c 'import json,sys; print(((json.load(open(sys.argv[1])).get("context") or {}).get("device") or {}).get("slug") or "unknown")' "$RUN")
 BASE="$STATE/baselines/$SLUG.json"
 OUT="$STATE/reports/$STAMP"
 mkdir -p "$OUT"
 
-flashbench-report history ingest "$RUN" --db "$STATE/history.sqlite" --git-sha "$SHA"
-flashbench-report html "$RUN" -o "$OUT/html"
-flashbench-report history plot --db "$STATE/history.sqlite" -o "$OUT/history"
+report history ingest "$RUN" --db "$STATE/history.sqlite" --git-sha "$SHA"
+report html "$RUN" -o "$OUT/html"
+report history plot --db "$STATE/history.sqlite" -o "$OUT/history"
 
 status=0
 if [[ -f $BASE ]]; then
-  flashbench-report compare "$BASE" "$RUN" -o "$OUT/compare.md" || status=$?
+  report compare "$BASE" "$RUN" -o "$OUT/compare.md" || status=$?
 else
   echo "nightly.sh: no baseline for $SLUG yet; this run becomes it"
 fi

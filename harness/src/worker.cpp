@@ -104,6 +104,17 @@ struct PointContext {
   std::function<void(const char*)> phase;
 };
 
+// FLASHBENCH_TEST_SLOWDOWN=VARIANT[:N] launches VARIANT N times (default 2) per timed sample: a deliberate,
+// known slowdown for testing the nightly regression gate end to end. Verification and counters are untouched.
+int test_slowdown_repeats(const std::string& variant) {
+  const char* env = std::getenv("FLASHBENCH_TEST_SLOWDOWN");
+  if (!env) return 1;
+  const std::string spec = env;
+  const auto colon = spec.find(':');
+  if (spec.substr(0, colon) != variant) return 1;
+  return colon == std::string::npos ? 2 : std::max(1, std::atoi(spec.c_str() + colon + 1));
+}
+
 // The profile pass: CUPTI counters over one cold launch (a pass of its own, after timing), and the theoretical
 // occupancy of each kernel the variant lists.
 void measure_counters_and_occupancy(Result& r, const PlannedPoint& pt, const LaunchArgs& args,
@@ -136,8 +147,12 @@ bool measure_point(Result& r, const PlannedPoint& pt, const TimingPolicy& timing
     }
     ctx.phase("time");
     const LaunchArgs args = ctx.runner.args();
+    const int repeats = test_slowdown_repeats(pt.variant->name());
     TimingStats t = ctx.timer.measure(
-        [&](cudaStream_t s) { pt.variant->launch(pt.problem, pt.config, args, s); }, timing);
+        [&](cudaStream_t s) {
+          for (int i = 0; i < repeats; ++i) pt.variant->launch(pt.problem, pt.config, args, s);
+        },
+        timing);
     r.timing = t;
     r.status = Status::ok;
     if (t.noisy) r.reason = "noise target not met: cv " + std::to_string(t.cv * 100) + "%";
