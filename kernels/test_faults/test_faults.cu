@@ -3,6 +3,7 @@
 //   illegal_access: a store to an unmapped address -> cudaErrorIllegalAddress, a sticky error;
 //   trap:           __trap() -> cudaErrorLaunchFailure, sticky;
 //   spin:           never returns (a hang: only killing the process ends it).
+#include <cstdint>
 #include "kernels/test_faults/test_faults.hpp"
 
 #include "flashbench/check.hpp"
