@@ -165,21 +165,90 @@ CUcontext current_context() {
 
 } // namespace
 
+// Everything CUPTI holds lives between setup() and teardown(), and profile() runs the whole cycle for each point:
+// with the profiler left initialised between points, later launches were seen to block the host and the worker to
+// crash in the next profile pass; a fresh cycle per point (as the copy probe does) is the path seen to work.
 struct CounterSession::Impl {
+  int device = 0;
   CUcontext ctx = nullptr;
   std::string chip;
   std::vector<uint8_t> availability;
   std::vector<uint8_t> config;
   CUpti_Profiler_Host_Object* host = nullptr;
   std::vector<const char*> names;
+  bool initialised = false;
+  size_t passes = 0;
 
-  ~Impl() {
+  // Throws CuptiUnavailable (environment) or UserError (unknown metric name).
+  void setup() {
+    FB_CUDA_CHECK(cudaSetDevice(device));
+    FB_CUDA_CHECK(cudaFree(nullptr)); // make the primary context current
+    ctx = current_context();
+    CUpti_Profiler_Initialize_Params init{CUpti_Profiler_Initialize_Params_STRUCT_SIZE};
+    FB_CUPTI_TRY(cuptiProfilerInitialize(&init));
+    initialised = true;
+    CUpti_Device_GetChipName_Params cn{CUpti_Device_GetChipName_Params_STRUCT_SIZE};
+    cn.deviceIndex = static_cast<size_t>(device);
+    FB_CUPTI_TRY(cuptiDeviceGetChipName(&cn));
+    chip = cn.pChipName;
+    CUpti_Profiler_GetCounterAvailability_Params avail{CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE};
+    avail.ctx = ctx;
+    FB_CUPTI_TRY(cuptiProfilerGetCounterAvailability(&avail));
+    availability.assign(avail.counterAvailabilityImageSize, 0);
+    avail.pCounterAvailabilityImage = availability.data();
+    FB_CUPTI_TRY(cuptiProfilerGetCounterAvailability(&avail));
+
+    CUpti_Profiler_Host_Initialize_Params hi{CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE};
+    hi.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
+    hi.pChipName = chip.c_str();
+    hi.pCounterAvailabilityImage = availability.data();
+    FB_CUPTI_TRY(cuptiProfilerHostInitialize(&hi));
+    host = hi.pHostObject;
+    // Each name alone first, so an unknown one is named in the error (the user's to fix, not the environment's).
+    for (const char* n : names) {
+      CUpti_Profiler_Host_GetMetricProperties_Params prop{CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE};
+      prop.pHostObject = host;
+      prop.pMetricName = n;
+      if (cuptiProfilerHostGetMetricProperties(&prop) != CUPTI_SUCCESS)
+        throw UserError("unknown metric '" + std::string(n) + "' on chip " + chip +
+                        "; list valid names with 'ncu --query-metrics --chip " + chip + "'");
+    }
+    CUpti_Profiler_Host_ConfigAddMetrics_Params add{CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE};
+    add.pHostObject = host;
+    add.ppMetricNames = names.data();
+    add.numMetrics = names.size();
+    FB_CUPTI_TRY(cuptiProfilerHostConfigAddMetrics(&add));
+    CUpti_Profiler_Host_GetConfigImageSize_Params cs{CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE};
+    cs.pHostObject = host;
+    FB_CUPTI_TRY(cuptiProfilerHostGetConfigImageSize(&cs));
+    config.assign(cs.configImageSize, 0);
+    CUpti_Profiler_Host_GetConfigImage_Params ci{CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE};
+    ci.pHostObject = host;
+    ci.configImageSize = config.size();
+    ci.pConfigImage = config.data();
+    FB_CUPTI_TRY(cuptiProfilerHostGetConfigImage(&ci));
+    CUpti_Profiler_Host_GetNumOfPasses_Params np{CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE};
+    np.configImageSize = config.size();
+    np.pConfigImage = config.data();
+    FB_CUPTI_TRY(cuptiProfilerHostGetNumOfPasses(&np));
+    passes = np.numOfPasses;
+  }
+
+  void teardown() {
     if (host) {
       CUpti_Profiler_Host_Deinitialize_Params p{CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE};
       p.pHostObject = host;
       cuptiProfilerHostDeinitialize(&p);
+      host = nullptr;
+    }
+    if (initialised) {
+      CUpti_Profiler_DeInitialize_Params p{CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE};
+      cuptiProfilerDeInitialize(&p);
+      initialised = false;
     }
   }
+
+  ~Impl() { teardown(); }
 };
 
 CounterSession::CounterSession(const DeviceInfo& dev, std::vector<std::string> metrics)
@@ -193,69 +262,21 @@ CounterSession::CounterSession(const DeviceInfo& dev, std::vector<std::string> m
     return;
   }
   Impl& m = *impl_;
+  m.device = dev.index;
+  for (const auto& n : metrics_) m.names.push_back(n.c_str());
   try {
-    FB_CUDA_CHECK(cudaSetDevice(dev.index));
-    FB_CUDA_CHECK(cudaFree(nullptr)); // make the primary context current
-    m.ctx = current_context();
-    CUpti_Profiler_Initialize_Params init{CUpti_Profiler_Initialize_Params_STRUCT_SIZE};
-    FB_CUPTI_TRY(cuptiProfilerInitialize(&init));
-    CUpti_Device_GetChipName_Params chip{CUpti_Device_GetChipName_Params_STRUCT_SIZE};
-    chip.deviceIndex = static_cast<size_t>(dev.index);
-    FB_CUPTI_TRY(cuptiDeviceGetChipName(&chip));
-    m.chip = chip.pChipName;
-    CUpti_Profiler_GetCounterAvailability_Params avail{CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE};
-    avail.ctx = m.ctx;
-    FB_CUPTI_TRY(cuptiProfilerGetCounterAvailability(&avail));
-    m.availability.resize(avail.counterAvailabilityImageSize);
-    avail.pCounterAvailabilityImage = m.availability.data();
-    FB_CUPTI_TRY(cuptiProfilerGetCounterAvailability(&avail));
-
-    CUpti_Profiler_Host_Initialize_Params hi{CUpti_Profiler_Host_Initialize_Params_STRUCT_SIZE};
-    hi.profilerType = CUPTI_PROFILER_TYPE_RANGE_PROFILER;
-    hi.pChipName = m.chip.c_str();
-    hi.pCounterAvailabilityImage = m.availability.data();
-    FB_CUPTI_TRY(cuptiProfilerHostInitialize(&hi));
-    m.host = hi.pHostObject;
-
-    for (const auto& n : metrics_) m.names.push_back(n.c_str());
-    // Each name alone first, so an unknown one is named in the error (a user error, not an environment one).
-    for (const char* n : m.names) {
-      CUpti_Profiler_Host_GetMetricProperties_Params prop{CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE};
-      prop.pHostObject = m.host;
-      prop.pMetricName = n;
-      if (cuptiProfilerHostGetMetricProperties(&prop) != CUPTI_SUCCESS)
-        throw UserError("unknown metric '" + std::string(n) + "' on chip " + m.chip +
-                        "; list valid names with 'ncu --query-metrics --chip " + m.chip + "'");
-    }
-    CUpti_Profiler_Host_ConfigAddMetrics_Params add{CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE};
-    add.pHostObject = m.host;
-    add.ppMetricNames = m.names.data();
-    add.numMetrics = m.names.size();
-    FB_CUPTI_TRY(cuptiProfilerHostConfigAddMetrics(&add));
-    CUpti_Profiler_Host_GetConfigImageSize_Params cs{CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE};
-    cs.pHostObject = m.host;
-    FB_CUPTI_TRY(cuptiProfilerHostGetConfigImageSize(&cs));
-    m.config.resize(cs.configImageSize);
-    CUpti_Profiler_Host_GetConfigImage_Params ci{CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE};
-    ci.pHostObject = m.host;
-    ci.configImageSize = m.config.size();
-    ci.pConfigImage = m.config.data();
-    FB_CUPTI_TRY(cuptiProfilerHostGetConfigImage(&ci));
-    CUpti_Profiler_Host_GetNumOfPasses_Params np{CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE};
-    np.configImageSize = m.config.size();
-    np.pConfigImage = m.config.data();
-    FB_CUPTI_TRY(cuptiProfilerHostGetNumOfPasses(&np));
-    passes_ = static_cast<int>(np.numOfPasses);
+    m.setup(); // a dry cycle: availability, metric names and the pass count are known before any point runs
+    passes_ = static_cast<int>(m.passes);
     available_ = true;
   } catch (const CuptiUnavailable& e) {
     reason_ = e.what();
   } catch (const CudaError& e) {
     reason_ = e.what();
+  } catch (...) {
+    m.teardown();
+    throw;
   }
-  // The profiler stays initialised only inside profile(): with it initialised, kernel launches were seen to block
-  // the host (the timer's stream hold then stalls), so timing never runs under it.
-  CUpti_Profiler_DeInitialize_Params deinit{CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE};
-  cuptiProfilerDeInitialize(&deinit);
+  m.teardown();
 }
 
 CounterSession::~CounterSession() = default;
@@ -270,12 +291,9 @@ Counters CounterSession::profile(const std::string& range_name, const std::funct
   const auto t0 = std::chrono::steady_clock::now();
   Impl& m = *impl_;
   CUpti_RangeProfiler_Object* obj = nullptr;
-  bool initialised = false;
   try {
     FB_CUDA_CHECK(cudaStreamSynchronize(stream));
-    CUpti_Profiler_Initialize_Params init{CUpti_Profiler_Initialize_Params_STRUCT_SIZE};
-    FB_CUPTI_TRY(cuptiProfilerInitialize(&init));
-    initialised = true;
+    m.setup();
     CUpti_RangeProfiler_Enable_Params en{CUpti_RangeProfiler_Enable_Params_STRUCT_SIZE};
     en.ctx = m.ctx;
     FB_CUPTI_TRY(cuptiRangeProfilerEnable(&en));
@@ -371,10 +389,7 @@ Counters CounterSession::profile(const std::string& range_name, const std::funct
     dis.pRangeProfilerObject = obj;
     cuptiRangeProfilerDisable(&dis);
   }
-  if (initialised) {
-    CUpti_Profiler_DeInitialize_Params deinit{CUpti_Profiler_DeInitialize_Params_STRUCT_SIZE};
-    cuptiProfilerDeInitialize(&deinit);
-  }
+  m.teardown();
   c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return c;
 }
