@@ -11,6 +11,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <execinfo.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -227,7 +229,22 @@ public:
 
 } // namespace
 
+namespace {
+// A worker that dies on a signal leaves the parent only the signal number; this prints where (a raw backtrace to
+// stderr, async-signal-safe) before the default action ends the process.
+void print_backtrace_and_die(int sig) {
+  void* frames[64];
+  const int n = backtrace(frames, 64);
+  const char msg[] = "flashbench worker: fatal signal, backtrace:\n";
+  (void)!write(2, msg, sizeof(msg) - 1);
+  backtrace_symbols_fd(frames, n, 2);
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+} // namespace
+
 int run_worker(const WorkerOptions& o) {
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) signal(sig, print_backtrace_and_die);
   const Channel ch(o.result_fd);
   nlohmann::json hello = {{"type", "hello"}, {"pid", ::getpid()}, {"fake", o.fake}, {"gpu", o.device}};
 
