@@ -22,7 +22,7 @@ out = sys.argv[1]
 med = [json.load(open(f"{out}/run{i}.json"))["benchmarks"][0]["median_us"] for i in (1, 2)]
 rows = [r for r in csv.reader(l for l in open(f"{out}/ncu.csv") if l.startswith('"'))]
 hdr = rows[0]; iu = hdr.index("Metric Unit"); iv = hdr.index("Metric Value")
-scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}
 ncu = [float(r[iv].replace(",", "")) * scale[r[iu]] for r in rows[1:] if r[hdr.index("Metric Name")] == "gpu__time_duration.sum"]
 n = statistics.median(ncu)
 print(f"flashbench run 1 median: {med[0]:.2f} us")

@@ -305,12 +305,13 @@ int main(int argc, char** argv) {
       r.variant = points[0].variant->name();
       r.config_str = points[0].variant->space().to_string(points[0].config);
       r.problem = points[0].problem;
-      const size_t kernels = std::max<size_t>(1, points[0].variant->kernels(r.problem, points[0].config).size());
-      std::printf("ncu --nvtx --nvtx-include 'flashbench@%s/time/' --launch-count %zu --cache-control all "
+      // One kernel per call for most variants; multi-kernel ones (naive: cuBLAS GEMMs + softmax) need a larger
+      // --launch-count to cover a whole call.
+      std::printf("ncu --nvtx --nvtx-include 'flashbench@%s/time/' --launch-count 1 --cache-control all "
                   "--clock-control none --set %s -o %s \\\n    %s run --variant %s --shape %s --config %s "
                   "--no-counters --no-ceilings --timeout 2 -o /tmp/flashbench-ncu.json\n",
-                  fb::nvtx_name(r).c_str(), kernels, ncu_set.c_str(), r.variant.c_str(), argv[0],
-                  r.variant.c_str(), ncu_shape.c_str(), ncu_config.c_str());
+                  fb::nvtx_name(r).c_str(), ncu_set.c_str(), r.variant.c_str(), argv[0], r.variant.c_str(),
+                  ncu_shape.c_str(), ncu_config.c_str());
       return 0;
     }
     if (*check) {

@@ -100,6 +100,7 @@ std::string nvtx_name(const Result& r) {
   // NVTX filters in Nsight use '/' to separate nested ranges, so the point's range name uses ':' instead.
   std::string n = r.name();
   std::replace(n.begin(), n.end(), '/', ':');
+  std::replace(n.begin(), n.end(), ',', '+'); // ncu's --nvtx-include did not match names with commas
   return n;
 }
 
