@@ -15,7 +15,7 @@ report() {
 }
 report --help >/dev/null 2>&1 || { echo "nightly.sh: flashbench-report not usable; pip install ./reports" >&2; exit 2; }
 SPEC=${FLASHBENCH_NIGHTLY_SPEC:-sweeps/nightly.yaml}
-SHA=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+SHA=$(git rev-parse HEAD 2>/dev/null) || SHA=unknown
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$STATE/runs" "$STATE/baselines"
 RUN="$STATE/runs/nightly-$STAMP-${SHA:0:12}.json"

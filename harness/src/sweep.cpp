@@ -344,7 +344,14 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
       keep(id, to_json(r));
     };
     Supervisor supervisor(so);
-    supervisor.run(tasks, cb);
+    try {
+      supervisor.run(tasks, cb);
+    } catch (const UserError&) {
+      // A worker refused the run (e.g. an unknown --metrics name) before measuring anything: leave no output
+      // behind, unless a resumed log holds earlier work.
+      if (!opts.resume) std::filesystem::remove(log.path());
+      throw;
+    }
     context["workers_started"] = supervisor.workers_started();
   }
 
