@@ -564,7 +564,7 @@ std::vector<PlannedPoint> plan(const SweepSpec& spec, const Registry& registry, 
         source = why;
       }
       for (const auto& [cfg, invalid] : configs) {
-        PlannedPoint pt{v, cfg, p, invalid, {}};
+        PlannedPoint pt{v, cfg, p, invalid, {}, v->model_bytes(p, cfg, dev)};
         pt.config_source = source;
         if (!pt.skip_reason) {
           Support sup = v->supports(p, cfg, dev);

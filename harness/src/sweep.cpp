@@ -123,7 +123,7 @@ void print_plan(std::ostream& os, const SweepSpec& spec, const std::vector<Plann
     } else {
       ++t.run;
       t.flops += flops(pt.problem);
-      t.bytes += pt.variant->model_bytes(pt.problem, pt.config);
+      t.bytes += pt.model_bytes;
     }
   }
   for (const auto& n : order) {
@@ -137,7 +137,7 @@ void print_plan(std::ostream& os, const SweepSpec& spec, const std::vector<Plann
     os << "  " << (pt.skip_reason ? "skip " : "run  ") << pt.variant->name() << "/"
        << pt.variant->space().to_string(pt.config) << "/" << key(pt.problem) << "  "
        << human(flops(pt.problem), "FLOP") << ", min " << human(min_bytes(pt.problem), "B") << ", model "
-       << human(pt.variant->model_bytes(pt.problem, pt.config), "B");
+       << human(pt.model_bytes, "B");
     if (pt.skip_reason) os << "  (" << *pt.skip_reason << ")";
     if (!pt.config_source.empty()) os << "  [" << pt.config_source << "]";
     os << "\n";

@@ -36,7 +36,7 @@ Result make_result(const PlannedPoint& pt) {
   r.problem = pt.problem;
   r.flops = flops(pt.problem);
   r.bytes_min = min_bytes(pt.problem);
-  r.bytes_model = pt.variant->model_bytes(pt.problem, pt.config);
+  r.bytes_model = pt.model_bytes >= 0 ? pt.model_bytes : pt.variant->model_bytes(pt.problem, pt.config);
   if (pt.skip_reason) {
     r.status = Status::skipped;
     r.reason = *pt.skip_reason;
@@ -51,6 +51,7 @@ nlohmann::json task_payload(const PlannedPoint& pt, const TimingPolicy& timing, 
   j["problem"] = pt.problem;
   j["timing"] = timing;
   j["launch_deadline_s"] = launch_deadline_s;
+  j["model_bytes"] = pt.model_bytes;
   return j;
 }
 
@@ -59,6 +60,7 @@ PlannedPoint point_from_task(const nlohmann::json& task) {
   pt.variant = &catalog().get(task.at("variant").get<std::string>());
   pt.config = Config(task.at("config").get<std::map<std::string, int64_t>>());
   pt.problem = task.at("problem").get<AttentionProblem>();
+  pt.model_bytes = task.value("model_bytes", -1.0);
   return pt;
 }
 

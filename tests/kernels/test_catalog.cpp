@@ -145,3 +145,20 @@ TEST(Catalog, OnlyDecodeVariantsTakeKvLensOrPagedCaches) {
     }
   }
 }
+
+TEST(Catalog, Fa1ModelCountsWhatStaysInL2OnADevice) {
+  // With a device, FA1's model drops the per-step re-reads that stay in L2 (see kernels/fa1_kv_outer/traits.hpp);
+  // without one it is the no-reuse upper bound. A small per-CTA state (16-row tiles) fits L2 entirely, so the
+  // model comes down to about Q, K, V, O once plus the fp32 accumulator written back once.
+  const Variant& v = catalog().get("fa1_kv_outer");
+  const DeviceInfo dev = nominal_device();
+  AttentionProblem p = prob(4096, 128, false);
+  const Config small = v.space().make({{"block_m", "16"}, {"block_n", "64"}, {"q_tiles_per_cta", "1"}});
+  const double with_dev = v.model_bytes(p, small, dev), bound = v.model_bytes(p, small);
+  EXPECT_LT(with_dev, bound / 10);
+  EXPECT_GE(with_dev, min_bytes(p));
+  EXPECT_LT(with_dev, min_bytes(p) + 4.0 * p.q_elems() + 1e6); // + the fp32 O written back once
+  // A large per-CTA state does not fit: the O/l/m round trips stay in the model.
+  const Config big = v.space().make({{"block_m", "64"}, {"block_n", "64"}, {"q_tiles_per_cta", "0"}});
+  EXPECT_GT(v.model_bytes(p, big, dev), 0.5 * v.model_bytes(p, big));
+}

@@ -42,6 +42,7 @@ struct PlannedPoint {
   AttentionProblem problem;
   std::optional<std::string> skip_reason;
   std::string config_source; // configs: tuned: which table entry chose the config, or why the default was used
+  double model_bytes = -1;   // the variant's traffic model for this point on the planned device (-1: not computed)
 };
 
 // Expands the spec against the catalog. Unknown variants or config names raise UserError; unsupported

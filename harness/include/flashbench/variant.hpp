@@ -67,6 +67,10 @@ public:
   // Expected HBM bytes moved (read + write) for one call; the report sets it beside min_bytes() and the measured
   // DRAM bytes.
   virtual double model_bytes(const AttentionProblem& p, const Config& c) const = 0;
+  // The same on a given device, for variants whose traffic depends on it (what stays in L2); the plan uses this.
+  virtual double model_bytes(const AttentionProblem& p, const Config& c, const DeviceInfo&) const {
+    return model_bytes(p, c);
+  }
   // The kernels launch() queues (for theoretical occupancy). Empty when unknown.
   virtual std::vector<KernelDesc> kernels(const AttentionProblem&, const Config&) const { return {}; }
 
