@@ -1,4 +1,5 @@
 #include "flashbench/sweep.hpp"
+#include "flashbench/version.hpp"
 
 #include "flashbench/check.hpp"
 #include "flashbench/counters.hpp"
@@ -56,7 +57,7 @@ nlohmann::json base_context(const SweepSpec& spec, const DeviceInfo& dev) {
   c["load_avg"] = cpu.load_avg;
   c["library_build_type"] = "release";
   c["schema_version"] = kSchemaVersion;
-  c["flashbench"] = {{"version", FLASHBENCH_VERSION}, {"git_sha", FLASHBENCH_GIT_SHA}};
+  c["flashbench"] = {{"version", version()}, {"git_sha", git_sha()}};
   c["spec"] = {{"name", spec.name}, {"path", spec.path}};
   c["device"] = dev;
   c["timing_policy"] = spec.timing;
@@ -190,7 +191,7 @@ std::string build_id() {
     }
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-    return std::string(FLASHBENCH_GIT_SHA) + "+" + hex;
+    return std::string(git_sha()) + "+" + hex;
   }();
   return id;
 }
@@ -235,7 +236,7 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
   const std::vector<PlannedPoint> points = plan(spec, catalog(), dev);
   const auto [begin, end] = shard_range(points.size(), opts.shard_index, opts.shard_count);
   std::printf("flashbench %s (%s) on %s, SM %d.%d, %d SMs, driver %s, CUDA runtime %d; %zu GPU worker(s)\n",
-              FLASHBENCH_VERSION, FLASHBENCH_GIT_SHA, dev.name.c_str(), dev.cc_major, dev.cc_minor, dev.sm_count,
+              version(), git_sha(), dev.name.c_str(), dev.cc_major, dev.cc_minor, dev.sm_count,
               dev.driver_version_string.c_str(), dev.runtime_version, gpus.size());
   if (opts.shard_count > 1)
     std::printf("shard %d/%d: points %zu..%zu of %zu\n", opts.shard_index, opts.shard_count, begin,
