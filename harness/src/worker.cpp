@@ -197,7 +197,8 @@ uint64_t name_hash(const std::string& s) {
   return h;
 }
 
-bool fake_measure(Result& r, const PlannedPoint& pt, int delay_ms, const Channel& ch, size_t id) {
+bool fake_measure(Result& r, const PlannedPoint& pt, int delay_ms, const Channel& ch, size_t id,
+                  CounterSession* counters) {
   r.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   if (pt.variant->name() == "test_faults") {
     switch (pt.config.get_or("fault", 0)) {
@@ -220,6 +221,7 @@ bool fake_measure(Result& r, const PlannedPoint& pt, int delay_ms, const Channel
   r.timing = summarize(std::vector<double>(10, us));
   r.timing->stop_reason = "fake";
   r.status = Status::ok;
+  if (counters) r.counters = counters->profile(r.name(), [](cudaStream_t) {}, [] {}, nullptr);
   return false;
 }
 
@@ -256,6 +258,13 @@ int run_worker(const WorkerOptions& o) {
   std::unique_ptr<PointRunner> runner;
   std::unique_ptr<Timer> timer;
   std::unique_ptr<CounterSession> counters;
+  if (o.fake && o.counters) {
+    // The fake worker has no device, so its counters are unavailable with a reason (or the simulated CUPTI failure):
+    // the CPU tests use it to check that records stay complete, with null metrics, when counters cannot be read.
+    counters = std::make_unique<CounterSession>(dev, default_metrics());
+    hello["counters"] = {{"metrics", counters->metrics()}, {"available", counters->available()},
+                         {"passes", counters->passes()}, {"reason", counters->reason()}};
+  }
   if (!o.fake) {
     FB_CUDA_CHECK(cudaSetDevice(o.device));
     dev = query_device(o.device);
@@ -302,7 +311,7 @@ int run_worker(const WorkerOptions& o) {
     Result r = make_result(pt);
     bool lost = false;
     if (o.fake) {
-      lost = fake_measure(r, pt, o.fake_delay_ms, ch, id);
+      lost = fake_measure(r, pt, o.fake_delay_ms, ch, id, counters.get());
     } else {
       PointContext ctx{dev, stream, *runner, *timer, counters.get(), [&](const char* phase) {
                          ch.send({{"type", "phase"}, {"id", id}, {"phase", phase}});

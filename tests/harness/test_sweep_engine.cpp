@@ -285,3 +285,31 @@ TEST(SweepEngine, TestVariantsOnlyWithTheirEnvVar) {
   shown << std::ifstream(d / "list").rdbuf();
   EXPECT_NE(shown.str().find("test_faults"), std::string::npos);
 }
+
+// Issue #4's degradation path end to end on CPU: counters fail at the CUPTI boundary (simulated), and the sweep still
+// writes a complete results file: every point timed, metrics null, the CUPTI reason in every record and the context.
+TEST(SweepEngine, UnavailableCountersLeaveACompleteFileWithNullMetrics) {
+  const fs::path d = test_dir("no_counters");
+  const std::string spec = write(d / "s.yaml", fault_spec(false));
+  const std::string env = "FLASHBENCH_SIMULATE_CUPTI_FAILURE=CUPTI_ERROR_INSUFFICIENT_PRIVILEGES ";
+  const std::string cmd = env + "FLASHBENCH_TEST_VARIANTS=1 " + std::string(FLASHBENCH_BIN) + " run " + spec +
+                          " --fake-worker --fake-delay-ms 1 -o " + (d / "r.json").string() + " >" +
+                          (d / "out").string() + " 2>" + (d / "err").string();
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::stringstream err;
+  err << std::ifstream(d / "err").rdbuf();
+  EXPECT_NE(err.str().find("hardware counters unavailable (simulated: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES)"),
+            std::string::npos)
+      << err.str();
+  const auto doc = read_json(d / "r.json");
+  EXPECT_FALSE(doc["context"]["counters"]["available"].get<bool>());
+  ASSERT_EQ(doc["benchmarks"].size(), 47u);
+  for (const auto& rec : doc["benchmarks"]) {
+    EXPECT_EQ(rec["status"], "ok") << rec["name"];
+    EXPECT_TRUE(rec["counters"].is_null()) << rec["name"];
+    EXPECT_NE(rec.value("counters_reason", "").find("INSUFFICIENT_PRIVILEGES"), std::string::npos) << rec["name"];
+    EXPECT_GT(rec["median_us"].get<double>(), 0.0);
+  }
+  EXPECT_FALSE(fs::exists(d / "r.json.partial.jsonl"));
+}
