@@ -33,6 +33,8 @@ struct Shape {
   int64_t batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim;
   bool causal;
   DType dtype;
+  std::vector<int64_t> kv_lens = {}; // per-entry KV lengths (decode shapes); empty: all seqlen_kv
+  int64_t page_size = 0;             // paged KV cache; 0: contiguous
   Layout layout = Layout::bshd;
 
   AttentionProblem problem() const {
@@ -45,6 +47,8 @@ struct Shape {
     p.head_dim = head_dim;
     p.causal = causal;
     p.dtype = dtype;
+    p.kv_lens = kv_lens;
+    p.page_size = page_size;
     p.layout = layout;
     return p;
   }
@@ -163,7 +167,7 @@ inline std::vector<Shape> awkward_shapes() {
       {"mqa_8_1", 1, 8, 1, 64, 200, 64, false, f16},
       {"d128_f32", 1, 2, 2, 96, 96, 128, false, f32},
       {"d128_f16_causal", 1, 3, 3, 150, 150, 128, true, f16},
-      {"bhsd_gqa", 2, 4, 2, 50, 70, 64, true, bf16, Layout::bhsd},
+      {"bhsd_gqa", 2, 4, 2, 50, 70, 64, true, bf16, {}, 0, Layout::bhsd},
   };
 }
 

@@ -51,7 +51,7 @@ const std::vector<Shape> kLongShapes = {
     {"causal_q300_kv300_d128", 1, 2, 2, 300, 300, 128, true, DType::bf16},
     {"causal_q257_kv513_d64_f16", 1, 2, 1, 257, 513, 64, true, DType::f16},
     {"q333_kv650_d64", 2, 2, 2, 333, 650, 64, false, DType::bf16},
-    {"causal_q513_kv200_d128_bhsd", 1, 4, 2, 513, 200, 128, true, DType::f16, Layout::bhsd},
+    {"causal_q513_kv200_d128_bhsd", 1, 4, 2, 513, 200, 128, true, DType::f16, {}, 0, Layout::bhsd},
     {"causal_q190_kv190_d256", 1, 2, 2, 190, 190, 256, true, DType::bf16},
     {"q70_kv300_d256_f16", 1, 2, 1, 70, 300, 256, false, DType::f16},
 };

@@ -13,35 +13,7 @@ namespace {
 
 const Variant &fdv() { return catalog().get("flash_decoding"); }
 
-struct DecodeShape {
-  const char *name;
-  int64_t batch, heads_q, heads_kv, seqlen_q, seqlen_kv, head_dim;
-  bool causal;
-  DType dtype;
-  std::vector<int64_t> kv_lens = {};
-  int64_t page_size = 0;
-  Layout layout = Layout::bshd;
-
-  AttentionProblem problem() const {
-    AttentionProblem p;
-    p.batch = batch;
-    p.heads_q = heads_q;
-    p.heads_kv = heads_kv;
-    p.seqlen_q = seqlen_q;
-    p.seqlen_kv = seqlen_kv;
-    p.head_dim = head_dim;
-    p.causal = causal;
-    p.dtype = dtype;
-    p.kv_lens = kv_lens;
-    p.page_size = page_size;
-    p.layout = layout;
-    return p;
-  }
-};
-std::ostream &operator<<(std::ostream &os, const DecodeShape &s) { return os << key(s.problem()); }
-std::string decode_name(const ::testing::TestParamInfo<DecodeShape> &info) {
-  return info.param.name;
-}
+using DecodeShape = fb::test::Shape;
 
 const std::vector<DecodeShape> kShapes = {
     {"len1_gqa", 1, 32, 8, 1, 1, 128, true, DType::bf16},
@@ -80,7 +52,7 @@ TEST_P(FlashDecodingAllConfigs, MatchCpuReference) {
   EXPECT_GT(ran, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Decode, FlashDecodingAllConfigs, ::testing::ValuesIn(kShapes), decode_name);
+INSTANTIATE_TEST_SUITE_P(Decode, FlashDecodingAllConfigs, ::testing::ValuesIn(kShapes), fb::test::shape_name);
 
 TEST(FlashDecoding, RepeatedLaunchesShareTheWorkspace) {
   // The fused path's arrival counters live in the workspace: a later launch must not depend on what

@@ -38,7 +38,7 @@ TEST_P(GpuReference, MatchesCpuReference) {
 const std::vector<Shape> kShapes = {
     {"medium", 2, 4, 2, 300, 517, 64, false, DType::bf16},
     {"medium_causal", 2, 4, 2, 517, 300, 64, true, DType::f16}, // includes rows that see no key
-    {"medium_f32_bhsd", 1, 4, 1, 256, 256, 128, true, DType::f32, Layout::bhsd},
+    {"medium_f32_bhsd", 1, 4, 1, 256, 256, 128, true, DType::f32, {}, 0, Layout::bhsd},
     // S of one slice exceeds the 1 GiB row block (2^28 / 16400 = 16368 rows < 16400), so two blocks
     // run.
     {"row_blocks", 1, 1, 1, 16400, 16400, 8, true, DType::bf16},
