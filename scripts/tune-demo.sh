@@ -21,7 +21,6 @@ if ! "$fb" list | grep -qx fa2_q_outer; then
   spec="$out/spec.yaml"
   echo "tune-demo: fa2_q_outer is not in the catalog; tuning fa1_kv_outer"
 fi
-rm -f "$out"/cache-*.jsonl
 tune() { # strategy, extra args...
   local s=$1; shift
   local t0=$(date +%s%N)
@@ -31,9 +30,43 @@ tune() { # strategy, extra args...
   echo "== $s: exit $rc, $(( ($(date +%s%N) - t0) / 1000000 )) ms wall; table $out/table-$s.json"
   cat "$out/tune-$s.log" | grep -vE '^  ' # the per-shape table (per-config failure lines are in the log)
 }
-tune exhaustive
-tune halving --budget 0.3
-tune random --budget 0.3 --seed 1
+if [ -n "${TUNE_DEMO_REUSE:-}" ] && [ -f "$out/report-random.json" ]; then
+  echo "tune-demo: TUNE_DEMO_REUSE set: using the reports already in $out"
+else
+  rm -f "$out"/cache-*.jsonl
+  tune exhaustive
+  tune halving --budget 0.3
+  tune random --budget 0.3 --seed 1
+fi
+
+# The table above compares the halving winner's time from the *exhaustive* run with the exhaustive best, i.e. two
+# measurements taken minutes apart; a clock dip during one of them (the H200 drops from 1980 MHz under its power
+# cap) moves a config by 1-3%. Where the two winners differ, measure both again back to back, alternating A B A B A
+# B, and compare the medians of those: that is the like-for-like answer to "how far is halving's pick from the
+# exhaustive best".
+python3 - "$out" >"$out/confirm.tsv" <<'PY'
+import json, sys
+d = sys.argv[1]
+ex = json.load(open(f"{d}/report-exhaustive.json"))["results"]
+hv = json.load(open(f"{d}/report-halving.json"))["results"]
+for e, h in zip(ex, hv):
+    if "winner" not in e or "winner" not in h or e["winner"]["config"] == h["winner"]["config"]:
+        continue
+    p = e["problem"]
+    shape = ",".join(f"{k}={str(p[k]).lower()}" for k in
+                     ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim", "causal", "dtype"))
+    print(e["problem_key"], e["variant"], shape, e["winner"]["config"], h["winner"]["config"], sep="\t")
+PY
+: >"$out/confirm.log"
+while IFS=$'\t' read -r key variant shape exc hvc; do
+  for round in 1 2 3; do
+    for tag in exh hv; do
+      cfg=$exc; [ $tag = hv ] && cfg=$hvc
+      "$fb" run --variant "$variant" --shape "$shape" --config "$cfg" --no-counters --no-ceilings \
+          -o "$out/confirm-$key-$tag-$round.json" "${extra[@]}" >>"$out/confirm.log" 2>&1
+    done
+  done
+done <"$out/confirm.tsv"
 
 python3 - "$out" <<'PY'
 import json, sys
@@ -54,13 +87,23 @@ for ex, hv, rd in zip(rep["exhaustive"]["results"], rep["halving"]["results"], r
     hv_t = times.get(hv["winner"]["config"], float("inf"))
     rd_t = times.get(rd.get("winner", {}).get("config"), float("inf"))
     ratio, evals = hv_t / best, hv["evaluations"] / ex["evaluations"]
+    import glob, statistics
+    def remeasured(tag):
+        ts = [json.load(open(f))["benchmarks"][0] for f in sorted(glob.glob(f"{d}/confirm-{ex['problem_key']}-{tag}-*.json"))]
+        ts = [b["median_us"] for b in ts if b.get("status", "ok") == "ok"]
+        return statistics.median(ts) if ts else None
+    a, b = remeasured("exh"), remeasured("hv")
+    confirm = ""
+    if a and b:
+        confirm = f"; cross-run ratio {hv_t / best:.3f}; back to back (3 alternating runs each): exhaustive best {a:.1f} us, halving pick {b:.1f} us, ratio {b / a:.3f}"
+        ratio = b / a  # the like-for-like comparison replaces the cross-run one
     ok = ratio <= 1.02 and evals <= 0.30 + 1e-9
     ok_all &= ok
     print(f"{ex['problem_key']:46s} {ex['candidates']:5d} {best:11.1f} {ratio:11.3f} "
           f"{hv['evaluations']:5.1f}/{ex['evaluations']:<5.0f} {hv['measure_seconds']:6.1f}/{ex['measure_seconds']:<6.1f} "
           f"{rd_t / best:10.3f}  {'PASS' if ok else 'FAIL'}")
     print(f"{'':46s} exhaustive best {min(times, key=times.get)}; halving picked {hv['winner']['config']}"
-          f" (runner-up margin {ex.get('runner_up', {}).get('margin', 0) * 100:+.1f}% in the exhaustive run)")
+          f" (runner-up margin {ex.get('runner_up', {}).get('margin', 0) * 100:+.1f}% in the exhaustive run){confirm}")
 print("RESULT halving within 2% of exhaustive with <= 30% of its evaluations on every shape:",
       "PASS" if ok_all else "FAIL")
 sys.exit(0 if ok_all else 1)
