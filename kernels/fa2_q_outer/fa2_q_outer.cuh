@@ -70,6 +70,17 @@ struct LaneChunks {
   __device__ __forceinline__ uint32_t at(int kk) const { return (kk / 4) * 128 + off[kk % 4]; }
 };
 
+// 2^x on the MUFU unit alone (ex2.approx.ftz): exp2f adds a compare and two predicated multiplies per call to get
+// subnormal results right (FSETP, FMUL 0.5 before and FMUL x·x after MUFU.EX2 in the SASS), which softmax does not
+// need: a weight under 2^-126 of the row max is 0 in bf16/fp16 P and negligible in l. exp2(-inf) = +0, as the
+// empty-row handling (softmax_offset) needs. 64 exponentials per tile and thread at 128x64: ~190 fewer ALU
+// instructions per K/V tile per warp, and 3 fewer predicate registers in the softmax.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // Hides a value from the optimiser: the compiler can neither hoist what is computed from it out of a loop nor keep
 // per-iteration copies of it live. Used for the cp.async addressing inside the K/V loop, whose loop-invariant parts
 // (one 64-bit row offset per chunk) ptxas otherwise hoists into ~30 registers and, at 32 rows/warp, spills.
@@ -303,6 +314,9 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
   if constexpr (SQ) {
     constexpr int R = BM / W, MT = R / 16, NT = BN / 8, DT = D / 8;
     const int row_w = warp * R;
+    // d64 128x128x4 (255 registers) is the one shape where the shorter exp2 changes ptxas's schedule into an 80-byte
+    // spill (sm_90); it keeps exp2f (NOTES.md, version 3).
+    constexpr bool kFastExp = !(D == 64 && BM == 128 && BN == 128 && W == 4);
     float o[MT][DT][4];
     float m[MT][2], l[MT][2];
 #pragma unroll
@@ -353,14 +367,15 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
           for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
           const float m_new = fmaxf(m[mt][hh], quad_max(mx));
           const float off = softmax_offset(m_new * sl2);
-          const float alpha = exp2f(m[mt][hh] * sl2 - off);
+          const float alpha = kFastExp ? fast_exp2(m[mt][hh] * sl2 - off) : exp2f(m[mt][hh] * sl2 - off);
           m[mt][hh] = m_new;
           float sum = 0.f;
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int e = 2 * hh; e < 2 * hh + 2; ++e) {
-              s[mt][nt][e] = exp2f(fmaf(s[mt][nt][e], sl2, -off));
+              const float x = fmaf(s[mt][nt][e], sl2, -off);
+              s[mt][nt][e] = kFastExp ? fast_exp2(x) : exp2f(x);
               sum += s[mt][nt][e];
             }
           l[mt][hh] = l[mt][hh] * alpha + sum; // lane-partial; the quad's four parts are summed once at the end
