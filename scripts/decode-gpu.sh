@@ -1,80 +1,97 @@
 #!/usr/bin/env bash
-# One GPU-machine pass for flash-decoding (issue #8): build, GPU tests, the decode sweep, the torch peers, the
-# tuning sweep and `check`, each under its own time limit inside an overall budget (FB_BUDGET_S, default 380 s);
-# results, the table and a tarball of the logs end up in OUTDIR (at most 6 files).
+# flash-decoding (issue #8) on one GPU, with flashbench already built at $FB_BUILD (scripts/env.sh; e.g.
+# FLASHBENCH_BUILD_DIR=build-gpu): the decode GPU tests, `flashbench check --variant flash_decoding`, the 7
+# acceptance shapes x the candidate configs of sweeps/decode-accept.yaml (--no-counters, short timing) and
+# the torch SDPA cuDNN / flash peers on the same shapes, then a compact table. About 3-4 minutes.
+#   scripts/decode-gpu.sh OUTDIR     ->  OUTDIR/log.txt (summaries + table), OUTDIR/results.tgz (JSON + logs)
 set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source scripts/env.sh
 out="${1:?usage: scripts/decode-gpu.sh OUTDIR}"
+mkdir -p "$out"
 work=$(mktemp -d)
-mkdir -p "$work/logs" "$out"
-export PATH=/usr/local/cuda/bin:$PATH
+fb="$FB_BUILD/flashbench"
 t0=$(date +%s)
-budget=${FB_BUDGET_S:-380}
-left() { local l=$(( budget - ($(date +%s) - t0) )); [ "$l" -lt 1 ] && l=1; [ "$l" -lt "$1" ] && echo "$l" || echo "$1"; }
 stamp() { echo "== $1 at $(( $(date +%s) - t0 )) s"; }
-finish() {
-  stamp done
-  for f in decode.json peers-decode.json tune-decode.json; do [ -f "$work/$f" ] && cp "$work/$f" "$out/"; done
-  python3 scripts/decode_table.py "$work/decode.json" "$work/peers-decode.json" "$work/tune-decode.json" 2>&1 |
-    tee "$out/table.txt"
-  tar czf "$out/logs.tgz" -C "$work" logs
-}
-trap finish EXIT
-stamp build
-{ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90-real &&
-  cmake --build build-gpu -j16 --target flashbench test_kernels; } >"$work/logs/build.log" 2>&1 ||
-  { tail -40 "$work/logs/build.log"; exit 1; }
-fb=build-gpu/flashbench
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >>"$work/logs/build.log" 2>&1
-stamp tests
-timeout $(left ${FB_TEST_S:-100}) build-gpu/tests/test_kernels --gtest_filter='*FlashDecoding*:*Decode*' \
-  >"$work/logs/tests.log" 2>&1
-echo "tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |Failure|FAIL" "$work/logs/tests.log" | head -20
-stamp tune
-timeout $(left ${FB_TUNE_S:-90}) $fb run sweeps/tune-decode.yaml --no-counters -o "$work/tune-decode.json" \
-  >"$work/logs/tune.log" 2>&1
-echo "tune rc=$?"; tail -2 "$work/logs/tune.log"
-# The config with the best geometric mean of (kv GB/s / best kv GB/s of its problem) over the tuned problems runs
-# the decode sweep (and becomes flash_decoding's default).
-best=$(python3 - "$work/tune-decode.json" <<'PY'
-import json, math, sys
-try:
-    recs = [r for r in json.load(open(sys.argv[1]))["benchmarks"] if r.get("status") == "ok"]
-except Exception:
-    recs = []
-top = {}
-for r in recs:
-    k = r["name"].split("/")[-1]
-    top[k] = max(top.get(k, 0), r["kv_gbps"])
-score = {}
-for r in recs:
-    score.setdefault(r["config_str"], []).append(math.log(r["kv_gbps"] / top[r["name"].split("/")[-1]]))
-full = [c for c, v in score.items() if len(v) == len(top)]
-print(max(full, key=lambda c: sum(score[c])) if full else "")
+main() {
+  [ -x "$fb" ] || { echo "no $fb: build first (FLASHBENCH_BUILD_DIR=...; scripts/env.sh)"; return 1; }
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader
+  stamp tests
+  timeout ${FB_TEST_S:-70} "$FB_BUILD/tests/test_kernels" --gtest_filter='*FlashDecoding*:*Decode*' \
+    >"$work/tests.log" 2>&1
+  echo "tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |Failure|^\[  FAILED" "$work/tests.log" | head -20
+  stamp check
+  timeout ${FB_CHECK_S:-50} "$fb" check --variant flash_decoding >"$work/check.log" 2>&1
+  echo "check rc=$?"; grep -i "fail" "$work/check.log" | head -5; tail -1 "$work/check.log"
+  stamp sweep
+  timeout ${FB_SWEEP_S:-70} "$fb" run sweeps/decode-accept.yaml --no-counters -o "$work/ours.json" \
+    >"$work/sweep.log" 2>&1
+  echo "sweep rc=$?"; tail -2 "$work/sweep.log"
+  stamp peers
+  "$fb" plan sweeps/decode-accept.yaml >"$work/plan.json" 2>>"$work/peers.log"
+  PYTHONUNBUFFERED=1 timeout ${FB_PEERS_S:-45} python3 scripts/peers.py --problems "$work/plan.json" \
+    --peers torch_cudnn,torch_flash --no-verify --min-samples 10 --min-time 0.1 --max-noise 0.03 --timeout 1 \
+    -o "$work/peers.json" >>"$work/peers.log" 2>&1
+  echo "peers rc=$?"; tail -1 "$work/peers.log"
+  stamp table
+  python3 - "$work/ours.json" "$work/peers.json" <<'PY'
+import json, sys
+def load(p):
+    try:
+        return json.load(open(p)).get("benchmarks", [])
+    except Exception as e:
+        try:  # a sweep cut off by its timeout leaves only the per-point journal
+            return [json.loads(l) for l in open(p + ".partial.jsonl") if l.strip().startswith("{")]
+        except Exception:
+            print("cannot read", p, e); return []
+ours, peers = load(sys.argv[1]), load(sys.argv[2])
+key = lambda r: r["name"].split("/")[-1]
+kvb = lambda p: 2.0 * 2 * p["batch"] * p["seqlen_kv"] * p["heads_kv"] * p["head_dim"]
+peer = {}
+for r in peers:
+    if r.get("status") == "ok":
+        peer.setdefault(key(r), {})[r["variant"]] = r["median_us"]
+cfgs, shapes, cell = [], [], {}
+for r in ours:
+    c, k = r.get("config_str", "?"), key(r)
+    if c not in cfgs: cfgs.append(c)
+    if k not in shapes: shapes.append(k)
+    cell[(k, c)] = r
+def short(k):
+    p = next(r["problem"] for r in ours if key(r) == k)
+    kind = "MHA" if p["heads_q"] == p["heads_kv"] else "GQA"
+    return "%s B=%d L=%dk" % (kind, p["batch"], p["seqlen_kv"] // 1024)
+for i, c in enumerate(cfgs): print("c%d = %s" % (i, c))
+print("\nus per config (ok points; status otherwise)")
+print("%-16s" % "shape" + "".join("%9s" % ("c%d" % i) for i in range(len(cfgs))) + "%9s%9s" % ("cudnn", "flash"))
+for k in shapes:
+    row = "%-16s" % short(k)
+    for c in cfgs:
+        r = cell.get((k, c), {})
+        row += "%9.1f" % r["median_us"] if r.get("status") == "ok" else "%9s" % (r.get("status") or "-")[:8]
+    pk = peer.get(key({"name": k}), {})
+    for v in ("peer:torch_cudnn", "peer:torch_flash"):
+        row += "%9.1f" % pk[v] if v in pk else "%9s" % "-"
+    print(row)
+print("\nbest config per shape vs cuDNN (targets: >= 1.0x everywhere, GQA B=1 L=8k <= 11 us, B=1 L=128k >= 4300 GB/s)")
+print("%-16s %-4s %9s %8s %9s %7s %9s" % ("shape", "cfg", "us", "GB/s", "cudnn_us", "x_cdnn", "c0 x_cdnn"))
+for k in shapes:
+    ok = [(cell[(k, c)]["median_us"], i) for i, c in enumerate(cfgs) if cell.get((k, c), {}).get("status") == "ok"]
+    if not ok:
+        print("%-16s no ok point" % short(k)); continue
+    us, i = min(ok)
+    p = cell[(k, cfgs[i])]["problem"]
+    cd = peer.get(k, {}).get("peer:torch_cudnn")
+    d0 = cell.get((k, cfgs[0]), {})
+    x0 = cd / d0["median_us"] if cd and d0.get("status") == "ok" else None
+    print("%-16s c%-3d %9.1f %8.0f %9s %7s %9s" % (short(k), i, us, kvb(p) / us / 1e3,
+          "%.1f" % cd if cd else "-", "%.2f" % (cd / us) if cd else "-", "%.2f" % x0 if x0 else "-"))
+bad = [r for r in ours if r.get("status") not in ("ok",)]
+for r in bad[:8]:
+    print("not ok:", key(r), r.get("config_str"), r.get("status"), str(r.get("reason"))[:160])
 PY
-)
-echo "best config: ${best:-default}"
-spec=sweeps/decode.yaml
-if [ -n "$best" ]; then
-  spec="$work/decode.yaml"
-  sed "s|^  flash_decoding: default|  flash_decoding:\n    configs: [{$(echo "$best" | sed 's/=/: /g; s/,/, /g; s/last_cta/1/; s/two_kernels/0/')}]|" \
-    sweeps/decode.yaml > "$spec"
-  grep -A2 "^variants" "$spec"
-fi
-stamp sweep
-timeout $(left ${FB_SWEEP_S:-70}) $fb run "$spec" --no-counters -o "$work/decode.json" >"$work/logs/sweep.log" 2>&1
-echo "sweep rc=$?"; tail -3 "$work/logs/sweep.log"
-stamp peers
-$fb plan sweeps/decode.yaml > "$work/plan.json" 2>>"$work/logs/peers.log"
-PYTHONUNBUFFERED=1 timeout $(left ${FB_PEERS_S:-80}) python3 scripts/peers.py --problems "$work/plan.json" \
-  --peers torch_cudnn,torch_flash --timeout 3 --ceilings -o "$work/peers-decode.json" >>"$work/logs/peers.log" 2>&1
-echo "peers rc=$?"
-stamp check
-timeout $(left ${FB_CHECK_S:-50}) $fb check --variant flash_decoding >"$work/logs/check.log" 2>&1
-echo "check rc=$?"; grep FAIL "$work/logs/check.log" | head -5; tail -1 "$work/logs/check.log"
-stamp counters-repro
-# For the CUPTI work: does the counters pass crash for a plain variant too, or only for flash_decoding?
-for v in naive flash_decoding; do
-  timeout $(left 25) $fb run --variant $v --shape batch=1,heads_q=8,heads_kv=2,seqlen_q=1,seqlen_kv=4096,head_dim=128,dtype=bf16 \
-    -o "$work/ctr-$v.json" >"$work/logs/counters-$v.log" 2>&1
-  echo "counters $v rc=$?"; grep -i -m2 "crash\|signal" "$work/logs/counters-$v.log"
-done
+  stamp done
+}
+main 2>&1 | tee "$out/log.txt"
+tar czf "$out/results.tgz" -C "$work" . 2>/dev/null
+rm -rf "$work"

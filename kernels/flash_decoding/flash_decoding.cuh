@@ -87,51 +87,102 @@ __device__ __forceinline__ void store4(T *dst, float x, float y, float z, float 
   *reinterpret_cast<uint2 *>(dst) = *reinterpret_cast<const uint2 *>(t);
 }
 
-// Merges the n_active partials of every row of one group into the final O and LSE: one warp per row,
-// 4 columns per lane. Partials are read through L2 (ld.cg): in the fused path other CTAs wrote them.
-template <class T, int D>
-__device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_active, int64_t grp) {
+// Merges the n_active partials of every row of one group into the final O and LSE, in two passes
+// that keep many L2 reads in flight (the partials were written by other CTAs: ld.cg, through L2):
+//   1. one warp per row reads all of the row's n_active LSEs at once (kMaxSplits / 32 per lane), and
+//      leaves each split's weight exp2(lse_s - lse) in `wbuf` ([kMaxSplits][16] floats, shared);
+//   2. every (row, 4 columns) item is summed by P adjacent threads (P = NTH / items, at most 8), each
+//      over every P-th split, 8 partial loads in flight before the FMAs; a shuffle adds the P sums.
+// n_active L2 round trips became about 1 + n_active / (8 P).
+template <class T, int D, int NTH>
+__device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_active, int64_t grp,
+                              float *wbuf) {
+  constexpr int NW = NTH / 32, U = 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows_here = min(kRowsPerCta, a.rows - mb * kRowsPerCta);
   const float *lp = a.lse_part + grp * a.splits * kRowsPerCta;
   const float *op = a.o_part + grp * a.splits * kRowsPerCta * D;
-  for (int rr = warp; rr < rows_here; rr += kWarps) {
+  for (int rr = warp; rr < rows_here; rr += NW) {
+    float l[kMaxSplits / 32];
     float mx = -INFINITY;
-    for (int s = lane; s < n_active; s += 32)
-      mx = fmaxf(mx, __ldcg(lp + s * kRowsPerCta + rr));
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      const int s = lane + 32 * i;
+      l[i] = s < n_active ? __ldcg(lp + s * kRowsPerCta + rr) : -INFINITY;
+      mx = fmaxf(mx, l[i]);
+    }
     mx = fb::kernels::warp_max(mx);
     const float mu = mx == -INFINITY ? 0.f : mx;
     float sum = 0.f;
-    for (int s = lane; s < n_active; s += 32)
-      sum += exp2f(__ldcg(lp + s * kRowsPerCta + rr) - mu);
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i)
+      sum += exp2f(l[i] - mu);
     sum = fb::kernels::warp_sum(sum);
     const float lse2 = sum > 0.f ? mu + log2f(sum) : -INFINITY;
     const float lse_use = sum > 0.f ? lse2 : 0.f;
-    int64_t o_off, lse_idx;
-    row_outputs(a, b, hkv, mb * kRowsPerCta + rr, o_off, lse_idx);
-    for (int c4 = lane; c4 < D / 4; c4 += 32) {
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int s = 0; s < n_active; ++s) {
-        const float w = exp2f(__ldcg(lp + s * kRowsPerCta + rr) - lse_use);
-        const float4 x =
-            __ldcg(reinterpret_cast<const float4 *>(op + (int64_t(s) * kRowsPerCta + rr) * D) + c4);
-        acc.x = fmaf(w, x.x, acc.x);
-        acc.y = fmaf(w, x.y, acc.y);
-        acc.z = fmaf(w, x.z, acc.z);
-        acc.w = fmaf(w, x.w, acc.w);
+#pragma unroll
+    for (int i = 0; i < kMaxSplits / 32; ++i) {
+      const int s = lane + 32 * i;
+      if (s < n_active)
+        wbuf[s * kRowsPerCta + rr] = exp2f(l[i] - lse_use);
+    }
+    if (lane == 0) {
+      int64_t o_off, lse_idx;
+      row_outputs(a, b, hkv, mb * kRowsPerCta + rr, o_off, lse_idx);
+      a.lse[lse_idx] = lse2 * 0.69314718055994531f;
+    }
+  }
+  __syncthreads();
+  const int items = rows_here * (D / 4);
+  int P = 1;
+  while (P < 8 && 2 * P * items <= NTH)
+    P *= 2;
+  for (int base = 0; base < items * P; base += NTH) { // block-uniform bounds: every lane shuffles
+    const int idx = base + threadIdx.x;
+    const int item = idx / P, sub = idx % P;
+    const bool active = item < items;
+    const int rr = active ? item / (D / 4) : 0, c4 = item % (D / 4);
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (active) {
+      const float4 *src = reinterpret_cast<const float4 *>(op + int64_t(rr) * D) + c4;
+      for (int s0 = sub; s0 < n_active; s0 += U * P) {
+        float4 x[U];
+        float w[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int s = s0 + u * P;
+          const bool in = s < n_active;
+          x[u] = in ? __ldcg(src + int64_t(s) * kRowsPerCta * (D / 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+          w[u] = in ? wbuf[s * kRowsPerCta + rr] : 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          acc.x = fmaf(w[u], x[u].x, acc.x);
+          acc.y = fmaf(w[u], x[u].y, acc.y);
+          acc.z = fmaf(w[u], x[u].z, acc.z);
+          acc.w = fmaf(w[u], x[u].w, acc.w);
+        }
       }
+    }
+    for (int o = 1; o < P; o <<= 1) {
+      acc.x += __shfl_xor_sync(0xffffffffu, acc.x, o);
+      acc.y += __shfl_xor_sync(0xffffffffu, acc.y, o);
+      acc.z += __shfl_xor_sync(0xffffffffu, acc.z, o);
+      acc.w += __shfl_xor_sync(0xffffffffu, acc.w, o);
+    }
+    if (active && sub == 0) {
+      int64_t o_off, lse_idx;
+      row_outputs(a, b, hkv, mb * kRowsPerCta + rr, o_off, lse_idx);
       store4(a.o + o_off + c4 * 4, acc.x, acc.y, acc.z, acc.w);
     }
-    if (lane == 0)
-      a.lse[lse_idx] = lse2 * 0.69314718055994531f;
   }
 }
 
 // Rows of a group that sees no key at all: O = 0, LSE = -inf.
-template <class T, int D>
+template <class T, int D, int NTH>
 __device__ void write_empty_group(const KArgs<T> &a, int b, int hkv, int mb) {
   const int rows_here = min(kRowsPerCta, a.rows - mb * kRowsPerCta);
-  for (int e = threadIdx.x; e < rows_here * (D / 4); e += kThreads) {
+  for (int e = threadIdx.x; e < rows_here * (D / 4); e += NTH) {
     const int rr = e / (D / 4), c4 = e % (D / 4);
     int64_t o_off, lse_idx;
     row_outputs(a, b, hkv, mb * kRowsPerCta + rr, o_off, lse_idx);
@@ -141,18 +192,23 @@ __device__ void write_empty_group(const KArgs<T> &a, int b, int hkv, int mb) {
   }
 }
 
-// One CTA: keys [split * keys_per_split, ...) of group (entry b, KV head hkv, row block mb).
-template <class T, int D, int KW>
-__global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
+// One CTA: keys [split * keys_per_split, ...) of group (entry b, KV head hkv, row block mb), W warps.
+// Warp w owns keys [k_begin + t * BN + w * KW, + KW) of every step t and streams them through its own
+// `stages`-deep cp.async ring (cp.async.wait_group + __syncwarp): no CTA barrier in the loop, so a
+// warp refills a stage as soon as it has used it, and a slow warp never holds the others' copies.
+template <class T, int D, int KW, int W>
+__global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   using namespace fb::kernels;
-  constexpr int BN = KW * kWarps; // keys per tile
+  constexpr int NTH = W * 32;
+  constexpr int BN = KW * W;      // keys per CTA step
   constexpr int CH = D / 8;       // 16-byte chunks per row
-  constexpr int TILE = BN * D;    // elements per K (or V) tile
+  constexpr int SUB = KW * D;     // elements per warp sub-tile (K or V)
+  constexpr int CPL = KW * CH / 32; // chunks per lane per sub-tile (each of K and V)
   constexpr int NT = KW / 8;      // n-tiles of S per warp
   constexpr int KD = D / 16;      // k-steps over head_dim
+  constexpr int SC = D <= 128 ? 2 : 1; // independent S accumulator chains over head_dim
+  static_assert(KW * CH % 32 == 0 && KD % SC == 0, "tile shape");
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  T *ks = reinterpret_cast<T *>(smem_raw);
-  T *vs = ks + a.stages * TILE;
 
   const int split = blockIdx.x;
   const int mb = blockIdx.y % a.m_blocks, hkv = blockIdx.y / a.m_blocks, b = blockIdx.z;
@@ -163,7 +219,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
   const int n_active = (kv_end + kps - 1) / kps;
   if (n_active == 0) {
     if (split == 0)
-      write_empty_group<T, D>(a, b, hkv, mb);
+      write_empty_group<T, D, NTH>(a, b, hkv, mb);
     return;
   }
   if (split >= n_active)
@@ -172,9 +228,12 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
   const int row0 = mb * kRowsPerCta;
   const int rows_here = min(kRowsPerCta, a.rows - row0);
   const int k_begin = split * kps, k_end = min(kv_end, k_begin + kps);
-  const int n_tiles = (k_end - k_begin + BN - 1) / BN;
+  const int kw_first = k_begin + warp * KW; // this warp's first key
+  const int n_w = kw_first < k_end ? (k_end - kw_first + BN - 1) / BN : 0; // this warp's sub-tiles
+  T *ring = reinterpret_cast<T *>(smem_raw) + int64_t(warp) * a.stages * 2 * SUB;
 
-  // ---- K/V producer: every thread copies chunk (tid % CH) of rows tid / CH + k * (128 / CH).
+  // ---- K/V producer (this warp's lanes): lane copies chunks lane + 32 * it of the sub-tile's K and
+  // V rows (row e / CH, chunk e % CH), XOR-swizzled by row so the ldmatrix reads are conflict-free.
   const T *kbase, *vbase;
   if (a.page_table) {
     kbase = a.k + int64_t(hkv) * D;
@@ -185,30 +244,47 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
   }
   const int *ptab = a.page_table ? a.page_table + int64_t(b) * a.pages_per_seq : nullptr;
   const int64_t pool_row = int64_t(a.heads_kv) * D; // elements per token in a page pool
-  auto load_tile = [&](int t, int st) {
-    const int kt = k_begin + t * BN;
-    T *kd = ks + st * TILE, *vd = vs + st * TILE;
+  // Paged: lane l holds the page of row l % KW of a sub-tile, loaded one sub-tile ahead of its copies
+  // (the page table is known), so a copy never waits on a page-table load; shuffled to the copier.
+  auto page_of = [&](int t) -> int {
+    const int j = kw_first + t * BN + lane % KW;
+    return (ptab && t < n_w && j < k_end) ? __ldg(ptab + j / a.page_size) : 0;
+  };
+  auto load_sub = [&](int t, int st, int pg) {
+    const int k0 = kw_first + t * BN;
+    T *kd = ring + st * 2 * SUB, *vd = kd + SUB;
+    if (ptab) {
 #pragma unroll
-    for (int it = 0; it < BN * CH / kThreads; ++it) {
-      const int e = threadIdx.x + it * kThreads;
-      const int r = e / CH, c = e % CH;
-      const int j = kt + r;
-      const bool valid = j < k_end;
-      int64_t off = 0;
-      if (valid) {
-        if (ptab) {
-          const int page = __ldg(ptab + j / a.page_size);
-          off = (int64_t(page) * a.page_size + j % a.page_size) * pool_row;
-        } else {
-          off = int64_t(j) * a.k_seq;
-        }
+      for (int it = 0; it < CPL; ++it) {
+        const int e = lane + it * 32, r = e / CH, c = e % CH, j = k0 + r;
+        const int page = __shfl_sync(0xffffffffu, pg, r % 32);
+        const bool valid = j < k_end;
+        const int64_t off =
+            (valid ? (int64_t(page) * a.page_size + j % a.page_size) * pool_row : 0) + c * 8;
+        const int dst = r * D + ((c ^ (r & 7)) * 8);
+        cp_async_16(smem_u32(kd + dst), kbase + off, valid);
+        cp_async_16(smem_u32(vd + dst), vbase + off, valid);
       }
-      off += c * 8;
-      const int dst = r * D + ((c ^ (r & 7)) * 8);
-      cp_async_16(smem_u32(kd + dst), kbase + off, valid);
-      cp_async_16(smem_u32(vd + dst), vbase + off, valid);
+    } else {
+#pragma unroll
+      for (int it = 0; it < CPL; ++it) {
+        const int e = lane + it * 32, r = e / CH, c = e % CH, j = k0 + r;
+        const bool valid = j < k_end;
+        const int64_t off = (valid ? int64_t(j) * a.k_seq : 0) + c * 8;
+        const int dst = r * D + ((c ^ (r & 7)) * 8);
+        cp_async_16(smem_u32(kd + dst), kbase + off, valid);
+        cp_async_16(smem_u32(vd + dst), vbase + off, valid);
+      }
     }
   };
+
+  // Start the copies before anything else: the ring's first stages are in flight while Q loads.
+  for (int t = 0; t < a.stages - 1; ++t) {
+    if (t < n_w)
+      load_sub(t, t, page_of(t));
+    cp_async_commit();
+  }
+  int pg_next = page_of(a.stages - 1);
 
   // ---- Q as m16n8k16 A fragments, once: rows lane/4 and lane/4 + 8, columns (lane%4)*2 (+8).
   uint32_t qa[KD][4];
@@ -240,45 +316,46 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
     oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
-  for (int t = 0; t < a.stages - 1; ++t) {
-    if (t < n_tiles)
-      load_tile(t, t);
-    cp_async_commit();
-  }
-
-  for (int t = 0; t < n_tiles; ++t) {
+  for (int t = 0; t < n_w; ++t) {
     cp_async_wait_dynamic(a.stages - 2);
-    __syncthreads(); // tile t is in shared memory for everyone; tile t-1's stage is free
+    __syncwarp(); // sub-tile t landed for every lane; every lane is done with sub-tile t-1's stage
     {
       const int tn = t + a.stages - 1;
-      if (tn < n_tiles)
-        load_tile(tn, tn % a.stages);
+      if (tn < n_w)
+        load_sub(tn, tn % a.stages, pg_next);
       cp_async_commit();
+      pg_next = page_of(tn + 1); // in flight behind this sub-tile's math
     }
-    const int st = t % a.stages;
-    const int kw0 = k_begin + t * BN + warp * KW; // this warp's first key
-    if (kw0 >= k_end)
-      continue; // warp-uniform: the range ends before this warp's keys
-    const T *kt = ks + st * TILE, *vt = vs + st * TILE;
+    const int kw0 = kw_first + t * BN; // the sub-tile's first key
+    const T *kt = ring + (t % a.stages) * 2 * SUB, *vt = kt + SUB;
 
-    // S = Q Kᵀ for the warp's KW keys.
-    float sacc[NT][4];
+    // S = Q Kᵀ for the warp's KW keys (SC independent chains over head_dim, summed at the end).
+    float sacc[SC][NT][4];
 #pragma unroll
-    for (int n = 0; n < NT; ++n)
-      sacc[n][0] = sacc[n][1] = sacc[n][2] = sacc[n][3] = 0.f;
+    for (int q = 0; q < SC; ++q)
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+        sacc[q][n][0] = sacc[q][n][1] = sacc[q][n][2] = sacc[q][n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < KD; ++kk) {
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         const int m = lane / 8;
-        const int key = warp * KW + np * 16 + (m / 2) * 8 + lane % 8;
+        const int key = np * 16 + (m / 2) * 8 + lane % 8;
         const int chunk = kk * 2 + (m % 2);
         uint32_t r[4];
         ldmatrix_x4(r, smem_u32(kt + key * D + ((chunk ^ (key & 7)) * 8)));
-        Mma<T>::run(sacc[2 * np], qa[kk], r[0], r[1]);
-        Mma<T>::run(sacc[2 * np + 1], qa[kk], r[2], r[3]);
+        Mma<T>::run(sacc[kk % SC][2 * np], qa[kk], r[0], r[1]);
+        Mma<T>::run(sacc[kk % SC][2 * np + 1], qa[kk], r[2], r[3]);
       }
     }
+#pragma unroll
+    for (int q = 1; q < SC; ++q)
+#pragma unroll
+      for (int n = 0; n < NT; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          sacc[0][n][e] += sacc[q][n][e];
 
     // Mask, online softmax (log2 units), P in registers.
     float mx[2] = {-INFINITY, -INFINITY};
@@ -288,8 +365,8 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2;
         const int j = kw0 + n * 8 + (lane % 4) * 2 + (e & 1);
-        const float s = j < lim[h] ? sacc[n][e] * a.scale_log2 : -INFINITY;
-        sacc[n][e] = s;
+        const float s = j < lim[h] ? sacc[0][n][e] * a.scale_log2 : -INFINITY;
+        sacc[0][n][e] = s;
         mx[h] = fmaxf(mx[h], s);
       }
     float alpha[2], m_use[2];
@@ -306,33 +383,37 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
     for (int n = 0; n < NT; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(sacc[n][e] - m_use[e / 2]);
-        sacc[n][e] = p;
+        const float p = exp2f(sacc[0][n][e] - m_use[e / 2]);
+        sacc[0][n][e] = p;
         psum[e / 2] += p;
       }
 #pragma unroll
     for (int h = 0; h < 2; ++h)
       l_run[h] = l_run[h] * alpha[h] + psum[h];
+    // Once the running max settles (most sub-tiles of a long range) alpha is 1 in every lane: skip
+    // the D / 2 multiplies (a warp-uniform branch).
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      oacc[n][0] *= alpha[0];
-      oacc[n][1] *= alpha[0];
-      oacc[n][2] *= alpha[1];
-      oacc[n][3] *= alpha[1];
+      for (int n = 0; n < D / 8; ++n) {
+        oacc[n][0] *= alpha[0];
+        oacc[n][1] *= alpha[0];
+        oacc[n][2] *= alpha[1];
+        oacc[n][3] *= alpha[1];
+      }
     }
 
     // O += P V.
 #pragma unroll
     for (int k2 = 0; k2 < KW / 16; ++k2) {
       uint32_t pa[4];
-      pa[0] = Mma<T>::pack(sacc[2 * k2][0], sacc[2 * k2][1]);
-      pa[1] = Mma<T>::pack(sacc[2 * k2][2], sacc[2 * k2][3]);
-      pa[2] = Mma<T>::pack(sacc[2 * k2 + 1][0], sacc[2 * k2 + 1][1]);
-      pa[3] = Mma<T>::pack(sacc[2 * k2 + 1][2], sacc[2 * k2 + 1][3]);
+      pa[0] = Mma<T>::pack(sacc[0][2 * k2][0], sacc[0][2 * k2][1]);
+      pa[1] = Mma<T>::pack(sacc[0][2 * k2][2], sacc[0][2 * k2][3]);
+      pa[2] = Mma<T>::pack(sacc[0][2 * k2 + 1][0], sacc[0][2 * k2 + 1][1]);
+      pa[3] = Mma<T>::pack(sacc[0][2 * k2 + 1][2], sacc[0][2 * k2 + 1][3]);
 #pragma unroll
       for (int dn = 0; dn < D / 16; ++dn) {
         const int m = lane / 8;
-        const int key = warp * KW + k2 * 16 + (m % 2) * 8 + lane % 8;
+        const int key = k2 * 16 + (m % 2) * 8 + lane % 8;
         const int chunk = dn * 2 + m / 2;
         uint32_t r[4];
         ldmatrix_x4_trans(r, smem_u32(vt + key * D + ((chunk ^ (key & 7)) * 8)));
@@ -342,12 +423,12 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
     }
   }
 
-  // ---- Merge the four warps' (m, l, O) through shared memory (the drained K/V ring).
+  // ---- Merge the W warps' (m, l, O) through shared memory (the drained rings).
   cp_async_wait<0>();
   __syncthreads();
-  float *obuf = reinterpret_cast<float *>(smem_raw);   // [warps][16][D]
-  float *mbuf = obuf + kWarps * kRowsPerCta * D;        // [warps][16]
-  float *lbuf = mbuf + kWarps * kRowsPerCta;            // [warps][16]
+  float *obuf = reinterpret_cast<float *>(smem_raw); // [W][16][D]
+  float *mbuf = obuf + W * kRowsPerCta * D;           // [W][16]
+  float *lbuf = mbuf + W * kRowsPerCta;               // [W][16]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l_run[h] = quad_sum(l_run[h]);
@@ -369,11 +450,11 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
   const bool direct = n_active == 1;
   float *opart = a.o_part + ((grp * a.splits + split) * kRowsPerCta) * D;
   float *lpart = a.lse_part + (grp * a.splits + split) * kRowsPerCta;
-  for (int e = threadIdx.x; e < rows_here * (D / 4); e += kThreads) {
+  for (int e = threadIdx.x; e < rows_here * (D / 4); e += NTH) {
     const int rr = e / (D / 4), c4 = e % (D / 4);
-    float mw[kWarps], M = -INFINITY;
+    float mw[W], M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < W; ++w) {
       mw[w] = mbuf[w * kRowsPerCta + rr];
       M = fmaxf(M, mw[w]);
     }
@@ -381,7 +462,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
     float L = 0.f;
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < W; ++w) {
       const float cw = exp2f(mw[w] - Mu);
       L += cw * lbuf[w * kRowsPerCta + rr];
       const float4 x = *reinterpret_cast<const float4 *>(obuf + (w * kRowsPerCta + rr) * D + c4 * 4);
@@ -411,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
   // ---- Fused combine: the last CTA of the group to arrive merges every split's partial.
   __shared__ int is_last;
   __threadfence(); // this thread's partials are visible device-wide before the ticket is taken
-  __syncthreads();
+  __syncthreads(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
   if (threadIdx.x == 0) {
     unsigned long long *ctr = a.counters + grp;
     unsigned long long seen = *reinterpret_cast<volatile unsigned long long *>(ctr), assumed;
@@ -430,11 +511,13 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const KArgs<T> a) {
   if (!is_last)
     return;
   __threadfence();
-  combine_group<T, D>(a, b, hkv, mb, n_active, grp);
+  combine_group<T, D, NTH>(a, b, hkv, mb, n_active, grp, reinterpret_cast<float *>(smem_raw));
 }
 
 // Non-fused path: one CTA per group with at least two active splits.
-template <class T, int D> __global__ void __launch_bounds__(kThreads) combine_kernel(const KArgs<T> a) {
+template <class T, int D>
+__global__ void __launch_bounds__(kCombineThreads) combine_kernel(const KArgs<T> a) {
+  __shared__ float wbuf[kMaxSplits * kRowsPerCta];
   const int mb = blockIdx.x % a.m_blocks, hkv = blockIdx.x / a.m_blocks, b = blockIdx.y;
   const int len = a.seqlens ? a.seqlens[b] : a.seqlen_kv;
   const int kv_end = group_kv_end(a, len, mb);
@@ -442,11 +525,11 @@ template <class T, int D> __global__ void __launch_bounds__(kThreads) combine_ke
   if (n_active < 2)
     return; // written by the split kernel
   const int64_t grp = (int64_t(b) * a.heads_kv + hkv) * a.m_blocks + mb;
-  combine_group<T, D>(a, b, hkv, mb, n_active, grp);
+  combine_group<T, D, kCombineThreads>(a, b, hkv, mb, n_active, grp, wbuf);
 }
 
-template <class T, int D, int KW> const void *split_kernel_ptr() {
-  return reinterpret_cast<const void *>(&split_kernel<T, D, KW>);
+template <class T, int D, int KW, int W> const void *split_kernel_ptr() {
+  return reinterpret_cast<const void *>(&split_kernel<T, D, KW, W>);
 }
 
 template <class T>
@@ -487,7 +570,7 @@ KArgs<T> make_args(const AttentionProblem &p, const Params &c, const SplitPlan &
   return a;
 }
 
-template <class T, int D, int KW>
+template <class T, int D, int KW, int W>
 void launch_split(const KArgs<T> &a, const AttentionProblem &p, const Params &c,
                   cudaStream_t stream) {
   Params fit = c;
@@ -495,22 +578,40 @@ void launch_split(const KArgs<T> &a, const AttentionProblem &p, const Params &c,
   const int64_t smem = smem_bytes(D, fit);
   // Always: the 48 KB default counts the kernel's static shared memory too, so exactly 48 KB of
   // dynamic memory already needs the opt-in.
-  FB_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D, KW>,
+  FB_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D, KW, W>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned(a.splits), unsigned(p.heads_kv * a.m_blocks), unsigned(p.batch));
-  split_kernel<T, D, KW><<<grid, kThreads, size_t(smem), stream>>>(a);
+  split_kernel<T, D, KW, W><<<grid, W * 32, size_t(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
+}
+
+// The (keys a warp, warps) shapes that exist: 16x4, 32x4 and 16x8 at head_dim 64 and 128; 16x4 at 256
+// (head_dim_problem() turns the others down).
+template <class T, int D> const void *split_ptr(const Params &c) {
+  if constexpr (D == 256) {
+    return split_kernel_ptr<T, D, 16, 4>();
+  } else {
+    if (c.warps == 8)
+      return split_kernel_ptr<T, D, 16, 8>();
+    return keys_per_warp(c) == 32 ? split_kernel_ptr<T, D, 32, 4>() : split_kernel_ptr<T, D, 16, 4>();
+  }
 }
 
 template <class T, int D>
 void launch_d(const KArgs<T> &a, const AttentionProblem &p, const Params &c, cudaStream_t stream) {
-  if (c.block_n == 64)
-    launch_split<T, D, 16>(a, p, c, stream);
-  else
-    launch_split<T, D, 32>(a, p, c, stream);
+  if constexpr (D == 256) {
+    launch_split<T, D, 16, 4>(a, p, c, stream);
+  } else {
+    if (c.warps == 8)
+      launch_split<T, D, 16, 8>(a, p, c, stream);
+    else if (keys_per_warp(c) == 32)
+      launch_split<T, D, 32, 4>(a, p, c, stream);
+    else
+      launch_split<T, D, 16, 4>(a, p, c, stream);
+  }
   if (a.splits > 1 && !a.fused) {
     const dim3 grid(unsigned(p.heads_kv * a.m_blocks), unsigned(p.batch));
-    combine_kernel<T, D><<<grid, kThreads, 0, stream>>>(a);
+    combine_kernel<T, D><<<grid, kCombineThreads, 0, stream>>>(a);
     FB_CHECK_LAUNCH();
   }
 }
@@ -530,16 +631,15 @@ template <class T>
 std::vector<KernelDesc> kernel_descs_typed(const AttentionProblem &p, const Params &c,
                                            const SplitPlan &plan) {
   const void *f = nullptr;
-  const bool wide = c.block_n == 128;
   switch (p.head_dim) {
-  case 64: f = wide ? split_kernel_ptr<T, 64, 32>() : split_kernel_ptr<T, 64, 16>(); break;
-  case 128: f = wide ? split_kernel_ptr<T, 128, 32>() : split_kernel_ptr<T, 128, 16>(); break;
-  default: f = wide ? split_kernel_ptr<T, 256, 32>() : split_kernel_ptr<T, 256, 16>(); break;
+  case 64: f = split_ptr<T, 64>(c); break;
+  case 128: f = split_ptr<T, 128>(c); break;
+  default: f = split_ptr<T, 256>(c); break;
   }
   std::vector<KernelDesc> out;
   Params fit = c;
   fit.stages = plan.stages;
-  out.push_back(KernelDesc{"flash_decoding_split", f, kThreads, size_t(smem_bytes(p.head_dim, fit)),
+  out.push_back(KernelDesc{"flash_decoding_split", f, threads_of(c), size_t(smem_bytes(p.head_dim, fit)),
                            int64_t(plan.splits) * num_groups(p)});
   return out;
 }

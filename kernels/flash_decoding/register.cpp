@@ -42,7 +42,7 @@ public:
   std::string name() const override { return "flash_decoding"; }
   std::string description() const override {
     return "flash-decoding: split-KV partials (fp32 O + LSE) and a log-sum-exp combine, GQA heads "
-           "packed per K/V load, variable KV lengths and paged caches (mma.sync, cp.async ring)";
+           "packed per K/V load, variable KV lengths and paged caches (mma.sync, a cp.async ring per warp)";
   }
   const ConfigSpace &space() const override { return space_; }
 
@@ -55,6 +55,8 @@ public:
     if (!fdec::head_dim_ok(p.head_dim))
       return Support::no("head_dim " + std::to_string(p.head_dim) + ": needs 64, 128 or 256");
     const fdec::Params params = fdec::params_of(c);
+    if (auto why = fdec::head_dim_problem(p.head_dim, params))
+      return Support::no(*why);
     fdec::DeviceFacts facts;
     if (dev.sm_count > 0)
       facts = fdec::DeviceFacts{dev.sm_count, dev.smem_per_sm, dev.smem_per_block_optin};
@@ -99,6 +101,8 @@ public:
     if (!p.kv_lens.empty() && args.cache_seqlens == nullptr)
       throw std::invalid_argument("flash_decoding: kv_lens without cache_seqlens");
     const fdec::Params params = fdec::params_of(c);
+    if (auto why = fdec::head_dim_problem(p.head_dim, params))
+      throw std::invalid_argument("flash_decoding: " + *why);
     const fdec::SplitPlan sp = plan(p, c);
     if (args.workspace_bytes < fdec::workspace_layout(p, sp).total)
       throw std::invalid_argument("flash_decoding: workspace smaller than workspace_bytes()");

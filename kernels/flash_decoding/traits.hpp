@@ -17,23 +17,32 @@
 
 namespace fb::fdec {
 
-// One CTA = 4 warps; each warp owns block_n / 4 consecutive keys of every K/V tile (split-K inside
-// the CTA) and all kRowsPerCta packed query rows (one m16n8k16 row block).
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
+// One CTA = `warps` warps; each warp owns block_n / warps consecutive keys of every CTA step (split-K
+// inside the CTA), all kRowsPerCta packed query rows (one m16n8k16 row block) and its own cp.async ring
+// of `stages` sub-tiles: no barrier between the warps until the end-of-CTA merge.
 constexpr int kRowsPerCta = 16;
 constexpr int kMaxSplits = 128;
+constexpr int kCombineThreads = 128; // the non-fused combine kernel's block
 
 struct Params {
-  int block_n = 64;   // keys per K/V tile (per pipeline stage), shared by the 4 warps
-  int stages = 3;     // cp.async pipeline depth (3: two CTAs per SM at block_n 64, d 128; NOTES.md)
+  int block_n = 64;   // keys per CTA step (per pipeline stage), block_n / warps per warp
+  int stages = 3;     // cp.async ring depth of every warp (3: two CTAs per SM at block_n 64, d 128)
   int num_splits = 0; // CTAs per (entry, KV head, row block); 0 = heuristic (split_plan)
   int fused = 1;      // 1: the last CTA of a group combines (one launch); 0: a combine kernel
+  int warps = 4;      // warps per CTA (4 or 8)
 };
+
+inline int keys_per_warp(const Params &c) { return c.block_n / c.warps; }
+inline int threads_of(const Params &c) { return 32 * c.warps; }
 
 inline std::optional<std::string> config_problem(const Params &c) {
   if (c.block_n != 64 && c.block_n != 128)
     return "block_n must be 64 or 128";
+  if (c.warps != 4 && c.warps != 8)
+    return "warps must be 4 or 8";
+  if (keys_per_warp(c) != 16 && keys_per_warp(c) != 32)
+    return "block_n / warps must be 16 or 32 keys a warp (P·V's m16n8k16 takes 16 keys at a time): "
+           "use block_n 128 with 8 warps";
   if (c.stages < 2 || c.stages > 4)
     return "stages must be 2, 3 or 4";
   if (c.num_splits < 0 || c.num_splits > kMaxSplits)
@@ -48,14 +57,15 @@ inline Params params_of(const Config &c) {
   return Params{static_cast<int>(c.get_or("block_n", d.block_n)),
                 static_cast<int>(c.get_or("stages", d.stages)),
                 static_cast<int>(c.get_or("num_splits", d.num_splits)),
-                static_cast<int>(c.get_or("fused", d.fused))};
+                static_cast<int>(c.get_or("fused", d.fused)),
+                static_cast<int>(c.get_or("warps", d.warps))};
 }
 
 inline ConfigSpace make_space() {
   const Params d;
   return ConfigSpace(
-      {Axis{"block_n", {64, 128}, {}, "keys per K/V tile (one pipeline stage; block_n / 4 per warp)"},
-       Axis{"stages", {2, 3, 4}, {}, "cp.async pipeline depth (K/V tiles in flight per CTA)"},
+      {Axis{"block_n", {64, 128}, {}, "keys per CTA step (one pipeline stage; block_n / warps per warp)"},
+       Axis{"stages", {2, 3, 4}, {}, "cp.async ring depth of each warp (K/V sub-tiles in flight per warp)"},
        Axis{"num_splits",
             {0, 1, 2, 4, 8, 16, 32, 64},
             {},
@@ -63,18 +73,32 @@ inline ConfigSpace make_space() {
        Axis{"fused",
             {0, 1},
             {"two_kernels", "last_cta"},
-            "combine in a second kernel, or in the last CTA of each group (one launch)"}},
+            "combine in a second kernel, or in the last CTA of each group (one launch)"},
+       Axis{"warps", {4, 8}, {}, "warps per CTA, each with its own K/V ring (block_n / warps keys each)"}},
       Config({{"block_n", d.block_n},
               {"stages", d.stages},
               {"num_splits", d.num_splits},
-              {"fused", d.fused}}),
+              {"fused", d.fused},
+              {"warps", d.warps}}),
       [](const Config &c) { return config_problem(params_of(c)); });
 }
 
 inline bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
 
-// K and V tiles of every stage (16-bit elements). The end-of-CTA merge of the four warps' partial O
-// reuses this space (4 * 16 * D floats + 512 bytes, always smaller). Callers pass the plan's stages.
+// head_dim 256 keeps 128 fp32 accumulators and 64 Q registers a thread: only 16 keys a warp fit the
+// register file without spilling (and block_n 128 does not fit two stages of shared memory anyway).
+inline std::optional<std::string> head_dim_problem(int64_t d, const Params &c) {
+  if (d == 256 && keys_per_warp(c) != 16)
+    return std::string("head_dim 256 takes 16 keys a warp (block_n / warps = 16): 32 would spill registers");
+  if (d == 256 && c.warps != 4)
+    return std::string("head_dim 256 runs with 4 warps only (8 warps need block_n 128: 256 KB for two stages)");
+  return std::nullopt;
+}
+
+// K and V sub-tiles of every warp and stage (16-bit elements). The end-of-CTA merge of the warps'
+// partial O reuses this space (warps * 16 * D floats + 1 KB, always smaller: block_n >= 16 * warps),
+// and so does the fused combine's weight table (kMaxSplits * 16 floats = 8 KB <= 32 KB). Callers pass
+// the plan's stages.
 inline int64_t smem_bytes(int64_t head_dim, const Params &c) {
   return int64_t(c.stages) * c.block_n * head_dim * 2 * 2;
 }
@@ -128,20 +152,22 @@ inline int fitting_stages(const AttentionProblem &p, const Params &c, const Devi
   return fit >= 2 ? static_cast<int>(std::min<int64_t>(c.stages, fit)) : 0;
 }
 
-// Resident CTAs per SM: shared memory bound, and the register file (about 168 registers a thread at
-// head_dim <= 128, 255 at 256).
+// Resident CTAs per SM: shared memory bound, and the register file (64K registers; about 168 a
+// thread at head_dim <= 128, 255 at 256: three 4-warp CTAs, or one 8-warp CTA, at head_dim 128).
 inline int ctas_per_sm(const AttentionProblem &p, const Params &c, const DeviceFacts &dev) {
   Params fit = c;
   fit.stages = std::max(fitting_stages(p, c, dev), 1);
   const int64_t by_smem = dev.smem_per_sm / (smem_bytes(p.head_dim, fit) + 1024);
-  const int by_regs = p.head_dim <= 128 ? 3 : 2;
+  const int regs = p.head_dim <= 128 ? 168 : 255;
+  const int by_regs = std::max(1, 65536 / (regs * threads_of(c)));
   return static_cast<int>(std::clamp<int64_t>(by_smem, 1, by_regs));
 }
 
 // The heuristic (num_splits = 0), FlashAttention's wave-efficiency rule adapted to a memory-bound
 // kernel: with G groups and `slots` resident CTAs, s splits give waves w = G*s/slots and efficiency
 // w/ceil(w). Take the smallest s whose efficiency is within 5% of the best s in [1, max_s], where
-// max_s leaves every split at least two K/V tiles (so its pipeline fills). Unlike FlashAttention
+// max_s leaves every split at least four CTA steps (so every warp's ring fills and the per-CTA
+// ramp, partial store and combine are paid for by >= 4 steps of streaming). Unlike FlashAttention
 // (which keeps 1 split once G >= 0.8 * SMs and accepts 85% of the best), a half-empty last wave
 // here is not hidden by the other CTAs' arithmetic: every idle slot is lost bandwidth.
 inline SplitPlan split_plan(const AttentionProblem &p, const Params &c, const DeviceFacts &dev) {
@@ -154,7 +180,7 @@ inline SplitPlan split_plan(const AttentionProblem &p, const Params &c, const De
   if (s == 0) {
     const double slots = double(dev.sm_count) * plan.ctas_per_sm;
     const double groups = double(num_groups(p));
-    const int max_s = static_cast<int>(std::clamp<int64_t>(tiles / 2, 1, kMaxSplits));
+    const int max_s = static_cast<int>(std::clamp<int64_t>(tiles / 4, 1, kMaxSplits));
     auto eff = [&](int n) {
       const double w = groups * n / slots;
       return w / std::ceil(w);

@@ -42,8 +42,13 @@ TEST_P(FlashDecodingAllConfigs, MatchCpuReference) {
   ASSERT_TRUE(fdv().supports(c.problem(), def, fb::test::test_device()).ok);
   int ran = 0;
   for (const auto &e : fdv().space().expand()) {
-    ASSERT_FALSE(e.invalid_reason) << *e.invalid_reason;
-    // block_n 128 x 4 stages x head_dim 256 needs more shared memory than a block may have.
+    // block_n 64 with 8 warps (8 keys a warp) is invalid by construction, with its reason.
+    if (e.invalid_reason) {
+      EXPECT_NE(e.invalid_reason->find("16 or 32 keys a warp"), std::string::npos) << *e.invalid_reason;
+      continue;
+    }
+    // block_n 128 x 4 stages x head_dim 256 needs more shared memory than a block may have; head_dim
+    // 256 takes 16 keys a warp and 4 warps only (registers).
     if (!fdv().supports(c.problem(), e.config, fb::test::test_device()))
       continue;
     c.expect_pass(fdv(), e.config);
@@ -62,6 +67,37 @@ TEST(FlashDecoding, RepeatedLaunchesShareTheWorkspace) {
   for (const char *splits : {"0", "8", "64"})
     for (const char *fused : {"0", "1"})
       c.expect_pass(fdv(), fdv().space().make({{"num_splits", splits}, {"fused", fused}}), 3);
+  // 8 warps, each with its own ring, and the 128-split combine (more splits than one warp's lanes).
+  c.expect_pass(fdv(), fdv().space().make({{"block_n", "128"}, {"warps", "8"}, {"num_splits", "32"}}), 3);
+}
+
+TEST(FlashDecoding, ManySplitsCombineInParallel) {
+  // 128 splits of one 64-key step each, GQA (4 rows) and MHA (1 row): the combine's per-row LSE pass
+  // reads 4 per lane and its weighted sum spreads the splits over P threads per item.
+  FB_SKIP_WITHOUT_GPU();
+  for (const DecodeShape &s : {DecodeShape{"gqa", 1, 32, 8, 1, 8192, 128, false, DType::bf16},
+                               DecodeShape{"mha_d64", 2, 4, 4, 1, 8000, 64, false, DType::f16}}) {
+    Case c(s.problem());
+    for (const char *fused : {"0", "1"}) {
+      Config cfg = fdv().space().make({{"fused", fused}, {"stages", "2"}});
+      cfg.set("num_splits", fdec::kMaxSplits); // off the axis (not swept), within config_problem's range
+      c.expect_pass(fdv(), cfg);
+    }
+  }
+}
+
+TEST(FlashDecoding, ConfigSpaceTurnsDownWhatCannotRun) {
+  const AttentionProblem p = DecodeShape{"d256", 1, 8, 2, 1, 100, 256, false, DType::bf16}.problem();
+  // 8 keys a warp: invalid by construction.
+  EXPECT_TRUE(fdv().space().check(fdv().space().make({{"block_n", "64"}, {"warps", "8"}})).has_value());
+  // head_dim 256: 16 keys a warp and 4 warps only.
+  for (const auto &kv : std::vector<std::pair<const char *, const char *>>{{"128", "4"}, {"128", "8"}}) {
+    const Support s = fdv().supports(p, fdv().space().make({{"block_n", kv.first}, {"warps", kv.second}}),
+                                     nominal_device());
+    EXPECT_FALSE(s.ok);
+    EXPECT_NE(s.reason.find("head_dim 256"), std::string::npos) << s.reason;
+  }
+  EXPECT_TRUE(fdv().supports(p, fdv().space().default_config(), nominal_device()).ok);
 }
 
 TEST(FlashDecoding, Fp32AndOddHeadDimsAreRejected) {
