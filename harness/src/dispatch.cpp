@@ -27,7 +27,9 @@ std::optional<Config> supported_config(const Variant& v, const AttentionProblem&
 std::vector<std::string> preference(const AttentionProblem& p) {
   std::vector<std::string> order;
   if (p.seqlen_q <= 16) order.push_back("flash_decoding");
-  for (const char* n : {"fa3_pipelined", "fa2_q_outer", "fa1_kv_outer", "naive"}) order.push_back(n);
+  // fa3_pipelined joins the front of this list once it has passed its GPU tests and beaten fa2 where both run
+  // (issue #7); until then `auto` must not hand library users an unproven kernel.
+  for (const char* n : {"fa2_q_outer", "fa1_kv_outer", "naive"}) order.push_back(n);
   return order;
 }
 

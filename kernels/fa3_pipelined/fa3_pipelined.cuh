@@ -1,0 +1,536 @@
+// FlashAttention-3-style forward for Hopper (sm_90a): TMA loads into a multi-stage shared-memory
+// ring completed on mbarriers, both GEMMs on asynchronous WGMMA, a producer warpgroup and one or
+// two consumer warpgroups.
+//
+// What it changes relative to FA2 (fa2_q_outer) and why:
+//  - Loads: one thread of a producer warpgroup issues TMA box copies (cp.async.bulk.tensor) of Q
+//  once and of K/V
+//    tiles into a `stages`-deep ring; completion is tracked by mbarrier transaction counts
+//    (k_full/v_full), and the consumers hand a slot back through kv_empty. No thread computes an
+//    address or a bounds check for a load: rows past the sequence end arrive as zeros (TMA
+//    out-of-bounds fill) and are masked in S.
+//  - GEMMs: S = Q K^T is WGMMA with both operands in shared memory (SS, m64 x block_n x 16 per
+//  k-step); O += P V is
+//    WGMMA with P from registers (RS, m64 x head_dim x 16): the fp32 S accumulators become
+//    bf16/fp16 A fragments in place, as in FA2, but the instruction is warpgroup-wide and
+//    asynchronous.
+//  - Warp specialization: the producer gives registers back (setmaxnreg.dec to 24), consumers take
+//  them
+//    (setmaxnreg.inc to 240), so O (64 x head_dim), S (64 x block_n) and P fit in registers at
+//    head_dim 128.
+//  - pingpong (2 consumers): the consumers take turns to issue Q K^T (named barriers turn0/turn1),
+//  so one's
+//    softmax runs while the other's GEMMs occupy the tensor cores.
+//  - intra_wg_overlap: tile j+1's Q K^T and tile j's P V are issued back to back; the softmax of
+//  j+1 runs while
+//    P V of j is still in flight (FA3's two-stage pipelining inside a warpgroup). Costs one more
+//    S-sized register set (P of tile j stays live).
+//
+// Register layouts (per consumer warpgroup of 128 threads; warp w = 0..3 of the warpgroup, lane =
+// g*4 + c):
+//  - WGMMA accumulator m64nN (S: N = block_n, O: N = head_dim), acc[N/2] fp32 per thread:
+//      acc[4i + e] = element (row 16w + g + 8*(e/2), column 8i + 2c + e%2), i = 0..N/8-1.
+//    Rows g and g+8 of each warp are "half" 0 and 1; a row's values are spread over the 4 lanes of
+//    a quad.
+//  - RS A fragment for k-step kt (keys 16kt..16kt+15), 4 x 32-bit (two 16-bit values, low half =
+//  lower key):
+//      a[0] = (row g, keys 16kt+2c, +1)    = S acc[4(2kt)+0], acc[4(2kt)+1]
+//      a[1] = (row g+8, keys 16kt+2c, +1)  = S acc[4(2kt)+2], acc[4(2kt)+3]
+//      a[2] = (row g, keys 16kt+8+2c, +1)  = S acc[4(2kt+1)+0], +1
+//      a[3] = (row g+8, keys 16kt+8+2c,+1) = S acc[4(2kt+1)+2], +3
+//  Shared-memory layouts and descriptors: hopper.cuh.
+//
+// Barriers (mbarriers in shared memory; parity of use n is n & 1):
+//   q_full          count 1 (producer's arrive.expect_tx) + Q bytes; used once.
+//   k_full[s]       count 1 + K tile bytes; use n of slot s is K/V tile j = n*stages + s.
+//   v_full[s]       count 1 + V tile bytes.
+//   kv_empty[s]     count 4 * consumers: lane 0 of every consumer warp, after its warpgroup's
+//   wgmma.wait_group
+//                   retired the last GEMM reading slot s. The producer waits on use n-1 before
+//                   refilling.
+// Named barriers (bar.sync / bar.arrive, 256 threads = both consumers): id 1 = turn of consumer 0,
+// id 2 = turn of consumer 1. Consumer 1 opens consumer 0's first turn; each consumer, after issuing
+// its Q K^T, opens the other's turn, except consumer 1 after its last tile (consumer 0 has no turn
+// left), so every barrier ends with as many arrivals as syncs.
+//
+// Causal: tiles past a Q tile's last visible key are never loaded; only tiles straddling the
+// diagonal or the sequence end are masked. Q tiles launch heaviest first. Rows that see no key keep
+// m = -inf, l = 0 and give O = 0, LSE = -inf.
+#pragma once
+
+#include "kernels/fa3_pipelined/hopper.cuh"
+#include "kernels/fa3_pipelined/tensor_map.hpp"
+#include "kernels/fa3_pipelined/traits.hpp"
+#include "kernels/fa3_pipelined/wgmma_ops.cuh"
+
+#include "flashbench/check.hpp"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fb::fa3 {
+namespace detail {
+
+struct KernelArgs {
+  CUtensorMap tm_q, tm_k, tm_v; // 64-byte aligned; TMA reads them from the kernel's parameter space
+  void *o;
+  float *lse;
+  int64_t o_batch, o_seq, o_head; // O's element strides (Q's)
+  int seqlen_q, seqlen_kv;
+  int heads_q, group;
+  float scale_log2;
+  int num_q_tiles;
+  int stages;
+  int consumers;
+  int pingpong;
+  int causal;
+};
+
+constexpr float kLn2 = 0.69314718055994531f;
+constexpr int kBarTurn0 = 1; // named barrier ids; 0 is __syncthreads
+
+template <class T> struct TypeOps;
+template <> struct TypeOps<__nv_bfloat16> {
+  using Tag = Bf16Tag;
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+  }
+};
+template <> struct TypeOps<__half> {
+  using Tag = F16Tag;
+  static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+  }
+};
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+// exp2 offset of a row whose running max (scaled) is m: 0 while the row has seen no key, so that
+// exp2(-inf - offset) = 0 rather than NaN.
+__device__ __forceinline__ float row_offset(float m_scaled) {
+  return m_scaled == -INFINITY ? 0.f : m_scaled;
+}
+
+// Shared-memory map of one CTA (byte addresses in the shared window, tiles 1024-aligned).
+template <int D, int BN> struct Smem {
+  static constexpr int kChunks = D / 64;           // 64-column (128-byte) TMA boxes per row
+  static constexpr uint32_t kKvBytes = BN * D * 2; // one K or one V tile
+  static constexpr uint32_t kKvChunk = BN * 128;   // one column chunk of a K/V tile
+  uint32_t q, k, v, bars;
+  int block_m, stages;
+  __device__ __forceinline__ Smem(uint32_t base, int bm, int st) : block_m(bm), stages(st) {
+    q = base;
+    k = q + uint32_t(bm) * D * 2;
+    v = k + uint32_t(st) * kKvBytes;
+    bars = v + uint32_t(st) * kKvBytes;
+  }
+  __device__ __forceinline__ uint32_t q_chunk_bytes() const { return uint32_t(block_m) * 128; }
+  __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kKvBytes; }
+  __device__ __forceinline__ uint32_t v_tile(int s) const { return v + uint32_t(s) * kKvBytes; }
+  __device__ __forceinline__ uint32_t q_full() const { return bars; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (1 + s); }
+  __device__ __forceinline__ uint32_t v_full(int s) const {
+    return bars + 8 * (1 + kMaxStages + s);
+  }
+  __device__ __forceinline__ uint32_t kv_empty(int s) const {
+    return bars + 8 * (1 + 2 * kMaxStages + s);
+  }
+};
+
+// ---- producer
+// ----------------------------------------------------------------------------------------------
+template <int D, int BN>
+__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> &sm, int q0, int h,
+                                         int hkv, int b, int n_tiles) {
+  using S = Smem<D, BN>;
+  tma_prefetch_desc(&a.tm_q);
+  tma_prefetch_desc(&a.tm_k);
+  tma_prefetch_desc(&a.tm_v);
+  mbar_arrive_expect_tx(sm.q_full(), uint32_t(sm.block_m) * D * 2);
+#pragma unroll
+  for (int c = 0; c < S::kChunks; ++c)
+    tma_load_4d(sm.q + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(), c * 64, q0, h, b);
+  int s = 0, use = 0;
+  for (int j = 0; j < n_tiles; ++j) {
+    if (use > 0)
+      mbar_wait(sm.kv_empty(s), (use - 1) & 1); // consumers retired this slot's previous tile
+    mbar_arrive_expect_tx(sm.k_full(s), S::kKvBytes);
+#pragma unroll
+    for (int c = 0; c < S::kChunks; ++c)
+      tma_load_4d(sm.k_tile(s) + c * S::kKvChunk, &a.tm_k, sm.k_full(s), c * 64, j * BN, hkv, b);
+    mbar_arrive_expect_tx(sm.v_full(s), S::kKvBytes);
+#pragma unroll
+    for (int c = 0; c < S::kChunks; ++c)
+      tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, b);
+    if (++s == sm.stages)
+      s = 0, ++use;
+  }
+}
+
+// ---- consumer pieces
+// --------------------------------------------------------------------------------------- S = Q K^T
+// for this warpgroup's 64 rows and K/V slot s: D/16 k-steps, the first overwriting S.
+template <class T, int D, int BN>
+__device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const Smem<D, BN> &sm, int wg,
+                                         int s) {
+  using Tag = typename TypeOps<T>::Tag;
+  const uint32_t q_base = sm.q + uint32_t(wg) * kRowsPerWarpgroup * 128;
+  const uint32_t k_base = sm.k_tile(s);
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk) {
+    const uint64_t da = desc_k_major(q_base + (kk / 4) * sm.q_chunk_bytes() + (kk % 4) * 32);
+    const uint64_t db = desc_k_major(k_base + (kk / 4) * Smem<D, BN>::kKvChunk + (kk % 4) * 32);
+    wgmma_ss(sacc, da, db, kk > 0 ? 1 : 0, Tag{}, IntC<BN>{});
+  }
+}
+
+// O += P V for K/V slot s: BN/16 k-steps of m64 x D x 16, P from registers.
+template <class T, int D, int BN>
+__device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4],
+                                         const Smem<D, BN> &sm, int s) {
+  using Tag = typename TypeOps<T>::Tag;
+  const uint32_t v_base = sm.v_tile(s);
+#pragma unroll
+  for (int kt = 0; kt < BN / 16; ++kt)
+    wgmma_rs(o, pa[kt], desc_mn_major(v_base + kt * 16 * 128, Smem<D, BN>::kKvChunk), Tag{},
+             IntC<D>{});
+}
+
+// Masks keys past the sequence end or (causal) right of the diagonal. row0 = this thread's half-0
+// row.
+template <int BN>
+__device__ __forceinline__ void apply_mask(float (&sacc)[BN / 2], int row0, int key0, int lane,
+                                           int seqlen_q, int seqlen_kv, bool causal) {
+  const int diag = seqlen_kv - seqlen_q;
+#pragma unroll
+  for (int i = 0; i < BN / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = row0 + 8 * (e / 2);
+      const int key = key0 + 8 * i + 2 * (lane % 4) + (e % 2);
+      if (key >= seqlen_kv || (causal && key > row + diag))
+        sacc[4 * i + e] = -INFINITY;
+    }
+}
+
+// Online softmax of one tile: updates m and l, turns S into unnormalised P = exp2(S * scale_log2 -
+// offset) in place, returns the factors by which O must be rescaled (per half).
+template <int BN>
+__device__ __forceinline__ void softmax_tile(float (&sacc)[BN / 2], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], float sl2) {
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i)
+      mx = fmaxf(mx, fmaxf(sacc[4 * i + 2 * hh], sacc[4 * i + 2 * hh + 1]));
+    const float m_new = fmaxf(m[hh], quad_max(mx));
+    const float off = row_offset(m_new * sl2);
+    alpha[hh] = exp2f(m[hh] * sl2 - off);
+    m[hh] = m_new;
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i)
+#pragma unroll
+      for (int e = 2 * hh; e < 2 * hh + 2; ++e) {
+        sacc[4 * i + e] = exp2f(fmaf(sacc[4 * i + e], sl2, -off));
+        sum += sacc[4 * i + e];
+      }
+    l[hh] = l[hh] * alpha[hh] + sum; // lane-partial; the quad's parts are summed once at the end
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    o[4 * i + 0] *= alpha[0], o[4 * i + 1] *= alpha[0];
+    o[4 * i + 2] *= alpha[1], o[4 * i + 3] *= alpha[1];
+  }
+}
+
+template <class T, int BN>
+__device__ __forceinline__ void pack_p(uint32_t (&pa)[BN / 16][4], const float (&sacc)[BN / 2]) {
+#pragma unroll
+  for (int kt = 0; kt < BN / 16; ++kt) {
+    pa[kt][0] = TypeOps<T>::pack(sacc[8 * kt + 0], sacc[8 * kt + 1]);
+    pa[kt][1] = TypeOps<T>::pack(sacc[8 * kt + 2], sacc[8 * kt + 3]);
+    pa[kt][2] = TypeOps<T>::pack(sacc[8 * kt + 4], sacc[8 * kt + 5]);
+    pa[kt][3] = TypeOps<T>::pack(sacc[8 * kt + 6], sacc[8 * kt + 7]);
+  }
+}
+
+// ---- consumer
+// ------------------------------------------------------------------------------------------------
+template <class T, int D, int BN, bool OVERLAP>
+__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> &sm, int wg, int q0,
+                                         int h, int b, int n_tiles) {
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  const int row0 = q0 + wg * kRowsPerWarpgroup + warp * 16 + lane / 4; // half 0; half 1 is row0 + 8
+  const int wg_first_row = q0 + wg * kRowsPerWarpgroup;
+  const int sq = a.seqlen_q, skv = a.seqlen_kv;
+  const bool causal = a.causal != 0;
+  const float sl2 = a.scale_log2;
+  const bool pp = a.pingpong != 0;
+  const int my_turn = kBarTurn0 + wg, other_turn = kBarTurn0 + (wg ^ 1);
+
+  // First K/V tile whose keys need masking for some row of this warpgroup: the one holding key skv,
+  // or (causal) the first whose last key lies right of the diagonal for the warpgroup's first row.
+  int first_mask = skv / BN;
+  if (causal) {
+    const int x = wg_first_row + (skv - sq) + 1; // keys visible to the first row
+    first_mask = min(first_mask, x <= 0 ? 0 : x / BN);
+  }
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i)
+    o[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
+  float sacc[BN / 2];
+  uint32_t pa[BN / 16][4];
+
+  mbar_wait(sm.q_full(), 0);
+  if (pp && wg == 1)
+    named_arrive(kBarTurn0, 256); // consumer 0 goes first
+
+  auto qk_turn_begin = [&]() {
+    if (pp)
+      named_sync(my_turn, 256);
+  };
+  auto qk_turn_end = [&](int j) {
+    if (pp && !(wg == 1 && j == n_tiles - 1))
+      named_arrive(other_turn, 256);
+  };
+  auto release = [&](int s) {
+    if (lane == 0)
+      mbar_arrive(sm.kv_empty(s));
+  };
+  auto mask_and_softmax = [&](int j) {
+    if (j >= first_mask)
+      apply_mask<BN>(sacc, row0, j * BN, lane, sq, skv, causal);
+    softmax_tile<BN>(sacc, m, l, alpha, sl2);
+  };
+
+  if constexpr (!OVERLAP) {
+    int s = 0, use = 0;
+    for (int j = 0; j < n_tiles; ++j) {
+      mbar_wait(sm.k_full(s), use & 1);
+      qk_turn_begin();
+      wgmma_fence();
+      issue_qk<T, D, BN>(sacc, sm, wg, s);
+      wgmma_commit();
+      qk_turn_end(j);
+      wgmma_wait<0>();
+      fence_operands(sacc);
+      mask_and_softmax(j);
+      rescale<D>(o, alpha);
+      pack_p<T, BN>(pa, sacc);
+      mbar_wait(sm.v_full(s), use & 1);
+      wgmma_fence();
+      issue_pv<T, D, BN>(o, pa, sm, s);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(o);
+      fence_operands(pa);
+      release(s);
+      if (++s == sm.stages)
+        s = 0, ++use;
+    }
+  } else {
+    // Tile 0: S, softmax, P; its P V is issued together with tile 1's Q K^T.
+    mbar_wait(sm.k_full(0), 0);
+    qk_turn_begin();
+    wgmma_fence();
+    issue_qk<T, D, BN>(sacc, sm, wg, 0);
+    wgmma_commit();
+    qk_turn_end(0);
+    wgmma_wait<0>();
+    fence_operands(sacc);
+    mask_and_softmax(0);
+    pack_p<T, BN>(pa, sacc);
+    int sp = 0, use_p = 0; // slot and use of the tile whose P is in pa
+    int s = 1, use = 0;    // slot and use of tile j (stages >= 2)
+    for (int j = 1; j < n_tiles; ++j) {
+      // Both waits come before the first issue: nothing that may spin sits between the two GEMMs in
+      // flight.
+      mbar_wait(sm.k_full(s), use & 1);
+      mbar_wait(sm.v_full(sp), use_p & 1);
+      qk_turn_begin();
+      wgmma_fence();
+      issue_qk<T, D, BN>(sacc, sm, wg, s);
+      wgmma_commit();
+      issue_pv<T, D, BN>(o, pa, sm, sp);
+      wgmma_commit();
+      qk_turn_end(j);
+      wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
+      fence_operands(sacc);
+      mask_and_softmax(j);
+      wgmma_wait<0>();
+      fence_operands(o);
+      fence_operands(pa);
+      release(sp);
+      rescale<D>(o, alpha);
+      pack_p<T, BN>(pa, sacc);
+      sp = s, use_p = use;
+      if (++s == sm.stages)
+        s = 0, ++use;
+    }
+    mbar_wait(sm.v_full(sp), use_p & 1);
+    wgmma_fence();
+    issue_pv<T, D, BN>(o, pa, sm, sp);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(o);
+    fence_operands(pa);
+    release(sp);
+  }
+
+  // Epilogue: O / l straight from the accumulators (4-byte stores, a quad writes 16 contiguous
+  // bytes per row and column block), LSE = (m * scale_log2 + log2 l) * ln 2.
+  T *og = static_cast<T *>(a.o) + int64_t(b) * a.o_batch + int64_t(h) * a.o_head;
+  float *lse = a.lse + (int64_t(b) * a.heads_q + h) * sq;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int row = row0 + 8 * hh;
+    const float lt = quad_sum(l[hh]);
+    const float inv = lt > 0.f ? 1.f / lt : 0.f;
+    if (row >= sq)
+      continue;
+    if (lane % 4 == 0)
+      lse[row] = lt > 0.f ? (m[hh] * sl2 + log2f(lt)) * kLn2 : -INFINITY;
+    T *orow = og + int64_t(row) * a.o_seq + 2 * (lane % 4);
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<uint32_t *>(orow + 8 * i) =
+          TypeOps<T>::pack(o[4 * i + 2 * hh] * inv, o[4 * i + 2 * hh + 1] * inv);
+  }
+}
+
+// One CTA per Q tile: warpgroup 0 produces, warpgroups 1..consumers consume. 384 threads at most;
+// with one consumer the CTA has 256.
+template <class T, int D, int BN, bool OVERLAP>
+__global__ void __launch_bounds__(384, 1) fa3_kernel(const __grid_constant__ KernelArgs a) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const int block_m = kRowsPerWarpgroup * a.consumers;
+  const int qt = a.num_q_tiles - 1 - int(blockIdx.x); // heaviest (causal: last) Q tiles first
+  const int q0 = qt * block_m;
+  const int h = blockIdx.y, b = blockIdx.z, hkv = h / a.group;
+  const int n_tiles = int(kv_tiles_for(qt, block_m, BN, a.seqlen_q, a.seqlen_kv, a.causal != 0));
+
+  if (n_tiles == 0) { // causal with seqlen_q > seqlen_kv: no row of this tile sees a key
+    T *og = static_cast<T *>(a.o) + int64_t(b) * a.o_batch + int64_t(h) * a.o_head;
+    float *lse = a.lse + (int64_t(b) * a.heads_q + h) * a.seqlen_q;
+    for (int idx = threadIdx.x; idx < block_m * D / 8; idx += blockDim.x) {
+      const int row = q0 + idx / (D / 8);
+      if (row < a.seqlen_q)
+        *reinterpret_cast<uint4 *>(og + int64_t(row) * a.o_seq + (idx % (D / 8)) * 8) =
+            make_uint4(0, 0, 0, 0);
+    }
+    for (int r = threadIdx.x; r < block_m; r += blockDim.x)
+      if (q0 + r < a.seqlen_q)
+        lse[q0 + r] = -INFINITY;
+    return;
+  }
+
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const Smem<D, BN> sm(base, block_m, a.stages);
+  if (threadIdx.x == 0) {
+    mbar_init(sm.q_full(), 1);
+    for (int s = 0; s < a.stages; ++s) {
+      mbar_init(sm.k_full(s), 1);
+      mbar_init(sm.v_full(s), 1);
+      mbar_init(sm.kv_empty(s), 4 * a.consumers);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+
+  // Warp-uniform by construction (a broadcast), so the role branch is uniform for the compiler too.
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  if (wg == 0) {
+    regs_dealloc<kProducerRegs>();
+    if (threadIdx.x == 0)
+      producer<D, BN>(a, sm, q0, h, hkv, b, n_tiles);
+    return;
+  }
+  regs_alloc<kConsumerRegs>();
+  consumer<T, D, BN, OVERLAP>(a, sm, wg - 1, q0, h, b, n_tiles);
+}
+
+template <class T, int D, int BN, bool OVERLAP>
+void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
+                 cudaStream_t stream) {
+  KernelArgs a{};
+  const Strides qs = p.q_strides(), ks = p.kv_strides();
+  a.tm_q = make_tile_map(args.q, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, c.block_m);
+  a.tm_k = make_tile_map(args.k, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN);
+  a.tm_v = make_tile_map(args.v, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN);
+  a.o = args.o;
+  a.lse = args.lse;
+  a.o_batch = qs.batch, a.o_seq = qs.seq, a.o_head = qs.head;
+  a.seqlen_q = static_cast<int>(p.seqlen_q);
+  a.seqlen_kv = static_cast<int>(p.seqlen_kv);
+  a.heads_q = static_cast<int>(p.heads_q);
+  a.group = static_cast<int>(p.group_size());
+  a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
+  a.num_q_tiles = static_cast<int>(num_q_tiles(p, c));
+  a.stages = c.stages;
+  a.consumers = c.consumers;
+  a.pingpong = c.pingpong;
+  a.causal = p.causal ? 1 : 0;
+
+  const auto kernel = fa3_kernel<T, D, BN, OVERLAP>;
+  const int64_t smem = smem_bytes(D, c);
+  FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(a.num_q_tiles), static_cast<unsigned>(p.heads_q),
+                  static_cast<unsigned>(p.batch));
+  kernel<<<grid, 128 * (1 + c.consumers), static_cast<size_t>(smem), stream>>>(a);
+  FB_CHECK_LAUNCH();
+}
+
+template <class T, int D, int BN, bool OVERLAP> const void *kernel_ptr() {
+  return reinterpret_cast<const void *>(&fa3_kernel<T, D, BN, OVERLAP>);
+}
+
+} // namespace detail
+
+// The compiled instantiations of one (T, D) slice: block_n x intra_wg_overlap; block_m, stages,
+// consumers and pingpong are run-time parameters of every kernel.
+template <class T, int D> LaunchFn pick_launch(const Params &c) {
+#define FB_FA3_TILE(BN, OV)                                                                        \
+  if (c.block_n == BN && (c.intra_overlap != 0) == OV)                                             \
+    return &detail::launch_tile<T, D, BN, OV>;
+  FB_FA3_TILE(64, false)
+  FB_FA3_TILE(64, true)
+  FB_FA3_TILE(128, false)
+  FB_FA3_TILE(128, true)
+#undef FB_FA3_TILE
+  return nullptr;
+}
+template <class T, int D> KernelFn pick_kernel(const Params &c) {
+#define FB_FA3_TILE(BN, OV)                                                                        \
+  if (c.block_n == BN && (c.intra_overlap != 0) == OV)                                             \
+    return &detail::kernel_ptr<T, D, BN, OV>;
+  FB_FA3_TILE(64, false)
+  FB_FA3_TILE(64, true)
+  FB_FA3_TILE(128, false)
+  FB_FA3_TILE(128, true)
+#undef FB_FA3_TILE
+  return nullptr;
+}
+
+} // namespace fb::fa3

@@ -1,0 +1,149 @@
+// Hopper (sm_90a) building blocks written against the PTX ISA: mbarriers, TMA tile loads, WGMMA
+// shared-memory descriptors and fences, register reallocation (setmaxnreg) and named barriers. No
+// CUTLASS/CuTe.
+//
+// Shared-memory tile layout used by every operand (Q, K, V): TMA with CU_TENSOR_MAP_SWIZZLE_128B
+// writes a box of 64 elements (128 bytes) x R rows as R rows of 128 bytes, the 16-byte chunk c of
+// row r landing at chunk c ^ (r % 8) (the XOR takes address bits [7:9] into bits [4:6], so the tile
+// base must be 1024-byte aligned). A head_dim of D is D/64 such boxes ("column chunks"), each R x
+// 128 bytes, placed one after another. WGMMA's 128B-swizzle mode applies the same XOR to the
+// addresses it computes, so the descriptors below describe the unswizzled (logical) layout:
+//   K-major operand (Q as A, K as B of S = Q K^T; rows = M or N, contiguous = head_dim = the GEMM's
+//   K):
+//     8-row core-matrix groups 1024 bytes apart (SBO = 1024); LBO unused for swizzled K-major
+//     (encoded 1). k-step kk (16 elements = 32 bytes) of column chunk kk/4 starts at chunk_base +
+//     (kk % 4) * 32: the descriptor's start address advances by 32 bytes inside the 128-byte
+//     swizzle row (the hardware swizzles the sum).
+//   MN-major operand (V as B of O = P V; K = keys = rows, N = head_dim contiguous), tnspB = 1:
+//     8 key rows are one 1024-byte group (SBO = 1024, the K direction); the next 64 head_dim
+//     columns are the next column chunk, R * 128 bytes further (LBO = R * 128, the N direction).
+//     k-step kt (16 keys) starts at base + kt * 16 * 128.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fb::fa3::detail {
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---- mbarriers
+// ----------------------------------------------------------------------------------------------
+// Phase parity: a fresh barrier is in phase 0. wait(parity) returns once the phase with that parity
+// has completed, so the n-th completion (n = 0, 1, ...) is awaited with parity n & 1.
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the inits visible to the async proxy (TMA's complete_tx) and to the other threads after a
+// __syncthreads.
+__device__ __forceinline__ void mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// One arrival plus `bytes` of expected transaction count (the TMA loads that complete on this
+// barrier).
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 "
+               "%0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  while (!mbar_try_wait(bar, parity)) {
+  }
+}
+
+// ---- TMA
+// ------------------------------------------------------------------------------------------------------
+__device__ __forceinline__ void tma_prefetch_desc(const void *tmap) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
+}
+// A 4-D box (c0 = head_dim column, c1 = sequence row, c2 = head, c3 = batch) into shared memory at
+// dst; completes `box bytes` of transactions on `bar`. Out-of-bounds elements (rows past the
+// sequence end) are written as zeros and still count toward the transaction bytes.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *tmap, uint32_t bar, int c0,
+                                            int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+               "[%0], [%1, {%2, %3, %4, %5}], "
+               "[%6];" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+               : "memory");
+}
+
+// ---- WGMMA
+// ------------------------------------------------------------------------------------------------------
+// Descriptor bits: [0,14) start address >> 4, [16,30) LBO >> 4, [32,46) SBO >> 4, [49,52) base
+// offset (0: the tiles are 1024-byte aligned), [62,64) swizzle mode (1 = 128B).
+__device__ __forceinline__ uint64_t make_desc(uint32_t smem, uint32_t lbo_bytes,
+                                              uint32_t sbo_bytes) {
+  uint64_t d = 0;
+  d |= static_cast<uint64_t>((smem & 0x3FFFF) >> 4);
+  d |= static_cast<uint64_t>((lbo_bytes & 0x3FFFF) >> 4) << 16;
+  d |= static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32;
+  d |= static_cast<uint64_t>(1) << 62;
+  return d;
+}
+__device__ __forceinline__ uint64_t desc_k_major(uint32_t smem) {
+  return make_desc(smem, 16, 1024);
+}
+__device__ __forceinline__ uint64_t desc_mn_major(uint32_t smem, uint32_t chunk_bytes) {
+  return make_desc(smem, chunk_bytes, 1024);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Pins registers in place across the asm statements around it: a read of an accumulator cannot move
+// above the wait that makes it valid, and an A-fragment register stays live (unchanged) until the
+// wait that retires its wgmma.
+template <int N> __device__ __forceinline__ void fence_operands(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void fence_operands(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    asm volatile("" : "+r"(r[i])::"memory");
+}
+template <int M> __device__ __forceinline__ void fence_operands(uint32_t (&r)[M][4]) {
+#pragma unroll
+  for (int i = 0; i < M; ++i)
+    fence_operands(r[i]);
+}
+
+// ---- warp specialization
+// -------------------------------------------------------------------------------------
+template <int R> __device__ __forceinline__ void regs_dealloc() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void regs_alloc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+} // namespace fb::fa3::detail

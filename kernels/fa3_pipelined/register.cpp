@@ -1,0 +1,140 @@
+// The FA3 (Hopper) variant as a catalog entry: support checks, traffic model, and the dispatch from
+// a run-time config to the compiled instantiation (instances.hpp). Host logic only.
+//
+// The variant is always in the catalog (the catalog is built without touching a device: run and
+// tune never create a CUDA context in the main process); on a device other than compute
+// capability 9.0 every point is skipped with "needs sm_90a" by supports(). The kernels are compiled
+// for sm_90a only.
+#include "kernels/catalog.hpp"
+#include "kernels/common/support.hpp"
+#include "kernels/fa3_pipelined/instances.hpp"
+#include "kernels/fa3_pipelined/traits.hpp"
+
+#include <climits>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace fb {
+namespace fa3 {
+namespace {
+
+LaunchFn find_launch(DType t, int64_t head_dim, const Params &c) {
+  if (t == DType::bf16 && head_dim == 64)
+    return pick_launch_bf16_d64(c);
+  if (t == DType::bf16 && head_dim == 128)
+    return pick_launch_bf16_d128(c);
+  if (t == DType::f16 && head_dim == 64)
+    return pick_launch_fp16_d64(c);
+  if (t == DType::f16 && head_dim == 128)
+    return pick_launch_fp16_d128(c);
+  return nullptr;
+}
+
+KernelFn find_kernel(DType t, int64_t head_dim, const Params &c) {
+  if (t == DType::bf16 && head_dim == 64)
+    return pick_kernel_bf16_d64(c);
+  if (t == DType::bf16 && head_dim == 128)
+    return pick_kernel_bf16_d128(c);
+  if (t == DType::f16 && head_dim == 64)
+    return pick_kernel_fp16_d64(c);
+  if (t == DType::f16 && head_dim == 128)
+    return pick_kernel_fp16_d128(c);
+  return nullptr;
+}
+
+} // namespace
+
+void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
+            cudaStream_t stream) {
+  if (auto why = config_problem(c))
+    throw std::invalid_argument("fa3_pipelined: " + *why);
+  const LaunchFn fn = find_launch(p.dtype, p.head_dim, c);
+  if (!fn)
+    throw std::invalid_argument(
+        "fa3_pipelined: no compiled kernel for " + std::string(to_string(p.dtype)) + " head_dim " +
+        std::to_string(p.head_dim) + " block_n " + std::to_string(c.block_n));
+  fn(p, c, args, stream);
+}
+
+} // namespace fa3
+
+namespace {
+
+class Fa3PipelinedVariant : public Variant {
+public:
+  std::string name() const override { return "fa3_pipelined"; }
+  std::string description() const override {
+    return "FlashAttention-3 style (Hopper sm_90a): TMA K/V ring on mbarriers, WGMMA for Q K^T and "
+           "P V (P from "
+           "registers), producer/consumer warpgroups with setmaxnreg, ping-pong and "
+           "intra-warpgroup overlap";
+  }
+  const ConfigSpace &space() const override { return space_; }
+
+  Support supports(const AttentionProblem &p, const Config &c,
+                   const DeviceInfo &dev) const override {
+    if (auto why = space_.check(c))
+      return Support::no(*why);
+    if (dev.present && dev.cc() != 90)
+      return Support::no(
+          "needs sm_90a (Hopper, compute capability 9.0: wgmma, TMA, setmaxnreg); the device is " +
+          std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
+    if (auto why = kernels::needs_decode_variant(p))
+      return Support::no(*why);
+    if (p.dtype == DType::f32)
+      return Support::no("fp32 inputs: WGMMA takes fp16 or bf16 here (use naive or fa1_kv_outer)");
+    if (!fa3::head_dim_ok(p.head_dim))
+      return Support::no(
+          "head_dim " + std::to_string(p.head_dim) +
+          ": compiled for 64 and 128 only (256 needs block_n 64-80 and its own register plan: "
+          "O alone is 128 fp32 registers per consumer thread; planned)");
+    const fa3::Params params = fa3::params_of(c);
+    const int64_t smem = fa3::smem_bytes(p.head_dim, params);
+    // Without a device, plan against an H100's 227 KB.
+    const int64_t limit = dev.smem_per_block_optin > 0 ? dev.smem_per_block_optin : 232448;
+    if (smem > limit)
+      return Support::no("needs " + kernels::format_kb(double(smem)) +
+                         " shared memory per block; the device allows " +
+                         kernels::format_kb(double(limit)) +
+                         " (fewer stages or a smaller block_n)");
+    if (p.heads_q > 65535 || p.batch > 65535)
+      return Support::no("heads_q and batch must each be at most 65535 (CUDA grid y/z limit)");
+    if (p.seqlen_q >= INT_MAX / 2 || p.seqlen_kv >= INT_MAX / 2)
+      return Support::no(
+          "sequence lengths must be below 2^30 (TMA coordinates and row indices are 32-bit)");
+    if (auto why = kernels::memory_reason(p, 0.0, "inputs and outputs", dev))
+      return Support::no(*why);
+    return Support::yes();
+  }
+
+  double model_bytes(const AttentionProblem &p, const Config &c) const override {
+    return fa3::traffic_bytes(p, fa3::params_of(c));
+  }
+
+  std::vector<KernelDesc> kernels(const AttentionProblem &p, const Config &c) const override {
+    const fa3::Params params = fa3::params_of(c);
+    if (fa3::config_problem(params) || !fa3::head_dim_ok(p.head_dim))
+      return {};
+    const fa3::KernelFn k = fa3::find_kernel(p.dtype, p.head_dim, params);
+    if (!k)
+      return {};
+    return {KernelDesc{"fa3_pipelined", k(), 128 * (1 + params.consumers),
+                       static_cast<size_t>(fa3::smem_bytes(p.head_dim, params)),
+                       fa3::num_q_tiles(p, params) * p.heads_q * p.batch}};
+  }
+
+  void launch(const AttentionProblem &p, const Config &c, const LaunchArgs &args,
+              cudaStream_t stream) const override {
+    fa3::launch(p, fa3::params_of(c), args, stream);
+  }
+
+private:
+  ConfigSpace space_ = fa3::make_space();
+};
+
+} // namespace
+
+void register_fa3_pipelined(Registry &r) { r.add(std::make_unique<Fa3PipelinedVariant>()); }
+
+} // namespace fb

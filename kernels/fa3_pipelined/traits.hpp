@@ -1,0 +1,152 @@
+// FA3 (Hopper: TMA + WGMMA + warp specialization): the config space, the tile geometry that the
+// kernel, supports() and the traffic model share, shared-memory budget and which shapes are
+// compiled. Host-only code may include this file.
+#pragma once
+
+#include "flashbench/config.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/variant.hpp"
+#include "kernels/common/mask.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace fb::fa3 {
+
+// Every consumer warpgroup owns 64 query rows: one m64 WGMMA row block for both GEMMs. More rows
+// per warpgroup (two m64 blocks) would double the O and S registers (d128: 128 + 128 fp32 per
+// thread) past the 240 a consumer gets, so block_m = 64 x consumer warpgroups.
+constexpr int kRowsPerWarpgroup = 64;
+constexpr int kMaxStages = 3;
+constexpr int kSchedOneShot = 0;
+constexpr int kSchedPersistent = 1;
+// Register budgets after setmaxnreg (multiples of 8): the producer warpgroup only issues TMA from
+// one thread. 3 warpgroups x 128 threads: 24 x 128 + 240 x 256 = 64512 <= 65536.
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240;
+// Shared-memory bytes besides the tiles: up to 1023 bytes to align the tiles to 1024, and the
+// mbarriers.
+constexpr int64_t kSmemSlack = 1024 + 256;
+
+struct Params {
+  int block_m = 128;     // query rows per CTA
+  int block_n = 128;     // keys per K/V tile
+  int stages = 2;        // K/V tiles in flight (TMA ring depth)
+  int consumers = 2;     // consumer warpgroups (each owns 64 rows of the Q tile)
+  int pingpong = 1;      // consumer warpgroups take turns to issue S = Q K^T (named barriers)
+  int intra_overlap = 1; // issue the next tile's Q K^T before this tile's softmax is done
+  int scheduler = kSchedOneShot;
+};
+
+inline std::optional<std::string> config_problem(const Params &c) {
+  if (c.block_m != 64 && c.block_m != 128)
+    return "block_m must be 64 or 128";
+  if (c.block_n != 64 && c.block_n != 128)
+    return "block_n must be 64 or 128 (the compiled K/V tile widths)";
+  if (c.stages < 2 || c.stages > kMaxStages)
+    return "stages must be 2 or 3";
+  if (c.consumers != 1 && c.consumers != 2)
+    return "consumer_wgs must be 1 or 2";
+  if (c.block_m != kRowsPerWarpgroup * c.consumers)
+    return "each consumer warpgroup owns 64 query rows (one m64 WGMMA block): block_m must be 64 x "
+           "consumer_wgs";
+  if (c.pingpong && c.consumers < 2)
+    return "pingpong needs 2 consumer warpgroups";
+  if (c.scheduler != kSchedOneShot)
+    return "persistent scheduler not implemented yet (version 1 is a one-shot grid, heaviest Q "
+           "tiles first)";
+  return std::nullopt;
+}
+
+inline Params params_of(const Config &c) {
+  const Params d;
+  return Params{static_cast<int>(c.get_or("block_m", d.block_m)),
+                static_cast<int>(c.get_or("block_n", d.block_n)),
+                static_cast<int>(c.get_or("stages", d.stages)),
+                static_cast<int>(c.get_or("consumer_wgs", d.consumers)),
+                static_cast<int>(c.get_or("pingpong", d.pingpong)),
+                static_cast<int>(c.get_or("intra_wg_overlap", d.intra_overlap)),
+                static_cast<int>(c.get_or("scheduler", d.scheduler))};
+}
+
+inline ConfigSpace make_space() {
+  const Params d;
+  return ConfigSpace(
+      {Axis{"block_m", {64, 128}, {}, "query rows per CTA (64 per consumer warpgroup)"},
+       Axis{"block_n", {64, 128}, {}, "keys per K/V tile"},
+       Axis{"stages", {2, 3}, {}, "K/V tiles in flight in the TMA/mbarrier ring"},
+       Axis{"consumer_wgs",
+            {1, 2},
+            {},
+            "consumer warpgroups (WGMMA + softmax); plus one producer warpgroup (TMA)"},
+       Axis{"pingpong",
+            {0, 1},
+            {"off", "on"},
+            "consumer warpgroups alternate issuing their Q K^T (named barriers)"},
+       Axis{"intra_wg_overlap",
+            {0, 1},
+            {"off", "on"},
+            "issue tile j+1's Q K^T and tile j's P V together, softmax j+1 while P V runs"},
+       Axis{"scheduler",
+            {kSchedOneShot, kSchedPersistent},
+            {"one_shot", "persistent"},
+            "one CTA per Q tile, or persistent CTAs over a tile queue (not yet)"}},
+      Config({{"block_m", d.block_m},
+              {"block_n", d.block_n},
+              {"stages", d.stages},
+              {"consumer_wgs", d.consumers},
+              {"pingpong", d.pingpong},
+              {"intra_wg_overlap", d.intra_overlap},
+              {"scheduler", d.scheduler}}),
+      [](const Config &c) { return config_problem(params_of(c)); });
+}
+
+constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128; }
+
+// Dynamic shared memory: Q (block_m x D), `stages` K and V tiles (block_n x D each), all 16-bit,
+// plus slack.
+constexpr int64_t smem_bytes(int64_t head_dim, const Params &c) {
+  return 2 * head_dim * (int64_t(c.block_m) + 2 * int64_t(c.stages) * c.block_n) + kSmemSlack;
+}
+
+inline int64_t num_q_tiles(const AttentionProblem &p, const Params &c) {
+  return (p.seqlen_q + c.block_m - 1) / c.block_m;
+}
+
+// K/V tiles that Q tile i visits: up to its last row's last visible key (0 when no row sees a key).
+FB_HOST_DEVICE int64_t kv_tiles_for(int64_t i, int64_t block_m, int64_t block_n, int64_t seqlen_q,
+                                    int64_t seqlen_kv, bool causal) {
+  int64_t last_row = (i + 1) * block_m - 1;
+  if (last_row > seqlen_q - 1)
+    last_row = seqlen_q - 1;
+  const int64_t visible = fb::kernels::visible_keys(last_row, seqlen_q, seqlen_kv, causal);
+  return (visible + block_n - 1) / block_n;
+}
+
+// Q read once, O and LSE written once, each CTA reads the K/V tiles it visits (L2 serves part of
+// the re-reads in practice; the measured DRAM bytes show how much).
+inline double traffic_bytes(const AttentionProblem &p, const Params &c) {
+  const double e = dtype_bytes(p.dtype), d = static_cast<double>(p.head_dim);
+  double kv_rows = 0;
+  for (int64_t i = 0, n = num_q_tiles(p, c); i < n; ++i) {
+    const int64_t tiles = kv_tiles_for(i, c.block_m, c.block_n, p.seqlen_q, p.seqlen_kv, p.causal);
+    kv_rows += static_cast<double>(std::min<int64_t>(p.seqlen_kv, tiles * c.block_n));
+  }
+  const double per_head = 2.0 * e * d * static_cast<double>(p.seqlen_q) +
+                          4.0 * static_cast<double>(p.seqlen_q) + 2.0 * e * d * kv_rows;
+  return per_head * static_cast<double>(p.batch * p.heads_q);
+}
+
+using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
+                          cudaStream_t);
+// The __global__ function of the compiled instantiation (for the occupancy report), or nullptr.
+using KernelFn = const void *(*)();
+
+// Enqueues the kernel (register.cpp picks the compiled instantiation). Throws std::invalid_argument
+// for a shape that is not compiled.
+void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
+            cudaStream_t stream);
+
+} // namespace fb::fa3

@@ -1,0 +1,292 @@
+// FA3 (Hopper, sm_90a) against the float64 CPU reference. Skips without a device and on any device
+// other than compute capability 9.0.
+//  - Fa3SelfCheck: one K/V tile, non-causal, smallest configs first; on a mismatch it prints a
+//  diagnosis of where
+//    the error sits (S side vs P V side, which 64-column chunk, which rows) so that a wrong WGMMA
+//    descriptor, swizzle or fragment layout is named rather than just "incorrect".
+//    scripts/dev/fa3-gpu.sh runs it first.
+//  - Fa3AllConfigs: every valid config on the shared awkward shapes and on longer ones that wrap
+//  the TMA ring
+//    several times, cross the causal diagonal in several tiles, and mix GQA, bhsd and seqlen_q !=
+//    seqlen_kv.
+#include "gpu_test_util.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+using namespace fb;
+using fb::test::Case;
+using fb::test::Shape;
+
+namespace {
+
+const Variant &fa3() { return catalog().get("fa3_pipelined"); }
+
+#define FB_SKIP_WITHOUT_HOPPER()                                                                   \
+  do {                                                                                             \
+    FB_SKIP_WITHOUT_GPU();                                                                         \
+    if (fb::test::test_device().cc() != 90)                                                        \
+      GTEST_SKIP() << "fa3_pipelined needs sm_90a; device is cc "                                  \
+                   << fb::test::test_device().cc_major << "." << fb::test::test_device().cc_minor; \
+  } while (0)
+
+Config cfg(int bm, int bn, int stages, int wgs, int pp, int ov) {
+  return fa3().space().make({{"block_m", std::to_string(bm)},
+                             {"block_n", std::to_string(bn)},
+                             {"stages", std::to_string(stages)},
+                             {"consumer_wgs", std::to_string(wgs)},
+                             {"pingpong", pp ? "on" : "off"},
+                             {"intra_wg_overlap", ov ? "on" : "off"}});
+}
+
+// ---- self-check: one tile, with a diagnosis
+// ---------------------------------------------------------------
+struct Diagnosis {
+  bool pass = true;
+  std::string text;
+};
+
+// Launches `c` on `p` (small, non-causal), recomputes the reference here in float64 and says where
+// the errors sit.
+Diagnosis self_check(const AttentionProblem &p, const Config &c) {
+  Case cs(p);
+  const int64_t d = p.head_dim, sq = p.seqlen_q, skv = p.seqlen_kv;
+  const auto q = download_as_float(cs.q(), p.dtype, p.q_elems());
+  const auto k = download_as_float(cs.k(), p.dtype, p.kv_elems());
+  const auto v = download_as_float(cs.v(), p.dtype, p.kv_elems());
+  DeviceBuffer o(size_t(p.q_elems() * dtype_bytes(p.dtype))), lse(size_t(p.lse_elems() * 4));
+  poison(o.get(), o.bytes(), nullptr);
+  poison(lse.get(), lse.bytes(), nullptr);
+  LaunchArgs args;
+  args.q = cs.q(), args.k = cs.k(), args.v = cs.v(), args.o = o.get(), args.lse = lse.as<float>();
+  Diagnosis dg;
+  try {
+    fa3().launch(p, c, args, nullptr);
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
+  } catch (const std::exception &e) {
+    dg.pass = false;
+    dg.text = std::string("launch failed: ") + e.what() +
+              " -> a fault here is the TMA map (cuTensorMapEncodeTiled), an mbarrier/expect_tx "
+              "byte count, or "
+              "the shared-memory size";
+    return dg;
+  }
+  const auto og = download_as_float(o.get(), p.dtype, p.q_elems());
+  const auto lg = download_as_float(lse.get(), DType::f32, p.lse_elems());
+  const Strides qs = p.q_strides(), ks = p.kv_strides();
+  const double scale = p.softmax_scale();
+  const Tolerance tol = tolerance_for(p.dtype);
+  // Errors per (row % 16 / 8 = accumulator half, 64-column chunk) and LSE errors; NaN counted
+  // apart.
+  int64_t bad_lse = 0, nan_o = 0, bad_o = 0, bad_half[2] = {0, 0}, bad_chunk[4] = {0, 0, 0, 0};
+  int64_t first_bad_row = -1, first_bad_col = -1;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const int64_t hk = h / p.group_size();
+      for (int64_t i = 0; i < sq; ++i) {
+        std::vector<double> s(static_cast<size_t>(skv));
+        double mx = -INFINITY;
+        for (int64_t j = 0; j < skv; ++j) {
+          double acc = 0;
+          for (int64_t x = 0; x < d; ++x)
+            acc += double(q[size_t(b * qs.batch + h * qs.head + i * qs.seq + x)]) *
+                   double(k[size_t(b * ks.batch + hk * ks.head + j * ks.seq + x)]);
+          s[size_t(j)] = acc * scale;
+          mx = std::max(mx, s[size_t(j)]);
+        }
+        double sum = 0;
+        for (auto &x : s)
+          sum += (x = std::exp(x - mx));
+        const double lse_ref = mx + std::log(sum);
+        const float lse_got = lg[size_t((b * p.heads_q + h) * sq + i)];
+        if (!std::isfinite(lse_got) || std::abs(lse_got - lse_ref) > tol.lse_atol)
+          ++bad_lse;
+        for (int64_t x = 0; x < d; ++x) {
+          double ref = 0;
+          for (int64_t j = 0; j < skv; ++j)
+            ref += s[size_t(j)] * double(v[size_t(b * ks.batch + hk * ks.head + j * ks.seq + x)]);
+          ref /= sum;
+          const float got = og[size_t(b * qs.batch + h * qs.head + i * qs.seq + x)];
+          if (!std::isfinite(got))
+            ++nan_o;
+          if (!std::isfinite(got) || std::abs(got - ref) > tol.atol + tol.rtol * std::abs(ref)) {
+            ++bad_o, ++bad_half[(i % 16) / 8], ++bad_chunk[x / 64];
+            if (first_bad_row < 0)
+              first_bad_row = i, first_bad_col = x;
+          }
+        }
+      }
+    }
+  std::ostringstream os;
+  os << "O mismatches " << bad_o << "/" << p.q_elems() << " (non-finite " << nan_o
+     << "), LSE mismatches " << bad_lse << "/" << p.lse_elems();
+  if (bad_o == 0 && bad_lse == 0) {
+    dg.text = os.str() + ": layout OK";
+    return dg;
+  }
+  dg.pass = false;
+  os << "; first bad O at row " << first_bad_row << " col " << first_bad_col
+     << "; by row half (row%16<8, >=8): " << bad_half[0] << ", " << bad_half[1]
+     << "; by 64-col chunk:";
+  for (int64_t x = 0; x < d / 64; ++x)
+    os << " " << bad_chunk[x];
+  os << "\n  diagnosis: ";
+  if (nan_o == p.q_elems())
+    os << "O never written (still the NaN poison): the consumers did not reach the epilogue or "
+          "wrote elsewhere "
+          "(O strides / row index)";
+  else if (bad_lse > 0)
+    os << "LSE is wrong, so S = Q K^T (or the softmax) is wrong: check the K-major descriptors "
+          "(start >> 4, SBO = "
+          "1024, swizzle bits 62-63 = 1), the +32-byte k-step advance inside the 128-byte row, the "
+          "TMA box (64 "
+          "columns x rows, SWIZZLE_128B) and the 1024-byte alignment of the tiles; if only one row "
+          "half is bad, "
+          "the accumulator row mapping (row g vs g+8)";
+  else if (d == 128 && bad_chunk[0] == 0 && bad_chunk[1] > 0)
+    os << "S and LSE right, only columns 64..127 of O wrong: the V descriptor's LBO (MN-major: "
+          "stride between "
+          "64-column chunks = block_n x 128 bytes) or the second V TMA box";
+  else if (bad_half[0] > 0 && bad_half[1] == 0)
+    os << "S right, O wrong only in rows g (not g+8): the P register fragment order (a0..a3) of "
+          "the RS WGMMA";
+  else
+    os << "S and LSE right, O wrong: P V side: the MN-major V descriptor (SBO = 1024 between 8-key "
+          "groups, LBO "
+          "between 64-column chunks, tnspB = 1), the P fragment packing (low half = lower key) or "
+          "the O "
+          "accumulator column mapping (8i + 2c + e%2)";
+  dg.text = os.str();
+  return dg;
+}
+
+struct SelfCheckCase {
+  const char *name;
+  int64_t d, sq, skv;
+  DType dtype;
+  int bm, bn, wgs, pp, ov;
+};
+
+class Fa3SelfCheck : public ::testing::TestWithParam<SelfCheckCase> {};
+
+TEST_P(Fa3SelfCheck, OneTile) {
+  FB_SKIP_WITHOUT_HOPPER();
+  const SelfCheckCase &k = GetParam();
+  const AttentionProblem p = Shape{"x", 1, 1, 1, k.sq, k.skv, k.d, false, k.dtype}.problem();
+  const Diagnosis dg = self_check(p, cfg(k.bm, k.bn, 2, k.wgs, k.pp, k.ov));
+  std::cout << "FA3 SELF-CHECK " << k.name << ": " << (dg.pass ? "PASS " : "FAIL ") << dg.text
+            << std::endl;
+  EXPECT_TRUE(dg.pass) << dg.text;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layout, Fa3SelfCheck,
+    ::testing::Values(
+        // Smallest first: one warpgroup, one 64x64 tile, d64 (one column chunk: the V LBO is not
+        // exercised).
+        SelfCheckCase{"d64_bm64_bn64", 64, 64, 64, DType::bf16, 64, 64, 1, 0, 0},
+        SelfCheckCase{"d128_bm64_bn64", 128, 64, 64, DType::bf16, 64, 64, 1, 0, 0},
+        SelfCheckCase{"d128_bm64_bn128", 128, 64, 128, DType::bf16, 64, 128, 1, 0, 0},
+        SelfCheckCase{"d128_bm128_2wg", 128, 128, 128, DType::bf16, 128, 128, 2, 0, 0},
+        SelfCheckCase{"d64_f16_bm128_pp", 64, 128, 128, DType::f16, 128, 128, 2, 1, 0},
+        // Two K/V tiles: the online-softmax rescale and the intra-warpgroup overlap path.
+        SelfCheckCase{"d128_two_tiles_overlap", 128, 64, 256, DType::bf16, 64, 128, 1, 0, 1}),
+    [](const ::testing::TestParamInfo<SelfCheckCase> &i) { return std::string(i.param.name); });
+
+// ---- every config on awkward and long shapes
+// -----------------------------------------------------------------
+int run_all_configs(Case &c) {
+  int ran = 0;
+  for (const auto &e : fa3().space().expand()) {
+    if (e.invalid_reason)
+      continue;
+    const Support s = fa3().supports(c.problem(), e.config, fb::test::test_device());
+    if (!s) {
+      EXPECT_FALSE(s.reason.empty()) << fa3().space().to_string(e.config);
+      continue;
+    }
+    c.expect_pass(fa3(), e.config);
+    ++ran;
+  }
+  return ran;
+}
+
+class Fa3AllConfigs : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(Fa3AllConfigs, MatchCpuReference) {
+  FB_SKIP_WITHOUT_HOPPER();
+  const AttentionProblem p = GetParam().problem();
+  if (p.dtype == DType::f32) {
+    const Support s = fa3().supports(p, fa3().space().default_config(), fb::test::test_device());
+    EXPECT_FALSE(s.ok);
+    EXPECT_NE(s.reason.find("fp32"), std::string::npos) << s.reason;
+    return;
+  }
+  Case c(p);
+  EXPECT_GT(run_all_configs(c), 0) << "no config of fa3_pipelined supports " << key(p);
+}
+
+INSTANTIATE_TEST_SUITE_P(Awkward, Fa3AllConfigs, ::testing::ValuesIn(fb::test::awkward_shapes()),
+                         fb::test::shape_name);
+
+const std::vector<Shape> kLongShapes = {
+    // Ring wraps several times (9 tiles of 64 > 3 stages), diagonal tiles, ragged ends on both
+    // sides.
+    {"causal_q300_kv300_d128", 1, 2, 2, 300, 300, 128, true, DType::bf16},
+    {"causal_q257_kv513_d64_f16", 1, 2, 1, 257, 513, 64, true, DType::f16},
+    {"q333_kv650_d64", 2, 2, 2, 333, 650, 64, false, DType::bf16},
+    {"causal_q513_kv200_d128_bhsd", 1, 4, 2, 513, 200, 128, true, DType::f16, {}, 0, Layout::bhsd},
+    {"gqa_causal_q1000_kv1000_d128", 1, 8, 2, 1000, 1000, 128, true, DType::bf16},
+    {"q1_kv1025_d128", 2, 2, 1, 1, 1025, 128, false, DType::bf16},
+};
+INSTANTIATE_TEST_SUITE_P(Long, Fa3AllConfigs, ::testing::ValuesIn(kLongShapes),
+                         fb::test::shape_name);
+
+// ---- host-only
+// ---------------------------------------------------------------------------------------------
+TEST(Fa3Pipelined, ConfigSpaceSaysWhy) {
+  const auto &sp = fa3().space();
+  EXPECT_FALSE(sp.check(cfg(128, 128, 2, 2, 1, 1)).has_value());
+  EXPECT_FALSE(sp.check(cfg(64, 128, 3, 1, 0, 1)).has_value());
+  ASSERT_TRUE(sp.check(cfg(128, 128, 2, 1, 0, 0)).has_value());
+  EXPECT_NE(sp.check(cfg(128, 128, 2, 1, 0, 0))->find("64 x consumer_wgs"), std::string::npos);
+  ASSERT_TRUE(sp.check(cfg(64, 64, 2, 1, 1, 0)).has_value());
+  EXPECT_NE(sp.check(cfg(64, 64, 2, 1, 1, 0))->find("pingpong"), std::string::npos);
+  const Config persistent = sp.make({{"scheduler", "persistent"}});
+  ASSERT_TRUE(sp.check(persistent).has_value());
+  EXPECT_NE(sp.check(persistent)->find("persistent"), std::string::npos);
+}
+
+TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
+  DeviceInfo dev = nominal_device();
+  AttentionProblem p = Shape{"x", 1, 16, 16, 4096, 4096, 128, true, DType::bf16}.problem();
+  const Config def = fa3().space().default_config();
+  EXPECT_TRUE(fa3().supports(p, def, dev).ok) << fa3().supports(p, def, dev).reason;
+  // The deepest ring at d128 x block_n 128 still fits an H100's 227 KB.
+  EXPECT_TRUE(fa3().supports(p, cfg(128, 128, 3, 2, 1, 1), dev).ok)
+      << fa3().supports(p, cfg(128, 128, 3, 2, 1, 1), dev).reason;
+  DeviceInfo ampere = dev;
+  ampere.present = true, ampere.cc_major = 8, ampere.cc_minor = 0;
+  EXPECT_NE(fa3().supports(p, def, ampere).reason.find("needs sm_90a"), std::string::npos);
+  DeviceInfo blackwell = dev;
+  blackwell.present = true, blackwell.cc_major = 10, blackwell.cc_minor = 0;
+  EXPECT_NE(fa3().supports(p, def, blackwell).reason.find("needs sm_90a"), std::string::npos);
+  p.head_dim = 256;
+  EXPECT_NE(fa3().supports(p, def, dev).reason.find("head_dim 256"), std::string::npos);
+  p.head_dim = 128;
+  p.dtype = DType::f32;
+  EXPECT_NE(fa3().supports(p, def, dev).reason.find("fp32"), std::string::npos);
+}
+
+TEST(Fa3Pipelined, TrafficModelIsOneKvPassPerQTile) {
+  AttentionProblem p = Shape{"x", 1, 1, 1, 1024, 1024, 128, false, DType::bf16}.problem();
+  const Config c = fa3().space().default_config(); // block_m 128
+  const double want = 2.0 * 2 * 1024 * 128 + 4.0 * 1024 + 8 * 2.0 * 2 * 1024 * 128;
+  EXPECT_DOUBLE_EQ(fa3().model_bytes(p, c), want);
+  p.causal = true;
+  EXPECT_LT(fa3().model_bytes(p, c), 0.65 * want);
+}
+
+} // namespace
