@@ -7,7 +7,7 @@
 //     entry. An entry is used only when its config supports the problem on this device.
 //  2. Heuristic fallback (no table, no entry, or an entry that does not fit): the first variant of this preference
 //     list that exists in the catalog and supports the problem with its default config (else its first config that
-//     does): decode-like problems (seqlen_q <= 16) try flash_decoding first; then fa3_pipelined, fa2_q_outer,
+//     does): decode-like problems (seqlen_q <= 16) try flash_decoding first; then fa2_q_outer (fa3_pipelined joins once proven on a GPU),
 //     fa1_kv_outer, naive. A named variant uses its default config (else its first supported one).
 // Test-only variants are never chosen by "auto".
 #pragma once
