@@ -89,6 +89,19 @@ __device__ __forceinline__ int64_t opaque(int64_t x) {
   return x;
 }
 
+// threadIdx.x and the lane index read afresh (asm volatile): values derived from them cannot be hoisted out of, or
+// kept live across, the K/V loop. Used by split_q where registers are the limit (the epilogue, the mask branch).
+__device__ __forceinline__ int fresh_tid() {
+  int t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+__device__ __forceinline__ int fresh_lane() {
+  int t;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(t));
+  return t;
+}
+
 // Rows [row0, row0 + ROWS) of a [seq, D] slice (row stride `stride` elements) into a swizzled tile; rows at or
 // past `limit` are zero-filled. Thread tid copies column chunk tid % (D/8) of rows tid / (D/8) + it·RSTEP: one
 // 64-bit pointer walked by RSTEP rows per chunk and one remaining-rows count, both opaque, so the loop costs a
@@ -200,6 +213,23 @@ __device__ __forceinline__ void apply_mask(float (&s)[MT][NT][4], int64_t row0, 
         const int64_t row = row0 + mt * 16 + lane / 4 + 8 * (e / 2);
         const int64_t key = key0 + nt * 8 + 2 * (lane % 4) + (e % 2);
         if (key >= seqlen_kv || (causal && key > row + diag)) s[mt][nt][e] = -INFINITY;
+      }
+}
+
+// split_q's mask in tile-local int coordinates: key index kl (0..BN) of the tile against `key_lim` (keys of the
+// tile before the sequence end) and, causal, kl - rl against `diag_lim` (the warp's first row sees tile keys up to
+// diag_lim + rl, rl the row within the warp). Both bounds are clamped into int range by the caller.
+template <int MT, int NT>
+__device__ __forceinline__ void apply_mask_local(float (&s)[MT][NT][4], int key_lim, int diag_lim, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int rl = mt * 16 + lane / 4 + 8 * (e / 2);
+        const int kl = nt * 8 + 2 * (lane % 4) + (e % 2);
+        if (kl >= key_lim || kl - rl > diag_lim) s[mt][nt][e] = -INFINITY;
       }
 }
 
@@ -317,6 +347,11 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
     // d64 128x128x4 (255 registers) is the one shape where the shorter exp2 changes ptxas's schedule into an 80-byte
     // spill (sm_90); it keeps exp2f (NOTES.md, version 3).
     constexpr bool kFastExp = !(D == 64 && BM == 128 && BN == 128 && W == 4);
+    // Version 4's register diet (traits.hpp, lean_loop; d128 128x64x4 only): row sums in shared memory (2·MT floats
+    // per thread, read and written once per K/V tile), int mask bounds and thread coordinates re-derived where
+    // used, so that only O, m and the loop's addresses are live across the K/V loop.
+    constexpr bool kLean = lean_loop(D, BM, BN, W);
+    float* l_s = reinterpret_cast<float*>(smem + BM * D * 2 + stages * 2 * kTileBytes);
     float o[MT][DT][4];
     float m[MT][2], l[MT][2];
 #pragma unroll
@@ -327,6 +362,7 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
         for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
       m[mt][0] = m[mt][1] = -INFINITY;
       l[mt][0] = l[mt][1] = 0.f;
+      if constexpr (kLean) l_s[(mt * 2) * kThreads + tid] = l_s[(mt * 2 + 1) * kThreads + tid] = 0.f;
     }
 
     // First K/V tile that this warp must mask: the one holding key skv (sequence end) or, causal, the first whose
@@ -356,7 +392,18 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
 
       float s[MT][NT][4];
       qk_gemm<T, D, MT, NT>(s, sQ, row_w, sK, 0, lane);
-      if (j >= first_mask) apply_mask(s, q0 + row_w, int64_t(j) * BN, lane, sq, skv, a.causal);
+      if (!kLean && j >= first_mask) apply_mask(s, q0 + row_w, int64_t(j) * BN, lane, sq, skv, a.causal);
+      if (kLean && j >= first_mask) {
+        // Bounds recomputed from the kernel parameters here, so no 64-bit bound is live across the loop.
+        const int64_t kv0 = int64_t(j) * BN;
+        const int key_lim = static_cast<int>(min(a.seqlen_kv - kv0, int64_t(BN)));
+        const int64_t dl = (a.num_q_tiles - 1 - int64_t(blockIdx.x)) * BM + (fresh_tid() / 32) * R +
+                           (a.seqlen_kv - a.seqlen_q) - kv0;
+        const int diag_lim = a.causal ? static_cast<int>(max(min(dl, int64_t(BN)), int64_t(-BM))) : BN;
+        // The lane index re-read here (asm volatile): otherwise ptxas hoists the per-lane (key - row) offsets of
+        // the mask out of the loop, a dozen registers live across it for a branch taken on a few tiles.
+        apply_mask_local(s, key_lim, diag_lim, fresh_lane());
+      }
 
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -378,7 +425,13 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
               s[mt][nt][e] = kFastExp ? fast_exp2(x) : exp2f(x);
               sum += s[mt][nt][e];
             }
-          l[mt][hh] = l[mt][hh] * alpha + sum; // lane-partial; the quad's four parts are summed once at the end
+          // lane-partial; the quad's four parts are summed once at the end
+          if constexpr (kLean) {
+            float* lp = l_s + (mt * 2 + hh) * kThreads + tid;
+            *lp = *lp * alpha + sum;
+          } else {
+            l[mt][hh] = l[mt][hh] * alpha + sum;
+          }
 #pragma unroll
           for (int dt = 0; dt < DT; ++dt) o[mt][dt][2 * hh] *= alpha, o[mt][dt][2 * hh + 1] *= alpha;
         }
@@ -393,6 +446,9 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
 
     // Epilogue: O / l staged through this warp's own rows of sQ, then 16-byte coalesced stores. The output
     // pointers are recomputed here rather than kept live across the loop.
+    // kLean: the thread coordinates are re-derived after the loop, so that none of them is live across it.
+    const int e_tid = kLean ? fresh_tid() : tid, e_lane = e_tid % 32, e_row_w = (e_tid / 32) * R;
+    const int64_t e_q0 = kLean ? (a.num_q_tiles - 1 - int64_t(blockIdx.x)) * BM : q0;
     og = a.o + int64_t(blockIdx.z) * a.qs.batch + int64_t(blockIdx.y) * a.qs.head;
     lse = a.lse + (int64_t(blockIdx.z) * a.heads_q + blockIdx.y) * a.seqlen_q;
     unsigned char* sq_ptr = smem;
@@ -400,21 +456,22 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const float lt = quad_sum(l[mt][hh]);
+        const float lt = quad_sum(kLean ? l_s[(mt * 2 + hh) * kThreads + e_tid] : l[mt][hh]);
         const float inv = lt > 0.f ? 1.f / lt : 0.f;
-        const int r = row_w + mt * 16 + lane / 4 + 8 * hh;
-        if (lane % 4 == 0 && q0 + r < sq) lse[q0 + r] = lt > 0.f ? (m[mt][hh] * sl2 + log2f(lt)) * kLn2 : -INFINITY;
+        const int r = e_row_w + mt * 16 + e_lane / 4 + 8 * hh;
+        if (e_lane % 4 == 0 && e_q0 + r < sq)
+          lse[e_q0 + r] = lt > 0.f ? (m[mt][hh] * sl2 + log2f(lt)) * kLn2 : -INFINITY;
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt)
-          *reinterpret_cast<uint32_t*>(sq_ptr + swz<D>(r, dt) + (lane % 4) * 4) =
+          *reinterpret_cast<uint32_t*>(sq_ptr + swz<D>(r, dt) + (e_lane % 4) * 4) =
               Mma<T>::pack(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
       }
     __syncwarp();
 #pragma unroll
-    for (int idx = lane; idx < R * D / 8; idx += 32) {
-      const int r = row_w + idx / (D / 8), ch = idx % (D / 8);
-      if (q0 + r < sq)
-        *reinterpret_cast<uint4*>(og + (q0 + r) * a.qs.seq + ch * 8) =
+    for (int idx = e_lane; idx < R * D / 8; idx += 32) {
+      const int r = e_row_w + idx / (D / 8), ch = idx % (D / 8);
+      if (e_q0 + r < sq)
+        *reinterpret_cast<uint4*>(og + (e_q0 + r) * a.qs.seq + ch * 8) =
             *reinterpret_cast<const uint4*>(sq_ptr + swz<D>(r, ch));
     }
   } else {

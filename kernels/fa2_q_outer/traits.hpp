@@ -115,18 +115,34 @@ constexpr int register_estimate(int head_dim, int block_m, int block_n, int warp
 }
 // Shapes that compile spill-free for sm_90 but spill for sm_80 (ptxas 13.0): their sm_80 build is a stub that traps,
 // and supports() turns them down on devices below compute capability 9.0.
+// Version 4: d128 128x64x4 (lean_loop below, 255 registers on sm_90) spills 20 B on sm_80.
 constexpr bool sm90_only(int head_dim, int block_m, int block_n, int warps, bool sq) {
-  return sq && head_dim == 64 && block_m == 128 && block_n == 128 && warps == 4;
+  return sq && ((head_dim == 64 && block_m == 128 && block_n == 128 && warps == 4) ||
+                (head_dim == 128 && block_m == 128 && block_n == 64 && warps == 4));
 }
+// split_q shapes compiled with version 4's register diet (fa2_q_outer.cuh, kLean): the per-lane row sums l in
+// shared memory (2·MT floats per thread, one load and one store per K/V tile), the mask in tile-local int
+// coordinates recomputed from the kernel parameters inside its branch, and the thread coordinates re-read after
+// the loop, so that nothing but O, m and the loop's own addresses is live across it. Only d128 128x64x4 (FA2's
+// d128 shape) uses it: d64 128x128x4 spills 40-120 B with it (ptxas 13.0), every other shape keeps version 3's
+// code unchanged.
+constexpr bool lean_loop(int head_dim, int block_m, int block_n, int warps) {
+  return head_dim == 128 && block_m == 128 && block_n == 64 && warps == 4;
+}
+// The register score of a lean_loop shape (216 at d128 128x64x4) overstates it by the row sums and the mask
+// bounds that the diet takes out of the loop; it compiles spill-free on sm_90 (NOTES.md, version 4).
 constexpr bool tile_instantiated(int head_dim, int block_m, int block_n, int warps, bool sq) {
-  return register_estimate(head_dim, block_m, block_n, warps, sq) <= kRegisterBudget;
+  return register_estimate(head_dim, block_m, block_n, warps, sq) <= kRegisterBudget ||
+         (sq && lean_loop(head_dim, block_m, block_n, warps));
 }
 
-// Dynamic shared memory: the Q tile, `stages` K/V tile pairs (all in the input type), and for split_k the fp32
-// reduction buffer plus the per-warp row max and row sum exchange.
+// Dynamic shared memory: the Q tile, `stages` K/V tile pairs (all in the input type), for lean_loop shapes the row
+// sums, and for split_k the fp32 reduction buffer plus the per-warp row max and row sum exchange.
 constexpr int64_t smem_bytes(int64_t head_dim, const Params& c) {
   const int64_t e = 2;
   int64_t bytes = e * c.block_m * head_dim + int64_t(c.stages) * 2 * e * c.block_n * head_dim;
+  if (split_q(c) && lean_loop(static_cast<int>(head_dim), c.block_m, c.block_n, c.warps))
+    bytes += 4 * 4 * int64_t(c.block_m); // lean_loop's row sums: 2·MT floats per thread = 4 floats per row
   if (!split_q(c))
     bytes += 4 * int64_t(c.warps) * c.block_m * splitk_red_stride(c.block_m, c.warps) +
              2 * 4 * int64_t(c.warps) * c.block_m;

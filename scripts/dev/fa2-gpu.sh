@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# fa2_q_outer GPU pass (issue #3, version 3). Assumes flashbench is already built at $FB_BUILD (scripts/env.sh;
+# fa2_q_outer GPU pass (issue #3, version 4). Assumes flashbench is already built at $FB_BUILD (scripts/env.sh;
 # FLASHBENCH_BUILD_DIR overrides). Runs the FA2 GPU tests, `flashbench check --variant fa2_q_outer`, times the
 # candidate split_q tiles of sweeps/fa2-v3.yaml (--no-counters) and the torch SDPA flash + cuDNN peers on the same
 # problems, and prints ours / flash / ratio per shape. Each step has its own time limit inside FB_BUDGET_S
@@ -27,7 +27,12 @@ def load(p):
         print("(no records in {}: {})".format(p, e)); return []
 ours, peers = load(sys.argv[1]), load(sys.argv[2])
 def key(r):
-    return r["name"].split("/")[-1]
+    # The problem object, not the record name: peers.py names its records "peer:<peer>/<key>" and its key and
+    # flashbench's may differ in optional fields (layout, scale), so both sides are keyed on the same fields.
+    p = r.get("problem") or {}
+    return "b{}_hq{}_hkv{}_sq{}_skv{}_d{}{}_{}".format(
+        p.get("batch"), p.get("heads_q"), p.get("heads_kv"), p.get("seqlen_q"), p.get("seqlen_kv"),
+        p.get("head_dim"), "_causal" if p.get("causal") else "", p.get("dtype"))
 best, per_cfg, peer = {}, {}, {}
 status = {}
 for r in ours:
@@ -37,7 +42,8 @@ for r in ours:
     per_cfg.setdefault(k, {})[r.get("config_str", "")] = r["tflops"]
     if r["tflops"] > best.get(k, (0, ""))[0]: best[k] = (r["tflops"], r.get("config_str", ""))
 for r in peers:
-    if r.get("status") == "ok" and r.get("tflops"): peer[(key(r), r["variant"])] = r["tflops"]
+    if r.get("status") == "ok" and r.get("tflops"):
+        peer[(key(r), str(r.get("variant", "")).split(":")[-1])] = r["tflops"]  # "peer:torch_flash" -> torch_flash
 print("ours: " + ", ".join("{} {}".format(n, s) for s, n in sorted(status.items(), key=lambda x: str(x[0]))))
 def short(c):
     d = dict(x.split("=") for x in c.split(",") if "=" in x)
@@ -64,13 +70,13 @@ trap finish EXIT
   nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>&1
   git rev-parse --short HEAD 2>/dev/null; git status --porcelain -- kernels/fa2_q_outer 2>/dev/null | head
   stamp tests
-  timeout $(left ${FB_TEST_S:-60}) "$tk" --gtest_filter='*Fa2*' >"$work/logs/tests.log" 2>&1
+  timeout $(left ${FB_TEST_S:-50}) "$tk" --gtest_filter='*Fa2*' >"$work/logs/tests.log" 2>&1
   echo "tests rc=$?"; grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|Failure" "$work/logs/tests.log" | head -20
   stamp check
-  timeout $(left ${FB_CHECK_S:-45}) "$fb" check --variant fa2_q_outer >"$work/logs/check.log" 2>&1
+  timeout $(left ${FB_CHECK_S:-30}) "$fb" check --variant fa2_q_outer >"$work/logs/check.log" 2>&1
   echo "check rc=$?"; grep -i "fail" "$work/logs/check.log" | head -5; tail -2 "$work/logs/check.log"
   stamp sweep
-  timeout $(left ${FB_SWEEP_S:-75}) "$fb" run sweeps/fa2-v3.yaml --no-counters \
+  timeout $(left ${FB_SWEEP_S:-100}) "$fb" run sweeps/fa2-v3.yaml --no-counters \
     -o "$work/fa2-v3.json" >"$work/logs/sweep.log" 2>&1
   echo "sweep rc=$?"; tail -3 "$work/logs/sweep.log"
   stamp peers
