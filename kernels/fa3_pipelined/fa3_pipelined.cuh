@@ -117,6 +117,15 @@ __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffffu, x, 1);
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
+// 2^x on the MUFU with no denormal handling: exp2f() without fast-math is MUFU.EX2 plus an FSETP
+// and two predicated FMULs (inputs below -126 are pre-scaled), i.e. 4 instructions per score on the
+// critical softmax path instead of 1. P values below 2^-126 do not matter (they are rounded into
+// bf16/fp16 P and summed into l next to values >= 1). ex2.approx(-inf) = +0.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 // exp2 offset of a row whose running max (scaled) is m: 0 while the row has seen no key, so that
 // exp2(-inf - offset) = 0 rather than NaN.
 __device__ __forceinline__ float row_offset(float m_scaled) {
@@ -146,6 +155,10 @@ template <int D, int BN> struct Smem {
   }
   __device__ __forceinline__ uint32_t kv_empty(int s) const {
     return bars + 8 * (1 + 2 * kMaxStages + s);
+  }
+  // One 4-byte slot per consumer thread (tid 128..383), written and never read: see pin_softmax.
+  __device__ __forceinline__ uint32_t pin_slot(int tid) const {
+    return bars + 256 + 4 * uint32_t(tid - 128);
   }
 };
 
@@ -238,18 +251,30 @@ __device__ __forceinline__ void softmax_tile(float (&sacc)[BN / 2], float (&m)[2
       mx = fmaxf(mx, fmaxf(sacc[4 * i + 2 * hh], sacc[4 * i + 2 * hh + 1]));
     const float m_new = fmaxf(m[hh], quad_max(mx));
     const float off = row_offset(m_new * sl2);
-    alpha[hh] = exp2f(m[hh] * sl2 - off);
+    alpha[hh] = fast_exp2(fmaf(m[hh], sl2, -off));
     m[hh] = m_new;
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i)
 #pragma unroll
       for (int e = 2 * hh; e < 2 * hh + 2; ++e) {
-        sacc[4 * i + e] = exp2f(fmaf(sacc[4 * i + e], sl2, -off));
+        sacc[4 * i + e] = fast_exp2(fmaf(sacc[4 * i + e], sl2, -off));
         sum += sacc[4 * i + e];
       }
     l[hh] = l[hh] * alpha[hh] + sum; // lane-partial; the quad's parts are summed once at the end
   }
+}
+
+// Empty asm fences order nothing for ptxas, which hoisted `wgmma.wait_group 0` above the whole
+// softmax (the SASS of v1 and of a v2 with only the fences: WARPGROUP.DEPBAR.LE gsb0, 0x0 right
+// after the mask branch, every MUFU.EX2 below it). ptxas keeps shared-memory stores ordered with
+// WARPGROUP.DEPBAR (WGMMA reads shared memory), so one store per thread of a value that depends
+// on every exp2 of the tile (the lane-partial row sums l) and on alpha pins the softmax above the
+// wait. The slot is private to the thread and never read.
+__device__ __forceinline__ void pin_softmax(uint32_t slot, const float (&l)[2],
+                                            const float (&alpha)[2]) {
+  const float v = (l[0] + l[1]) + (alpha[0] + alpha[1]);
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(slot), "f"(v) : "memory");
 }
 
 template <int D>
@@ -372,23 +397,35 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       wgmma_fence();
       issue_qk<T, D, BN>(sacc, sm, wg, s);
       wgmma_commit();
+      // O *= alpha(j-1) while Q K^T(j) runs (O is not an operand of it), then P V(j-1) on top.
+      rescale<D>(o, alpha);
+      wgmma_fence();
       issue_pv<T, D, BN>(o, pa, sm, sp);
       wgmma_commit();
       qk_turn_end(j);
       wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
       fence_operands(sacc);
       mask_and_softmax(j);
+      // Pin the softmax results above the wait: without these the compiler sinks the whole
+      // softmax (max, exp2, row sums) below `wait_group 0` (v1's SASS: every MUFU.EX2 after
+      // WARPGROUP.DEPBAR.LE gsb0, 0x0), which serializes it behind P V(j-1) and made overlap
+      // ~15% slower than no overlap on the first GPU run.
+      fence_operands(sacc);
+      fence_operands(alpha);
+      fence_operands(l);
+      fence_operands(m);
+      pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(pa);
       release(sp);
-      rescale<D>(o, alpha);
       pack_p<T, BN>(pa, sacc);
       sp = s, use_p = use;
       if (++s == sm.stages)
         s = 0, ++use;
     }
     mbar_wait(sm.v_full(sp), use_p & 1);
+    rescale<D>(o, alpha);
     wgmma_fence();
     issue_pv<T, D, BN>(o, pa, sm, sp);
     wgmma_commit();
@@ -518,6 +555,8 @@ template <class T, int D> LaunchFn pick_launch(const Params &c) {
   FB_FA3_TILE(64, true)
   FB_FA3_TILE(128, false)
   FB_FA3_TILE(128, true)
+  FB_FA3_TILE(192, false)
+  FB_FA3_TILE(192, true)
 #undef FB_FA3_TILE
   return nullptr;
 }
@@ -529,6 +568,8 @@ template <class T, int D> KernelFn pick_kernel(const Params &c) {
   FB_FA3_TILE(64, true)
   FB_FA3_TILE(128, false)
   FB_FA3_TILE(128, true)
+  FB_FA3_TILE(192, false)
+  FB_FA3_TILE(192, true)
 #undef FB_FA3_TILE
   return nullptr;
 }

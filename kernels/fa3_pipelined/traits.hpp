@@ -26,9 +26,9 @@ constexpr int kSchedPersistent = 1;
 // one thread. 3 warpgroups x 128 threads: 24 x 128 + 240 x 256 = 64512 <= 65536.
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
-// Shared-memory bytes besides the tiles: up to 1023 bytes to align the tiles to 1024, and the
-// mbarriers.
-constexpr int64_t kSmemSlack = 1024 + 256;
+// Shared-memory bytes besides the tiles: up to 1023 bytes to align the tiles to 1024, the
+// mbarriers (256) and one 4-byte scratch slot per consumer thread (the softmax pin, 1024).
+constexpr int64_t kSmemSlack = 1024 + 256 + 1024;
 
 struct Params {
   int block_m = 128;     // query rows per CTA
@@ -43,8 +43,8 @@ struct Params {
 inline std::optional<std::string> config_problem(const Params &c) {
   if (c.block_m != 64 && c.block_m != 128)
     return "block_m must be 64 or 128";
-  if (c.block_n != 64 && c.block_n != 128)
-    return "block_n must be 64 or 128 (the compiled K/V tile widths)";
+  if (c.block_n != 64 && c.block_n != 128 && c.block_n != 192)
+    return "block_n must be 64, 128 or 192 (the compiled K/V tile widths)";
   if (c.stages < 2 || c.stages > kMaxStages)
     return "stages must be 2 or 3";
   if (c.consumers != 1 && c.consumers != 2)
@@ -75,7 +75,7 @@ inline ConfigSpace make_space() {
   const Params d;
   return ConfigSpace(
       {Axis{"block_m", {64, 128}, {}, "query rows per CTA (64 per consumer warpgroup)"},
-       Axis{"block_n", {64, 128}, {}, "keys per K/V tile"},
+       Axis{"block_n", {64, 128, 192}, {}, "keys per K/V tile (192: d128 fits 2 stages only)"},
        Axis{"stages", {2, 3}, {}, "K/V tiles in flight in the TMA/mbarrier ring"},
        Axis{"consumer_wgs",
             {1, 2},

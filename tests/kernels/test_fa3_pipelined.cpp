@@ -192,7 +192,10 @@ INSTANTIATE_TEST_SUITE_P(
         SelfCheckCase{"d128_bm128_2wg", 128, 128, 128, DType::bf16, 128, 128, 2, 0, 0},
         SelfCheckCase{"d64_f16_bm128_pp", 64, 128, 128, DType::f16, 128, 128, 2, 1, 0},
         // Two K/V tiles: the online-softmax rescale and the intra-warpgroup overlap path.
-        SelfCheckCase{"d128_two_tiles_overlap", 128, 64, 256, DType::bf16, 64, 128, 1, 0, 1}),
+        SelfCheckCase{"d128_two_tiles_overlap", 128, 64, 256, DType::bf16, 64, 128, 1, 0, 1},
+        // v2: block_n 192 (m64n192 S, 12 P V k-steps, V LBO = 192 x 128 B) with ping-pong and the
+        // reordered overlap loop (O rescaled between the two issues), three K/V tiles.
+        SelfCheckCase{"d128_bn192_pp_overlap", 128, 128, 576, DType::bf16, 128, 192, 2, 1, 1}),
     [](const ::testing::TestParamInfo<SelfCheckCase> &i) { return std::string(i.param.name); });
 
 // ---- every config on awkward and long shapes
@@ -267,6 +270,11 @@ TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
   // The deepest ring at d128 x block_n 128 still fits an H100's 227 KB.
   EXPECT_TRUE(fa3().supports(p, cfg(128, 128, 3, 2, 1, 1), dev).ok)
       << fa3().supports(p, cfg(128, 128, 3, 2, 1, 1), dev).reason;
+  // block_n 192 at d128: 2 stages fit (225.3 KB), 3 do not.
+  EXPECT_TRUE(fa3().supports(p, cfg(128, 192, 2, 2, 1, 1), dev).ok)
+      << fa3().supports(p, cfg(128, 192, 2, 2, 1, 1), dev).reason;
+  EXPECT_NE(fa3().supports(p, cfg(128, 192, 3, 2, 1, 1), dev).reason.find("shared memory"),
+            std::string::npos);
   DeviceInfo ampere = dev;
   ampere.present = true, ampere.cc_major = 8, ampere.cc_minor = 0;
   EXPECT_NE(fa3().supports(p, def, ampere).reason.find("needs sm_90a"), std::string::npos);
