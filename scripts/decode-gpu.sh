@@ -3,7 +3,6 @@
 # FLASHBENCH_BUILD_DIR=build-gpu): the decode GPU tests, `flashbench check --variant flash_decoding`, the 7
 # acceptance shapes x the candidate configs of sweeps/decode-accept.yaml (--no-counters, short timing) and
 # the torch SDPA cuDNN / flash peers on the same shapes, then a compact table. About 3-4 minutes.
-# Round 3: c0 (default, L2 evict_first) against c5 (the same config, l2=normal) is the write-back ablation.
 #   scripts/decode-gpu.sh OUTDIR     ->  OUTDIR/log.txt (summaries + table), OUTDIR/results.tgz (JSON + logs)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."

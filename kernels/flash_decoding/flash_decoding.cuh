@@ -59,28 +59,7 @@ template <class T> struct KArgs {
   int splits, keys_per_split, stages;
   float scale_log2;
   bool causal, fused;
-  bool evict_first; // K/V copies carry an L2 evict_first policy (see cp_async_16_policy)
 };
-
-// A 16-byte cp.async (as cp_async_16) with an L2 eviction policy from createpolicy. K/V are streamed
-// once: evict_first makes their lines the next victims of their L2 set, so the stream evicts its own
-// (clean) lines instead of whatever else the L2 holds, e.g. dirty lines that would otherwise have to be
-// written back to DRAM while the stream reads (the cold-L2 timing leaves ~50 MB of them: its flush is
-// a memset). The policy changes no data.
-__device__ __forceinline__ uint64_t l2_policy(bool evict_first) {
-  uint64_t pol;
-  if (evict_first)
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-  else
-    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;\n" : "=l"(pol));
-  return pol;
-}
-__device__ __forceinline__ void cp_async_16_policy(uint32_t dst, const void *src, bool valid,
-                                                   uint64_t pol) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
-               "l"(src), "r"(src_bytes), "l"(pol));
-}
 
 // Keys [0, kv_end) that row block mb of entry b reads (its last row's visible keys).
 template <class T>
@@ -114,33 +93,15 @@ __device__ __forceinline__ void store4(T *dst, float x, float y, float z, float 
 //      leaves each split's weight exp2(lse_s - lse) in `wbuf` ([kMaxSplits][16] floats, shared);
 //   2. every (row, 4 columns) item is summed by P adjacent threads (P = NTH / items, at most 8), each
 //      over every P-th split, 8 partial loads in flight before the FMAs; a shuffle adds the P sums.
-// The partial loads of pass 2's first batch (U per thread) do not need the weights: they are issued
-// before pass 1, so a group of up to U * P splits merges in about one L2 round trip, not two.
+// n_active L2 round trips became about 1 + n_active / (8 P).
 template <class T, int D, int NTH>
 __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_active, int64_t grp,
                               float *wbuf) {
-  constexpr int NW = NTH / 32, U = D >= 256 ? 8 : 16; // d 256: 16 would spill (sm_80)
+  constexpr int NW = NTH / 32, U = 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows_here = min(kRowsPerCta, a.rows - mb * kRowsPerCta);
   const float *lp = a.lse_part + grp * a.splits * kRowsPerCta;
   const float *op = a.o_part + grp * a.splits * kRowsPerCta * D;
-  const int items = rows_here * (D / 4);
-  int P = 1;
-  while (P < 8 && 2 * P * items <= NTH)
-    P *= 2;
-  float4 x[U]; // pass 2's current batch; the first one (base 0) is loaded here
-  {
-    const int item = threadIdx.x / P, sub = threadIdx.x % P;
-    const bool active = item < items;
-    const float4 *src =
-        reinterpret_cast<const float4 *>(op + int64_t(active ? item / (D / 4) : 0) * D) + item % (D / 4);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int s = sub + u * P;
-      x[u] = active && s < n_active ? __ldcg(src + int64_t(s) * kRowsPerCta * (D / 4))
-                                    : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-  }
   for (int rr = warp; rr < rows_here; rr += NW) {
     float l[kMaxSplits / 32];
     float mx = -INFINITY;
@@ -172,6 +133,10 @@ __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_a
     }
   }
   __syncthreads();
+  const int items = rows_here * (D / 4);
+  int P = 1;
+  while (P < 8 && 2 * P * items <= NTH)
+    P *= 2;
   for (int base = 0; base < items * P; base += NTH) { // block-uniform bounds: every lane shuffles
     const int idx = base + threadIdx.x;
     const int item = idx / P, sub = idx % P;
@@ -181,14 +146,13 @@ __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_a
     if (active) {
       const float4 *src = reinterpret_cast<const float4 *>(op + int64_t(rr) * D) + c4;
       for (int s0 = sub; s0 < n_active; s0 += U * P) {
+        float4 x[U];
         float w[U];
-        const bool loaded = base == 0 && s0 == sub; // the batch prefetched before pass 1
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const int s = s0 + u * P;
           const bool in = s < n_active;
-          if (!loaded)
-            x[u] = in ? __ldcg(src + int64_t(s) * kRowsPerCta * (D / 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+          x[u] = in ? __ldcg(src + int64_t(s) * kRowsPerCta * (D / 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
           w[u] = in ? wbuf[s * kRowsPerCta + rr] : 0.f;
         }
 #pragma unroll
@@ -289,8 +253,6 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   auto load_sub = [&](int t, int st, int pg) {
     const int k0 = kw_first + t * BN;
     T *kd = ring + st * 2 * SUB, *vd = kd + SUB;
-    // Made here, not once per CTA: a 64-bit policy live across the loop spilled d 256 on sm_80.
-    const uint64_t pol = l2_policy(a.evict_first);
     if (ptab) {
 #pragma unroll
       for (int it = 0; it < CPL; ++it) {
@@ -300,8 +262,8 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
         const int64_t off =
             (valid ? (int64_t(page) * a.page_size + j % a.page_size) * pool_row : 0) + c * 8;
         const int dst = r * D + ((c ^ (r & 7)) * 8);
-        cp_async_16_policy(smem_u32(kd + dst), kbase + off, valid, pol);
-        cp_async_16_policy(smem_u32(vd + dst), vbase + off, valid, pol);
+        cp_async_16(smem_u32(kd + dst), kbase + off, valid);
+        cp_async_16(smem_u32(vd + dst), vbase + off, valid);
       }
     } else {
 #pragma unroll
@@ -310,20 +272,19 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
         const bool valid = j < k_end;
         const int64_t off = (valid ? int64_t(j) * a.k_seq : 0) + c * 8;
         const int dst = r * D + ((c ^ (r & 7)) * 8);
-        cp_async_16_policy(smem_u32(kd + dst), kbase + off, valid, pol);
-        cp_async_16_policy(smem_u32(vd + dst), vbase + off, valid, pol);
+        cp_async_16(smem_u32(kd + dst), kbase + off, valid);
+        cp_async_16(smem_u32(vd + dst), vbase + off, valid);
       }
     }
   };
 
-  // Start the copies before anything else: the whole ring (`stages` sub-tiles) is in flight while Q
-  // loads, and a split of at most `stages` sub-tiles a warp issues every byte it reads right here.
-  for (int t = 0; t < a.stages; ++t) {
+  // Start the copies before anything else: the ring's first stages are in flight while Q loads.
+  for (int t = 0; t < a.stages - 1; ++t) {
     if (t < n_w)
       load_sub(t, t, page_of(t));
     cp_async_commit();
   }
-  int pg_next = page_of(a.stages);
+  int pg_next = page_of(a.stages - 1);
 
   // ---- Q as m16n8k16 A fragments, once: rows lane/4 and lane/4 + 8, columns (lane%4)*2 (+8).
   uint32_t qa[KD][4];
@@ -356,9 +317,15 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
   for (int t = 0; t < n_w; ++t) {
-    // stages + t groups committed: all but the newest stages - 1 done means sub-tile t landed.
-    cp_async_wait_dynamic(a.stages - 1);
-    __syncwarp(); // ... for every lane
+    cp_async_wait_dynamic(a.stages - 2);
+    __syncwarp(); // sub-tile t landed for every lane; every lane is done with sub-tile t-1's stage
+    {
+      const int tn = t + a.stages - 1;
+      if (tn < n_w)
+        load_sub(tn, tn % a.stages, pg_next);
+      cp_async_commit();
+      pg_next = page_of(tn + 1); // in flight behind this sub-tile's math
+    }
     const int kw0 = kw_first + t * BN; // the sub-tile's first key
     const T *kt = ring + (t % a.stages) * 2 * SUB, *vt = kt + SUB;
 
@@ -453,16 +420,6 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
         Mma<T>::run(oacc[2 * dn], pa, r[0], r[1]);
         Mma<T>::run(oacc[2 * dn + 1], pa, r[2], r[3]);
       }
-    }
-    // Refill the stage just used with sub-tile t + stages (the ring stays `stages` deep while the
-    // warp waits; v2 refilled before the math, one stage short, so stages 2 had one sub-tile in flight).
-    __syncwarp(); // every lane's ldmatrix reads of this stage are done
-    {
-      const int tn = t + a.stages;
-      if (tn < n_w)
-        load_sub(tn, t % a.stages, pg_next);
-      cp_async_commit();
-      pg_next = page_of(tn + 1); // in flight behind the next sub-tile's wait
     }
   }
 
@@ -610,7 +567,6 @@ KArgs<T> make_args(const AttentionProblem &p, const Params &c, const SplitPlan &
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
   a.causal = p.causal;
   a.fused = c.fused != 0;
-  a.evict_first = c.l2_evict_first != 0;
   return a;
 }
 

@@ -30,12 +30,7 @@ struct Params {
   int num_splits = 0; // CTAs per (entry, KV head, row block); 0 = heuristic (split_plan)
   int fused = 1;      // 1: the last CTA of a group combines (one launch); 0: a combine kernel
   int warps = 4;      // warps per CTA (4 or 8)
-  int l2_evict_first = 1; // 1: K/V copies carry an L2 evict_first policy; 0: normal (the ablation)
 };
-
-// Split ranges are whole multiples of this many keys (not of block_n), so that the heuristic can give
-// every CTA an equal share (e.g. 8192 keys = 32 x 256 at block_n 64 or 128).
-constexpr int kSplitGrain = 16;
 
 inline int keys_per_warp(const Params &c) { return c.block_n / c.warps; }
 inline int threads_of(const Params &c) { return 32 * c.warps; }
@@ -54,11 +49,6 @@ inline std::optional<std::string> config_problem(const Params &c) {
     return "num_splits must be 0 (heuristic) .. " + std::to_string(kMaxSplits);
   if (c.fused != 0 && c.fused != 1)
     return "fused must be 0 or 1";
-  if (c.l2_evict_first != 0 && c.l2_evict_first != 1)
-    return "l2 must be evict_first (1) or normal (0)";
-  if (c.l2_evict_first == 0 && c.num_splits != 0)
-    return "l2 normal is the cache-policy ablation: it runs with the heuristic split plan (num_splits 0) "
-           "only (the policy changes no arithmetic, and the full cross product would double the tests)";
   return std::nullopt;
 }
 
@@ -68,8 +58,7 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("stages", d.stages)),
                 static_cast<int>(c.get_or("num_splits", d.num_splits)),
                 static_cast<int>(c.get_or("fused", d.fused)),
-                static_cast<int>(c.get_or("warps", d.warps)),
-                static_cast<int>(c.get_or("l2", d.l2_evict_first))};
+                static_cast<int>(c.get_or("warps", d.warps))};
 }
 
 inline ConfigSpace make_space() {
@@ -85,17 +74,12 @@ inline ConfigSpace make_space() {
             {0, 1},
             {"two_kernels", "last_cta"},
             "combine in a second kernel, or in the last CTA of each group (one launch)"},
-       Axis{"warps", {4, 8}, {}, "warps per CTA, each with its own K/V ring (block_n / warps keys each)"},
-       Axis{"l2",
-            {1, 0},
-            {"evict_first", "normal"},
-            "L2 eviction policy of the K/V stream (normal: the ablation, heuristic splits only)"}},
+       Axis{"warps", {4, 8}, {}, "warps per CTA, each with its own K/V ring (block_n / warps keys each)"}},
       Config({{"block_n", d.block_n},
               {"stages", d.stages},
               {"num_splits", d.num_splits},
               {"fused", d.fused},
-              {"warps", d.warps},
-              {"l2", d.l2_evict_first}}),
+              {"warps", d.warps}}),
       [](const Config &c) { return config_problem(params_of(c)); });
 }
 
@@ -179,54 +163,41 @@ inline int ctas_per_sm(const AttentionProblem &p, const Params &c, const DeviceF
   return static_cast<int>(std::clamp<int64_t>(by_smem, 1, by_regs));
 }
 
-// Keys per split for s splits of len keys: whole kSplitGrain multiples, so every split but the last
-// has the same share.
-inline int64_t split_keys(int64_t len, int s) {
-  const int64_t per = (len + s - 1) / s;
-  return (per + kSplitGrain - 1) / kSplitGrain * kSplitGrain;
-}
-
-// The heuristic (num_splits = 0), v3: minimise the busiest resident slot's work. With G groups, s
-// splits of k(s) keys (n(s) <= s of them non-empty) and `slots` = SMs x resident CTAs, the slots run
-// ceil(G n / slots) waves of k keys each, and every CTA also pays a fixed ramp R (launch of the CTA,
-// first bytes ~1.5 us after its copies go out, the partial store), worth R_bytes = 1.5 us x 32 GB/s per
-// SM / CTAs per SM of streaming: cost(s) = ceil(G n / slots) x (k + R). The smallest s of least cost
-// wins (fewer partials to combine). s runs over 1..kMaxSplits with k >= one CTA step (block_n keys):
-// short caches may use splits of a single step, since a CTA issues its whole ring up front.
-// FlashAttention (efficiency w / ceil(w) of waves w = G s / slots, the smallest s within 85% of the
-// best, 1 split once G >= 0.8 SMs) and v2 (the same within 95%, >= 4 steps a split, block_n-sized
-// ranges) pick the same s for the batched shapes; at B = 1 GQA (G = 8) v2 left SMs with one CTA beside
-// SMs with two (8k: 26 splits of 320 keys on 264 slots; 128k: 32 on 264) where v3 fills every slot with
-// an equal share (8k: 32 x 256 keys; 128k: 33 x 3984).
+// The heuristic (num_splits = 0), FlashAttention's wave-efficiency rule adapted to a memory-bound
+// kernel: with G groups and `slots` resident CTAs, s splits give waves w = G*s/slots and efficiency
+// w/ceil(w). Take the smallest s whose efficiency is within 5% of the best s in [1, max_s], where
+// max_s leaves every split at least four CTA steps (so every warp's ring fills and the per-CTA
+// ramp, partial store and combine are paid for by >= 4 steps of streaming). Unlike FlashAttention
+// (which keeps 1 split once G >= 0.8 * SMs and accepts 85% of the best), a half-empty last wave
+// here is not hidden by the other CTAs' arithmetic: every idle slot is lost bandwidth.
 inline SplitPlan split_plan(const AttentionProblem &p, const Params &c, const DeviceFacts &dev) {
   SplitPlan plan;
   plan.stages = fitting_stages(p, c, dev);
   plan.ctas_per_sm = ctas_per_sm(p, c, dev);
   const int64_t len = std::max<int64_t>(max_kv_len(p), 1);
+  const int64_t tiles = (len + c.block_n - 1) / c.block_n;
   int s = c.num_splits;
   if (s == 0) {
     const double slots = double(dev.sm_count) * plan.ctas_per_sm;
     const double groups = double(num_groups(p));
-    const double key_bytes = 2.0 * dtype_bytes(p.dtype) * double(p.head_dim); // K + V of one key
-    const double ramp_keys = 1.5e-6 * 32e9 / plan.ctas_per_sm / key_bytes;
-    const int64_t min_keys = std::min<int64_t>(len, c.block_n);
+    const int max_s = static_cast<int>(std::clamp<int64_t>(tiles / 4, 1, kMaxSplits));
+    auto eff = [&](int n) {
+      const double w = groups * n / slots;
+      return w / std::ceil(w);
+    };
     double best = 0;
+    for (int n = 1; n <= max_s; ++n)
+      best = std::max(best, eff(n));
     s = 1;
-    for (int n = 1; n <= kMaxSplits; ++n) {
-      const int64_t k = split_keys(len, n);
-      if (k < min_keys)
-        break;
-      const int64_t used = (len + k - 1) / k;
-      const double waves = std::ceil(groups * double(used) / slots - 1e-9);
-      const double cost = waves * (double(k) + ramp_keys);
-      if (n == 1 || cost < best * (1 - 1e-9)) {
-        best = cost;
+    for (int n = 1; n <= max_s; ++n)
+      if (eff(n) >= 0.95 * best) {
         s = n;
+        break;
       }
-    }
   }
-  plan.keys_per_split = split_keys(len, s);
-  plan.splits = static_cast<int>((len + plan.keys_per_split - 1) / plan.keys_per_split);
+  const int64_t tiles_per_split = (tiles + s - 1) / s;
+  plan.keys_per_split = tiles_per_split * c.block_n;
+  plan.splits = static_cast<int>((tiles + tiles_per_split - 1) / tiles_per_split);
   return plan;
 }
 

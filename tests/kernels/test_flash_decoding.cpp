@@ -6,8 +6,6 @@
 
 #include "kernels/flash_decoding/traits.hpp"
 
-#include <tuple>
-
 using namespace fb;
 using fb::test::Case;
 
@@ -44,12 +42,9 @@ TEST_P(FlashDecodingAllConfigs, MatchCpuReference) {
   ASSERT_TRUE(fdv().supports(c.problem(), def, fb::test::test_device()).ok);
   int ran = 0;
   for (const auto &e : fdv().space().expand()) {
-    // block_n 64 with 8 warps (8 keys a warp) is invalid by construction, with its reason; so is the
-    // L2-policy ablation (l2 normal) with an explicit num_splits.
+    // block_n 64 with 8 warps (8 keys a warp) is invalid by construction, with its reason.
     if (e.invalid_reason) {
-      EXPECT_TRUE(e.invalid_reason->find("16 or 32 keys a warp") != std::string::npos ||
-                  e.invalid_reason->find("cache-policy ablation") != std::string::npos)
-          << *e.invalid_reason;
+      EXPECT_NE(e.invalid_reason->find("16 or 32 keys a warp"), std::string::npos) << *e.invalid_reason;
       continue;
     }
     // block_n 128 x 4 stages x head_dim 256 needs more shared memory than a block may have; head_dim
@@ -91,38 +86,10 @@ TEST(FlashDecoding, ManySplitsCombineInParallel) {
   }
 }
 
-TEST(FlashDecoding, SplitPlanFillsEverySlotAtBatchOne) {
-  // GQA 32/8 at B = 1 has 8 groups: v3's plan gives every resident slot of a 132-SM device an equal
-  // share (2 CTAs/SM at the default block_n 64, 3 stages), in 16-key multiples rather than block_n ones.
-  const fdec::DeviceFacts h{132, 228 * 1024, 227 * 1024};
-  const fdec::Params d;
-  for (const auto &[len, splits, keys] : std::vector<std::tuple<int64_t, int, int64_t>>{
-           {8192, 32, 256}, {32768, 33, 1008}, {131072, 33, 3984}}) {
-    const AttentionProblem p = DecodeShape{"b1", 1, 32, 8, 1, len, 128, false, DType::bf16}.problem();
-    const fdec::SplitPlan plan = fdec::split_plan(p, d, h);
-    EXPECT_EQ(plan.ctas_per_sm, 2);
-    EXPECT_EQ(plan.splits, splits) << len;
-    EXPECT_EQ(plan.keys_per_split, keys) << len;
-    EXPECT_GE(plan.keys_per_split * plan.splits, len);
-    EXPECT_LT(plan.keys_per_split * (plan.splits - 1), len); // no empty split
-  }
-  // Batched shapes keep v2's plans: B = 8 L = 32k 4 splits, B = 32 L = 8k and MHA B = 64 one.
-  const AttentionProblem b8 = DecodeShape{"b8", 8, 32, 8, 1, 32768, 128, false, DType::bf16}.problem();
-  EXPECT_EQ(fdec::split_plan(b8, d, h).splits, 4);
-  const AttentionProblem b32 = DecodeShape{"b32", 32, 32, 8, 1, 8192, 128, false, DType::bf16}.problem();
-  EXPECT_EQ(fdec::split_plan(b32, d, h).splits, 1);
-  // A length of 1 is one split of 16 keys.
-  const AttentionProblem one = DecodeShape{"one", 1, 32, 8, 1, 1, 128, false, DType::bf16}.problem();
-  EXPECT_EQ(fdec::split_plan(one, d, h).splits, 1);
-}
-
 TEST(FlashDecoding, ConfigSpaceTurnsDownWhatCannotRun) {
   const AttentionProblem p = DecodeShape{"d256", 1, 8, 2, 1, 100, 256, false, DType::bf16}.problem();
   // 8 keys a warp: invalid by construction.
   EXPECT_TRUE(fdv().space().check(fdv().space().make({{"block_n", "64"}, {"warps", "8"}})).has_value());
-  // The L2-policy ablation runs with the heuristic splits only.
-  EXPECT_TRUE(fdv().space().check(fdv().space().make({{"l2", "normal"}, {"num_splits", "8"}})).has_value());
-  EXPECT_FALSE(fdv().space().check(fdv().space().make({{"l2", "normal"}})).has_value());
   // head_dim 256: 16 keys a warp and 4 warps only.
   for (const auto &kv : std::vector<std::pair<const char *, const char *>>{{"128", "4"}, {"128", "8"}}) {
     const Support s = fdv().supports(p, fdv().space().make({{"block_n", kv.first}, {"warps", kv.second}}),
