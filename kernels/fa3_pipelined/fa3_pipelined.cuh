@@ -6,7 +6,7 @@
 //  - Loads: one thread of a producer warpgroup issues TMA box copies (cp.async.bulk.tensor) of Q
 //  once and of K/V
 //    tiles into a `stages`-deep ring; completion is tracked by mbarrier transaction counts
-//    (k_full/v_full), and the consumers hand a slot back through kv_empty. No thread computes an
+//    (k_full/v_full), and the consumers hand K and V slots back separately (k_empty/v_empty). No thread computes an
 //    address or a bounds check for a load: rows past the sequence end arrive as zeros (TMA
 //    out-of-bounds fill) and are masked in S.
 //  - GEMMs: S = Q K^T is WGMMA with both operands in shared memory (SS, m64 x block_n x 16 per
@@ -44,7 +44,8 @@
 //   q_full          count 1 (producer's arrive.expect_tx) + Q bytes; used once.
 //   k_full[s]       count 1 + K tile bytes; use n of slot s is K/V tile j = n*stages + s.
 //   v_full[s]       count 1 + V tile bytes.
-//   kv_empty[s]     count 4 * consumers: lane 0 of every consumer warp, after its warpgroup's
+//   k_empty[s], v_empty[s] (v3: separate; v2 had one kv_empty after P V)
+//                   count 4 * consumers: lane 0 of every consumer warp, after its warpgroup's
 //   wgmma.wait_group
 //                   retired the last GEMM reading slot s. The producer waits on use n-1 before
 //                   refilling.
@@ -153,10 +154,14 @@ template <int D, int BN> struct Smem {
   __device__ __forceinline__ uint32_t v_full(int s) const {
     return bars + 8 * (1 + kMaxStages + s);
   }
-  __device__ __forceinline__ uint32_t kv_empty(int s) const {
+  // v3: K and V slots are handed back separately (K right after its Q K^T retired, V after P V).
+  __device__ __forceinline__ uint32_t k_empty(int s) const {
     return bars + 8 * (1 + 2 * kMaxStages + s);
   }
-  // One 4-byte slot per consumer thread (tid 128..383), written and never read: see pin_softmax.
+  __device__ __forceinline__ uint32_t v_empty(int s) const {
+    return bars + 8 * (1 + 3 * kMaxStages + s);
+  }
+  // One 4-byte slot per consumer thread (tid 128..511), written and never read: see pin_softmax.
   __device__ __forceinline__ uint32_t pin_slot(int tid) const {
     return bars + 256 + 4 * uint32_t(tid - 128);
   }
@@ -175,21 +180,35 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
 #pragma unroll
   for (int c = 0; c < S::kChunks; ++c)
     tma_load_4d(sm.q + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(), c * 64, q0, h, b);
-  int s = 0, use = 0;
-  for (int j = 0; j < n_tiles; ++j) {
+  // Order K(0), K(1), V(0), K(2), V(1), ..., V(n-1): the order in which the overlapped consumer
+  // needs them (Q K^T(j) is issued with P V(j-1)), so a V slot that is still busy with P V(j-2)
+  // never holds up K(j). K slot of tile j is free once Q K^T(j - stages) retired (k_empty), the V
+  // slot once P V(j - stages) retired (v_empty). No deadlock: K(j+1) waits for Q K^T(j+1-stages),
+  // which every consumer retired before it needs V(j) (stages >= 2).
+  auto load_k = [&](int j) {
+    const int s = j % sm.stages, use = j / sm.stages;
     if (use > 0)
-      mbar_wait(sm.kv_empty(s), (use - 1) & 1); // consumers retired this slot's previous tile
+      mbar_wait(sm.k_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.k_full(s), S::kKvBytes);
 #pragma unroll
     for (int c = 0; c < S::kChunks; ++c)
       tma_load_4d(sm.k_tile(s) + c * S::kKvChunk, &a.tm_k, sm.k_full(s), c * 64, j * BN, hkv, b);
+  };
+  auto load_v = [&](int j) {
+    const int s = j % sm.stages, use = j / sm.stages;
+    if (use > 0)
+      mbar_wait(sm.v_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.v_full(s), S::kKvBytes);
 #pragma unroll
     for (int c = 0; c < S::kChunks; ++c)
       tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, b);
-    if (++s == sm.stages)
-      s = 0, ++use;
+  };
+  load_k(0);
+  for (int j = 1; j < n_tiles; ++j) {
+    load_k(j);
+    load_v(j - 1);
   }
+  load_v(n_tiles - 1);
 }
 
 // ---- consumer pieces
@@ -309,7 +328,9 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   const bool causal = a.causal != 0;
   const float sl2 = a.scale_log2;
   const bool pp = a.pingpong != 0;
-  const int my_turn = kBarTurn0 + wg, other_turn = kBarTurn0 + (wg ^ 1);
+  // Turn ring over the consumers (2 or 3): consumer w waits on turn w, opens turn w+1 (mod C).
+  const int nwg = a.consumers;
+  const int my_turn = kBarTurn0 + wg, other_turn = kBarTurn0 + (wg + 1 == nwg ? 0 : wg + 1);
 
   // First K/V tile whose keys need masking for some row of this warpgroup: the one holding key skv,
   // or (causal) the first whose last key lies right of the diagonal for the warpgroup's first row.
@@ -328,7 +349,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   uint32_t pa[BN / 16][4];
 
   mbar_wait(sm.q_full(), 0);
-  if (pp && wg == 1)
+  if (pp && wg == nwg - 1)
     named_arrive(kBarTurn0, 256); // consumer 0 goes first
 
   auto qk_turn_begin = [&]() {
@@ -336,12 +357,16 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       named_sync(my_turn, 256);
   };
   auto qk_turn_end = [&](int j) {
-    if (pp && !(wg == 1 && j == n_tiles - 1))
+    if (pp && !(wg == nwg - 1 && j == n_tiles - 1))
       named_arrive(other_turn, 256);
   };
-  auto release = [&](int s) {
+  auto release_k = [&](int s) {
     if (lane == 0)
-      mbar_arrive(sm.kv_empty(s));
+      mbar_arrive(sm.k_empty(s));
+  };
+  auto release_v = [&](int s) {
+    if (lane == 0)
+      mbar_arrive(sm.v_empty(s));
   };
   auto mask_and_softmax = [&](int j) {
     if (j >= first_mask)
@@ -360,6 +385,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       qk_turn_end(j);
       wgmma_wait<0>();
       fence_operands(sacc);
+      release_k(s);
       mask_and_softmax(j);
       rescale<D>(o, alpha);
       pack_p<T, BN>(pa, sacc);
@@ -370,7 +396,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(pa);
-      release(s);
+      release_v(s);
       if (++s == sm.stages)
         s = 0, ++use;
     }
@@ -384,6 +410,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     qk_turn_end(0);
     wgmma_wait<0>();
     fence_operands(sacc);
+    release_k(0);
     mask_and_softmax(0);
     pack_p<T, BN>(pa, sacc);
     int sp = 0, use_p = 0; // slot and use of the tile whose P is in pa
@@ -405,6 +432,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       qk_turn_end(j);
       wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
       fence_operands(sacc);
+      release_k(s); // Q K^T(j) retired: the producer may refill this K slot while we do softmax
       mask_and_softmax(j);
       // Pin the softmax results above the wait: without these the compiler sinks the whole
       // softmax (max, exp2, row sums) below `wait_group 0` (v1's SASS: every MUFU.EX2 after
@@ -418,7 +446,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(pa);
-      release(sp);
+      release_v(sp);
       pack_p<T, BN>(pa, sacc);
       sp = s, use_p = use;
       if (++s == sm.stages)
@@ -432,7 +460,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     wgmma_wait<0>();
     fence_operands(o);
     fence_operands(pa);
-    release(sp);
+    release_v(sp);
   }
 
   // Epilogue: O / l straight from the accumulators (4-byte stores, a quad writes 16 contiguous
@@ -456,10 +484,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   }
 }
 
-// One CTA per Q tile: warpgroup 0 produces, warpgroups 1..consumers consume. 384 threads at most;
-// with one consumer the CTA has 256.
-template <class T, int D, int BN, bool OVERLAP>
-__global__ void __launch_bounds__(384, 1) fa3_kernel(const __grid_constant__ KernelArgs a) {
+// One CTA per Q tile: warpgroup 0 produces, warpgroups 1..consumers consume. WIDE = false: 1 or 2
+// consumers (384 threads at most, consumers get 240 registers); WIDE = true (v3, head_dim 64): 3
+// consumers, 512 threads, 24 x 128 + 160 x 384 = 64512 <= 65536 registers.
+template <class T, int D, int BN, bool OVERLAP, bool WIDE>
+__global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
+    fa3_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const int block_m = kRowsPerWarpgroup * a.consumers;
   const int qt = a.num_q_tiles - 1 - int(blockIdx.x); // heaviest (causal: last) Q tiles first
@@ -489,7 +519,8 @@ __global__ void __launch_bounds__(384, 1) fa3_kernel(const __grid_constant__ Ker
     for (int s = 0; s < a.stages; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
-      mbar_init(sm.kv_empty(s), 4 * a.consumers);
+      mbar_init(sm.k_empty(s), 4 * a.consumers);
+      mbar_init(sm.v_empty(s), 4 * a.consumers);
     }
     mbar_fence_init();
   }
@@ -503,11 +534,11 @@ __global__ void __launch_bounds__(384, 1) fa3_kernel(const __grid_constant__ Ker
       producer<D, BN>(a, sm, q0, h, hkv, b, n_tiles);
     return;
   }
-  regs_alloc<kConsumerRegs>();
+  regs_alloc<WIDE ? kConsumerRegsWide : kConsumerRegs>();
   consumer<T, D, BN, OVERLAP>(a, sm, wg - 1, q0, h, b, n_tiles);
 }
 
-template <class T, int D, int BN, bool OVERLAP>
+template <class T, int D, int BN, bool OVERLAP, bool WIDE>
 void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
                  cudaStream_t stream) {
   KernelArgs a{};
@@ -529,7 +560,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.pingpong = c.pingpong;
   a.causal = p.causal ? 1 : 0;
 
-  const auto kernel = fa3_kernel<T, D, BN, OVERLAP>;
+  const auto kernel = fa3_kernel<T, D, BN, OVERLAP, WIDE>;
   const int64_t smem = smem_bytes(D, c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
@@ -539,37 +570,50 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   FB_CHECK_LAUNCH();
 }
 
-template <class T, int D, int BN, bool OVERLAP> const void *kernel_ptr() {
-  return reinterpret_cast<const void *>(&fa3_kernel<T, D, BN, OVERLAP>);
+template <class T, int D, int BN, bool OVERLAP, bool WIDE> const void *kernel_ptr() {
+  return reinterpret_cast<const void *>(&fa3_kernel<T, D, BN, OVERLAP, WIDE>);
 }
 
 } // namespace detail
 
-// The compiled instantiations of one (T, D) slice: block_n x intra_wg_overlap; block_m, stages,
-// consumers and pingpong are run-time parameters of every kernel.
+// The compiled instantiations of one (T, D) slice: block_n x intra_wg_overlap, and (head_dim 64,
+// block_n <= 128) the 3-consumer kernels; block_m, stages, consumers 1-2 and pingpong are
+// run-time parameters.
 template <class T, int D> LaunchFn pick_launch(const Params &c) {
-#define FB_FA3_TILE(BN, OV)                                                                        \
-  if (c.block_n == BN && (c.intra_overlap != 0) == OV)                                             \
-    return &detail::launch_tile<T, D, BN, OV>;
-  FB_FA3_TILE(64, false)
-  FB_FA3_TILE(64, true)
-  FB_FA3_TILE(128, false)
-  FB_FA3_TILE(128, true)
-  FB_FA3_TILE(192, false)
-  FB_FA3_TILE(192, true)
+#define FB_FA3_TILE(BN, OV, W)                                                                     \
+  if (c.block_n == BN && (c.intra_overlap != 0) == OV && (c.consumers == 3) == W)                  \
+    return &detail::launch_tile<T, D, BN, OV, W>;
+  FB_FA3_TILE(64, false, false)
+  FB_FA3_TILE(64, true, false)
+  FB_FA3_TILE(128, false, false)
+  FB_FA3_TILE(128, true, false)
+  FB_FA3_TILE(192, false, false)
+  FB_FA3_TILE(192, true, false)
+  if constexpr (wide_ok(D)) {
+    FB_FA3_TILE(64, false, true)
+    FB_FA3_TILE(64, true, true)
+    FB_FA3_TILE(128, false, true)
+    FB_FA3_TILE(128, true, true)
+  }
 #undef FB_FA3_TILE
   return nullptr;
 }
 template <class T, int D> KernelFn pick_kernel(const Params &c) {
-#define FB_FA3_TILE(BN, OV)                                                                        \
-  if (c.block_n == BN && (c.intra_overlap != 0) == OV)                                             \
-    return &detail::kernel_ptr<T, D, BN, OV>;
-  FB_FA3_TILE(64, false)
-  FB_FA3_TILE(64, true)
-  FB_FA3_TILE(128, false)
-  FB_FA3_TILE(128, true)
-  FB_FA3_TILE(192, false)
-  FB_FA3_TILE(192, true)
+#define FB_FA3_TILE(BN, OV, W)                                                                     \
+  if (c.block_n == BN && (c.intra_overlap != 0) == OV && (c.consumers == 3) == W)                  \
+    return &detail::kernel_ptr<T, D, BN, OV, W>;
+  FB_FA3_TILE(64, false, false)
+  FB_FA3_TILE(64, true, false)
+  FB_FA3_TILE(128, false, false)
+  FB_FA3_TILE(128, true, false)
+  FB_FA3_TILE(192, false, false)
+  FB_FA3_TILE(192, true, false)
+  if constexpr (wide_ok(D)) {
+    FB_FA3_TILE(64, false, true)
+    FB_FA3_TILE(64, true, true)
+    FB_FA3_TILE(128, false, true)
+    FB_FA3_TILE(128, true, true)
+  }
 #undef FB_FA3_TILE
   return nullptr;
 }

@@ -90,6 +90,9 @@ public:
           ": compiled for 64 and 128 only (256 needs block_n 64-80 and its own register plan: "
           "O alone is 128 fp32 registers per consumer thread; planned)");
     const fa3::Params params = fa3::params_of(c);
+    if (params.consumers == 3 && !fa3::wide_ok(p.head_dim))
+      return Support::no("3 consumer warpgroups (block_m 192) get 160 registers each (64K / 512 "
+                         "threads): compiled for head_dim 64 only (at 128, O + S + P alone are 160)");
     const int64_t smem = fa3::smem_bytes(p.head_dim, params);
     // Without a device, plan against an H100's 227 KB.
     const int64_t limit = dev.smem_per_block_optin > 0 ? dev.smem_per_block_optin : 232448;

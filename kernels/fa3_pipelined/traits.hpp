@@ -19,16 +19,22 @@ namespace fb::fa3 {
 // per warpgroup (two m64 blocks) would double the O and S registers (d128: 128 + 128 fp32 per
 // thread) past the 240 a consumer gets, so block_m = 64 x consumer warpgroups.
 constexpr int kRowsPerWarpgroup = 64;
-constexpr int kMaxStages = 3;
+constexpr int kMaxStages = 4;
 constexpr int kSchedOneShot = 0;
 constexpr int kSchedPersistent = 1;
 // Register budgets after setmaxnreg (multiples of 8): the producer warpgroup only issues TMA from
-// one thread. 3 warpgroups x 128 threads: 24 x 128 + 240 x 256 = 64512 <= 65536.
+// one thread. 3 warpgroups x 128 threads: 24 x 128 + 240 x 256 = 64512 <= 65536. 4 warpgroups
+// (3 consumers, v3): 24 x 128 + 160 x 384 = 64512.
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
+constexpr int kConsumerRegsWide = 160;
+// 3 consumers (160 registers each) hold O (D/2) + S (block_n/2) + P (block_n/4) + ~25 of
+// addresses/stats: head_dim 64 with block_n <= 128 only (32 + 64 + 32 = 128).
+constexpr bool wide_ok(int64_t head_dim) { return head_dim == 64; }
+constexpr int kMaxWideBlockN = 128;
 // Shared-memory bytes besides the tiles: up to 1023 bytes to align the tiles to 1024, the
-// mbarriers (256) and one 4-byte scratch slot per consumer thread (the softmax pin, 1024).
-constexpr int64_t kSmemSlack = 1024 + 256 + 1024;
+// mbarriers (256) and one 4-byte scratch slot per consumer thread (the softmax pin, 3 x 128 x 4).
+constexpr int64_t kSmemSlack = 1024 + 256 + 1536;
 
 struct Params {
   int block_m = 128;     // query rows per CTA
@@ -41,19 +47,22 @@ struct Params {
 };
 
 inline std::optional<std::string> config_problem(const Params &c) {
-  if (c.block_m != 64 && c.block_m != 128)
-    return "block_m must be 64 or 128";
+  if (c.block_m != 64 && c.block_m != 128 && c.block_m != 192)
+    return "block_m must be 64, 128 or 192";
   if (c.block_n != 64 && c.block_n != 128 && c.block_n != 192)
     return "block_n must be 64, 128 or 192 (the compiled K/V tile widths)";
   if (c.stages < 2 || c.stages > kMaxStages)
-    return "stages must be 2 or 3";
-  if (c.consumers != 1 && c.consumers != 2)
-    return "consumer_wgs must be 1 or 2";
+    return "stages must be 2, 3 or 4";
+  if (c.consumers < 1 || c.consumers > 3)
+    return "consumer_wgs must be 1, 2 or 3";
   if (c.block_m != kRowsPerWarpgroup * c.consumers)
     return "each consumer warpgroup owns 64 query rows (one m64 WGMMA block): block_m must be 64 x "
            "consumer_wgs";
   if (c.pingpong && c.consumers < 2)
-    return "pingpong needs 2 consumer warpgroups";
+    return "pingpong needs 2 or 3 consumer warpgroups";
+  if (c.consumers == 3 && c.block_n > kMaxWideBlockN)
+    return "3 consumer warpgroups get 160 registers each (64K / 512 threads): S + P of block_n 192 "
+           "do not fit; block_n <= 128";
   if (c.scheduler != kSchedOneShot)
     return "persistent scheduler not implemented yet (version 1 is a one-shot grid, heaviest Q "
            "tiles first)";
@@ -74,11 +83,11 @@ inline Params params_of(const Config &c) {
 inline ConfigSpace make_space() {
   const Params d;
   return ConfigSpace(
-      {Axis{"block_m", {64, 128}, {}, "query rows per CTA (64 per consumer warpgroup)"},
+      {Axis{"block_m", {64, 128, 192}, {}, "query rows per CTA (64 per consumer warpgroup)"},
        Axis{"block_n", {64, 128, 192}, {}, "keys per K/V tile (192: d128 fits 2 stages only)"},
-       Axis{"stages", {2, 3}, {}, "K/V tiles in flight in the TMA/mbarrier ring"},
+       Axis{"stages", {2, 3, 4}, {}, "K/V tiles in flight in the TMA/mbarrier ring"},
        Axis{"consumer_wgs",
-            {1, 2},
+            {1, 2, 3},
             {},
             "consumer warpgroups (WGMMA + softmax); plus one producer warpgroup (TMA)"},
        Axis{"pingpong",

@@ -167,6 +167,7 @@ struct SelfCheckCase {
   int64_t d, sq, skv;
   DType dtype;
   int bm, bn, wgs, pp, ov;
+  int stages = 2;
 };
 
 class Fa3SelfCheck : public ::testing::TestWithParam<SelfCheckCase> {};
@@ -175,7 +176,7 @@ TEST_P(Fa3SelfCheck, OneTile) {
   FB_SKIP_WITHOUT_HOPPER();
   const SelfCheckCase &k = GetParam();
   const AttentionProblem p = Shape{"x", 1, 1, 1, k.sq, k.skv, k.d, false, k.dtype}.problem();
-  const Diagnosis dg = self_check(p, cfg(k.bm, k.bn, 2, k.wgs, k.pp, k.ov));
+  const Diagnosis dg = self_check(p, cfg(k.bm, k.bn, k.stages, k.wgs, k.pp, k.ov));
   std::cout << "FA3 SELF-CHECK " << k.name << ": " << (dg.pass ? "PASS " : "FAIL ") << dg.text
             << std::endl;
   EXPECT_TRUE(dg.pass) << dg.text;
@@ -195,7 +196,12 @@ INSTANTIATE_TEST_SUITE_P(
         SelfCheckCase{"d128_two_tiles_overlap", 128, 64, 256, DType::bf16, 64, 128, 1, 0, 1},
         // v2: block_n 192 (m64n192 S, 12 P V k-steps, V LBO = 192 x 128 B) with ping-pong and the
         // reordered overlap loop (O rescaled between the two issues), three K/V tiles.
-        SelfCheckCase{"d128_bn192_pp_overlap", 128, 128, 576, DType::bf16, 128, 192, 2, 1, 1}),
+        SelfCheckCase{"d128_bn192_pp_overlap", 128, 128, 576, DType::bf16, 128, 192, 2, 1, 1},
+        // v3: separate K/V release with a 4-deep ring wrapping twice (9 tiles), then 3 consumer
+        // warpgroups (block_m 192, 512 threads, 160 registers, 3-way turn ring), ragged rows.
+        SelfCheckCase{"d64_bn128_st4_pp_overlap", 64, 128, 1152, DType::bf16, 128, 128, 2, 1, 1, 4},
+        SelfCheckCase{"d64_bm192_3wg_pp_overlap", 64, 192, 640, DType::bf16, 192, 128, 3, 1, 1, 4},
+        SelfCheckCase{"d64_bm192_3wg_pp_bn64", 64, 200, 300, DType::f16, 192, 64, 3, 1, 0, 3}),
     [](const ::testing::TestParamInfo<SelfCheckCase> &i) { return std::string(i.param.name); });
 
 // ---- every config on awkward and long shapes
@@ -257,6 +263,9 @@ TEST(Fa3Pipelined, ConfigSpaceSaysWhy) {
   EXPECT_NE(sp.check(cfg(128, 128, 2, 1, 0, 0))->find("64 x consumer_wgs"), std::string::npos);
   ASSERT_TRUE(sp.check(cfg(64, 64, 2, 1, 1, 0)).has_value());
   EXPECT_NE(sp.check(cfg(64, 64, 2, 1, 1, 0))->find("pingpong"), std::string::npos);
+  EXPECT_FALSE(sp.check(cfg(192, 128, 4, 3, 1, 1)).has_value());
+  ASSERT_TRUE(sp.check(cfg(192, 192, 2, 3, 1, 1)).has_value());
+  EXPECT_NE(sp.check(cfg(192, 192, 2, 3, 1, 1))->find("160 registers"), std::string::npos);
   const Config persistent = sp.make({{"scheduler", "persistent"}});
   ASSERT_TRUE(sp.check(persistent).has_value());
   EXPECT_NE(sp.check(persistent)->find("persistent"), std::string::npos);
@@ -275,6 +284,19 @@ TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
       << fa3().supports(p, cfg(128, 192, 2, 2, 1, 1), dev).reason;
   EXPECT_NE(fa3().supports(p, cfg(128, 192, 3, 2, 1, 1), dev).reason.find("shared memory"),
             std::string::npos);
+  // v3: 3 consumer warpgroups are compiled for head_dim 64 only; stages 4 fit at d64, not d128.
+  EXPECT_NE(fa3().supports(p, cfg(192, 128, 2, 3, 1, 1), dev).reason.find("head_dim 64"),
+            std::string::npos);
+  EXPECT_NE(fa3().supports(p, cfg(128, 128, 4, 2, 1, 1), dev).reason.find("shared memory"),
+            std::string::npos);
+  {
+    AttentionProblem p64 = p;
+    p64.head_dim = 64;
+    EXPECT_TRUE(fa3().supports(p64, cfg(192, 128, 4, 3, 1, 1), dev).ok)
+        << fa3().supports(p64, cfg(192, 128, 4, 3, 1, 1), dev).reason;
+    EXPECT_TRUE(fa3().supports(p64, cfg(128, 192, 4, 2, 1, 1), dev).ok)
+        << fa3().supports(p64, cfg(128, 192, 4, 2, 1, 1), dev).reason;
+  }
   DeviceInfo ampere = dev;
   ampere.present = true, ampere.cc_major = 8, ampere.cc_minor = 0;
   EXPECT_NE(fa3().supports(p, def, ampere).reason.find("needs sm_90a"), std::string::npos);
