@@ -59,6 +59,7 @@
 // m = -inf, l = 0 and give O = 0, LSE = -inf.
 #pragma once
 
+#include "kernels/common/mma.cuh"
 #include "kernels/fa3_pipelined/hopper.cuh"
 #include "kernels/fa3_pipelined/tensor_map.hpp"
 #include "kernels/fa3_pipelined/traits.hpp"
@@ -110,14 +111,10 @@ template <> struct TypeOps<__half> {
   }
 };
 
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
+// A wgmma accumulator row is held by the four lanes of a quad, as in mma.sync's m16n8 layout: the same quad
+// reductions apply.
+using fb::kernels::quad_max;
+using fb::kernels::quad_sum;
 // 2^x on the MUFU with no denormal handling: exp2f() without fast-math is MUFU.EX2 plus an FSETP
 // and two predicated FMULs (inputs below -126 are pre-scaled), i.e. 4 instructions per score on the
 // critical softmax path instead of 1. P values below 2^-126 do not matter (they are rounded into
