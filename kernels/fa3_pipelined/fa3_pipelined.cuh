@@ -573,46 +573,46 @@ template <class T, int D, int BN, bool OVERLAP, bool WIDE> const void *kernel_pt
 
 } // namespace detail
 
-// The compiled instantiations of one (T, D) slice: block_n x intra_wg_overlap, and (head_dim 64,
-// block_n <= 128) the 3-consumer kernels; block_m, stages, consumers 1-2 and pingpong are
-// run-time parameters.
+// The compiled instantiations of one (T, D) slice: block_n x intra_wg_overlap x (3 consumers or
+// not), as tile_compiled() (traits.hpp) allows; block_m, stages, consumers 1-2, pingpong and the
+// scheduler are run-time parameters. visit_tile calls f(Tile<BN, OV, W>{}) for the instantiation a
+// config needs and returns its result, or R{} when none is compiled.
+template <int BN, bool OV, bool W> struct Tile {
+  static constexpr int block_n = BN;
+  static constexpr bool overlap = OV, wide = W;
+};
+template <int D, class R, class F> R visit_tile(const Params &c, F &&f) {
+  const bool ov = c.intra_overlap != 0, w = c.consumers == 3;
+  R r{};
+  auto try_one = [&](auto tile) {
+    using X = decltype(tile);
+    if constexpr (tile_compiled(D, X::block_n, X::wide))
+      if (c.block_n == X::block_n && ov == X::overlap && w == X::wide)
+        r = f(tile);
+  };
+  try_one(Tile<64, false, false>{});
+  try_one(Tile<64, true, false>{});
+  try_one(Tile<128, false, false>{});
+  try_one(Tile<128, true, false>{});
+  try_one(Tile<192, false, false>{});
+  try_one(Tile<192, true, false>{});
+  try_one(Tile<64, false, true>{});
+  try_one(Tile<64, true, true>{});
+  try_one(Tile<128, false, true>{});
+  try_one(Tile<128, true, true>{});
+  return r;
+}
 template <class T, int D> LaunchFn pick_launch(const Params &c) {
-#define FB_FA3_TILE(BN, OV, W)                                                                     \
-  if (c.block_n == BN && (c.intra_overlap != 0) == OV && (c.consumers == 3) == W)                  \
-    return &detail::launch_tile<T, D, BN, OV, W>;
-  FB_FA3_TILE(64, false, false)
-  FB_FA3_TILE(64, true, false)
-  FB_FA3_TILE(128, false, false)
-  FB_FA3_TILE(128, true, false)
-  FB_FA3_TILE(192, false, false)
-  FB_FA3_TILE(192, true, false)
-  if constexpr (wide_ok(D)) {
-    FB_FA3_TILE(64, false, true)
-    FB_FA3_TILE(64, true, true)
-    FB_FA3_TILE(128, false, true)
-    FB_FA3_TILE(128, true, true)
-  }
-#undef FB_FA3_TILE
-  return nullptr;
+  return visit_tile<D, LaunchFn>(c, [](auto tile) -> LaunchFn {
+    using X = decltype(tile);
+    return &detail::launch_tile<T, D, X::block_n, X::overlap, X::wide>;
+  });
 }
 template <class T, int D> KernelFn pick_kernel(const Params &c) {
-#define FB_FA3_TILE(BN, OV, W)                                                                     \
-  if (c.block_n == BN && (c.intra_overlap != 0) == OV && (c.consumers == 3) == W)                  \
-    return &detail::kernel_ptr<T, D, BN, OV, W>;
-  FB_FA3_TILE(64, false, false)
-  FB_FA3_TILE(64, true, false)
-  FB_FA3_TILE(128, false, false)
-  FB_FA3_TILE(128, true, false)
-  FB_FA3_TILE(192, false, false)
-  FB_FA3_TILE(192, true, false)
-  if constexpr (wide_ok(D)) {
-    FB_FA3_TILE(64, false, true)
-    FB_FA3_TILE(64, true, true)
-    FB_FA3_TILE(128, false, true)
-    FB_FA3_TILE(128, true, true)
-  }
-#undef FB_FA3_TILE
-  return nullptr;
+  return visit_tile<D, KernelFn>(c, [](auto tile) -> KernelFn {
+    using X = decltype(tile);
+    return &detail::kernel_ptr<T, D, X::block_n, X::overlap, X::wide>;
+  });
 }
 
 } // namespace fb::fa3

@@ -32,6 +32,13 @@ constexpr int kConsumerRegsWide = 160;
 // addresses/stats: head_dim 64 with block_n <= 128 only (32 + 64 + 32 = 128).
 constexpr bool wide_ok(int64_t head_dim) { return head_dim == 64; }
 constexpr int kMaxWideBlockN = 128;
+// Which (block_n, 3-consumer) kernels a head_dim slice compiles: the one table that pick_launch,
+// pick_kernel and supports() read.
+constexpr bool tile_compiled(int64_t head_dim, int block_n, bool wide) {
+  if (wide)
+    return wide_ok(head_dim) && block_n <= kMaxWideBlockN;
+  return block_n == 64 || block_n == 128 || block_n == 192;
+}
 // Shared-memory bytes besides the tiles: up to 1023 bytes to align the tiles to 1024, the
 // mbarriers (256) and one 4-byte scratch slot per consumer thread (the softmax pin, 3 x 128 x 4).
 constexpr int64_t kSmemSlack = 1024 + 256 + 1536;
