@@ -408,7 +408,7 @@ void parse_timing(const Ctx& c, const YAML::Node& n, TimingPolicy& t) {
   if (!n.IsMap()) c.fail(n, "timing must be a map (min_samples, max_noise, min_time_s, timeout_s, ...)");
   static const std::vector<std::string> known = {"min_samples", "max_noise",   "min_time_s",       "timeout_s",
                                                  "max_samples", "cold",        "warmup_runs", "throttle_fraction",
-                                                 "point_timeout_s"};
+                                                 "point_timeout_s", "flush"};
   for (const auto& kv : n) {
     const std::string f = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
@@ -418,6 +418,11 @@ void parse_timing(const Ctx& c, const YAML::Node& n, TimingPolicy& t) {
     else if (f == "timeout_s") t.timeout_s = as_double(c, v, f);
     else if (f == "max_samples") t.max_samples = static_cast<int>(as_int(c, v, f));
     else if (f == "cold") t.cold = as_bool(c, v, f);
+    else if (f == "flush") {
+      t.flush = v.as<std::string>();
+      if (t.flush != "read" && t.flush != "write")
+        c.fail(v, "timing.flush must be 'read' (leave the L2 full of clean lines) or 'write' (memset, as nvbench)");
+    }
     else if (f == "warmup_runs") t.warmup_runs = static_cast<int>(as_int(c, v, f));
     else if (f == "throttle_fraction") t.throttle_fraction = as_double(c, v, f);
     else if (f == "point_timeout_s") t.point_timeout_s = as_double(c, v, f);

@@ -10,7 +10,7 @@ namespace fb {
 void to_json(nlohmann::json& j, const TimingPolicy& t) {
   j = nlohmann::json{{"min_samples", t.min_samples}, {"max_noise", t.max_noise},
                      {"min_time_s", t.min_time_s},   {"timeout_s", t.timeout_s},
-                     {"max_samples", t.max_samples}, {"cold", t.cold},
+                     {"max_samples", t.max_samples}, {"cold", t.cold}, {"flush", t.flush},
                      {"warmup_runs", t.warmup_runs}, {"throttle_fraction", t.throttle_fraction},
                      {"point_timeout_s", t.point_timeout_s}};
 }

@@ -36,6 +36,17 @@ __global__ void hold_stream(const volatile int* release, unsigned long long time
 
 __global__ void empty_kernel() {}
 
+// The "read" flush: every thread streams 16-byte words of the buffer. The sum is stored only if it equals a value
+// the buffer cannot produce (the buffer is all 0x01 bytes), so the loads stay and nothing is written.
+__global__ void read_flush(const uint4* buf, size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcg(buf + i);
+    acc += v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0xdeadbeefu) *sink = acc;
+}
+
 // Under Nsight Compute (and other tools that serialise launches) a launch blocks the host until the kernel has run,
 // so a stream held by the spinning kernel would stall every sample until the hold's timeout. Probe it once: hold the
 // stream for at most 200 ms and see whether a following launch returns at once. FLASHBENCH_NO_STREAM_HOLD=1 forces
@@ -78,7 +89,9 @@ struct Timer::Impl {
   explicit Impl(const DeviceInfo& d, cudaStream_t s) : dev(d), stream(s), clocks(d.pci_bus_id) {
     // Twice the L2 so that a flush evicts every line even with the L2's partitioned (near/far) halves.
     l2_bytes = static_cast<size_t>(std::max<int64_t>(d.l2_bytes, 1 << 20)) * 2;
-    FB_CUDA_CHECK(cudaMalloc(&l2_buffer, l2_bytes));
+    FB_CUDA_CHECK(cudaMalloc(&l2_buffer, l2_bytes + 256));
+    FB_CUDA_CHECK(cudaMemset(l2_buffer, 1, l2_bytes));
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
     FB_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host_flags), 2 * sizeof(int), cudaHostAllocMapped));
     FB_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&device_flags), host_flags, 0));
     FB_CUDA_CHECK(cudaEventCreate(&start));
@@ -96,8 +109,18 @@ struct Timer::Impl {
 Timer::Timer(const DeviceInfo& dev, cudaStream_t stream) : impl_(std::make_unique<Impl>(dev, stream)) {}
 Timer::~Timer() = default;
 
-void Timer::flush_l2() {
-  FB_CUDA_CHECK(cudaMemsetAsync(impl_->l2_buffer, impl_->l2_bytes & 0xff, impl_->l2_bytes, impl_->stream));
+void Timer::flush_l2() { flush_l2(policy_flush_); }
+
+void Timer::flush_l2(const std::string& how) {
+  Impl& m = *impl_;
+  if (how == "write") {
+    FB_CUDA_CHECK(cudaMemsetAsync(m.l2_buffer, 1, m.l2_bytes, m.stream));
+    return;
+  }
+  const int blocks = std::max(1, m.dev.sm_count) * 4;
+  read_flush<<<blocks, 512, 0, m.stream>>>(static_cast<const uint4*>(m.l2_buffer), m.l2_bytes / 16,
+                                          reinterpret_cast<unsigned*>(static_cast<char*>(m.l2_buffer) + m.l2_bytes));
+  FB_CHECK_LAUNCH();
 }
 
 double Timer::sample_us(const std::function<void(cudaStream_t)>& launch, bool cold) {
@@ -133,6 +156,7 @@ TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
   Impl& m = *impl_;
   // Re-checked per point: a profiler attached or initialised since the last point can make launches synchronous.
   m.hold = launches_are_asynchronous(m.stream, m.device_flags, m.host_flags);
+  policy_flush_ = policy.flush;
   {
     ScopedRange r{"warmup"};
     for (int i = 0; i < policy.warmup_runs; ++i) {

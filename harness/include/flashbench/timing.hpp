@@ -1,5 +1,10 @@
 // Timing method, after nvbench's cold measurement:
-//  - the L2 is flushed before every sample (a write of the L2's size), so each sample sees a cold cache;
+//  - the L2 is flushed before every sample, so each sample sees a cold cache. The default flush ("read") reads a
+//    buffer of twice the L2's size that nothing writes, so the L2 is left full of clean lines: the timed kernel
+//    pays for its own traffic only. nvbench and triton's do_bench flush by writing (a memset, "write"), which
+//    leaves the L2 full of dirty lines that the next kernel must write back to DRAM before its own lines fit:
+//    about 50-60 MB of write-back charged to whatever runs next, which dominates a 10-30 us decode kernel
+//    (flash_decoding/NOTES.md measured it). "write" is kept to reproduce those tools' numbers;
 //  - while one sample's work is queued, the stream is held by a blocking kernel, so host launch overhead never
 //    lands between the events;
 //  - each sample is one pair of CUDA events around the variant's launches;
@@ -28,6 +33,7 @@ struct TimingPolicy {
   double timeout_s = 15.0;    // wall-clock cap for one point's sampling
   int max_samples = 100000;
   bool cold = true;           // flush L2 before each sample
+  std::string flush = "read"; // how: "read" (leaves clean lines) or "write" (memset, as nvbench / do_bench)
   int warmup_runs = 3;
   double throttle_fraction = 0.75;
   // Whole-point deadline (prepare + verify + time + counters), enforced by the sweep's supervisor: past it the
@@ -97,11 +103,14 @@ public:
   // One cold sample in microseconds (flush, hold, record, launch, record, release, sync); -1 when the sample is
   // void because the launch blocked the host while the stream was held (the hold is then switched off).
   double sample_us(const std::function<void(cudaStream_t)>& launch, bool cold);
+  // Flushes with the last measured policy's method ("read" before any measure()), or with `how`.
   void flush_l2();
+  void flush_l2(const std::string& how);
 
 private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  std::string policy_flush_ = "read";
 };
 
 } // namespace fb
