@@ -54,9 +54,23 @@
 // its Q K^T, opens the other's turn, except consumer 1 after its last tile (consumer 0 has no turn
 // left), so every barrier ends with as many arrivals as syncs.
 //
+//   q_empty         (v4) count 4 * consumers: every consumer warp after the last Q K^T of a work tile
+//                   retired; the producer waits on it before loading the next work tile's Q.
+//
+// Work tiles (v4): a work tile is one (Q tile, head, batch). They are numbered in one order for
+// both schedulers (tile_at): (b, h) pairs are cut into L2 sections (as many heads as keep their
+// K/V within half the L2, so the CTAs in flight share K/V through L2), and inside a section the
+// Q tiles go heaviest first (causal: the last Q tiles see the most keys), the heads of a section
+// interleaved. one_shot launches one CTA per work tile in that order; persistent launches as many
+// CTAs as fit on the device at once and each walks tiles blockIdx.x, + gridDim.x, ... (static
+// round robin: heaviest first within each section, so the tail of the grid holds the lightest
+// tiles). What persistent buys: the producer loads the next tile's first K tile and Q (after
+// q_empty) while the consumers still run the last P V and write O, so the pipeline fill of every
+// tile but the first is hidden; the K/V ring and the turn ring run on across tiles.
+//
 // Causal: tiles past a Q tile's last visible key are never loaded; only tiles straddling the
-// diagonal or the sequence end are masked. Q tiles launch heaviest first. Rows that see no key keep
-// m = -inf, l = 0 and give O = 0, LSE = -inf.
+// diagonal or the sequence end are masked. Rows that see no key keep m = -inf, l = 0 and give
+// O = 0, LSE = -inf.
 #pragma once
 
 #include "kernels/common/mma.cuh"
@@ -86,6 +100,8 @@ struct KernelArgs {
   int heads_q, group;
   float scale_log2;
   int num_q_tiles;
+  int total_tiles;   // num_q_tiles x heads_q x batch
+  int section_heads; // (b, h) pairs per L2 section of the work order (tile_at)
   int stages;
   int consumers;
   int pingpong;
@@ -158,54 +174,97 @@ template <int D, int BN> struct Smem {
   __device__ __forceinline__ uint32_t v_empty(int s) const {
     return bars + 8 * (1 + 3 * kMaxStages + s);
   }
+  __device__ __forceinline__ uint32_t q_empty() const { return bars + 8 * (1 + 4 * kMaxStages); }
   // One 4-byte slot per consumer thread (tid 128..511), written and never read: see pin_softmax.
   __device__ __forceinline__ uint32_t pin_slot(int tid) const {
     return bars + 256 + 4 * uint32_t(tid - 128);
   }
 };
 
-// ---- producer
-// ----------------------------------------------------------------------------------------------
+// One work tile: Q tile qt (rows q0..q0 + block_m - 1) of head h, batch b, and the K/V tiles it visits.
+struct WorkTile {
+  int q0, h, b, n_tiles;
+};
+// Work tile t in the order described at the top of the file.
+template <int BN>
+__device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int block_m) {
+  const int nq = a.num_q_tiles, bh_total = a.total_tiles / nq;
+  const int per_section = a.section_heads * nq;
+  const int sec = t / per_section;
+  const int heads_here = min(a.section_heads, bh_total - sec * a.section_heads);
+  const int r = t - sec * per_section;
+  const int qt = nq - 1 - r / heads_here;
+  const int bh = sec * a.section_heads + r % heads_here;
+  WorkTile w;
+  w.q0 = qt * block_m;
+  w.h = bh % a.heads_q;
+  w.b = bh / a.heads_q;
+  w.n_tiles = int(kv_tiles_for(qt, block_m, BN, a.seqlen_q, a.seqlen_kv, a.causal != 0));
+  return w;
+}
+
+// Loads of one work tile: Q once, K/V tiles 0..n_tiles-1 through the ring.
 template <int D, int BN>
-__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> &sm, int q0, int h,
-                                         int hkv, int b, int n_tiles) {
+__device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, BN> &sm,
+                                             const WorkTile &w, int kv_base, int q_use) {
   using S = Smem<D, BN>;
-  tma_prefetch_desc(&a.tm_q);
-  tma_prefetch_desc(&a.tm_k);
-  tma_prefetch_desc(&a.tm_v);
-  mbar_arrive_expect_tx(sm.q_full(), uint32_t(sm.block_m) * D * 2);
-#pragma unroll
-  for (int c = 0; c < S::kChunks; ++c)
-    tma_load_4d(sm.q + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(), c * 64, q0, h, b);
+  const int n_tiles = w.n_tiles, hkv = w.h / a.group;
   // Order K(0), K(1), V(0), K(2), V(1), ..., V(n-1): the order in which the overlapped consumer
   // needs them (Q K^T(j) is issued with P V(j-1)), so a V slot that is still busy with P V(j-2)
   // never holds up K(j). K slot of tile j is free once Q K^T(j - stages) retired (k_empty), the V
   // slot once P V(j - stages) retired (v_empty). No deadlock: K(j+1) waits for Q K^T(j+1-stages),
   // which every consumer retired before it needs V(j) (stages >= 2).
+  // The ring runs on across work tiles: this tile's K/V tile j is the CTA's (kv_base + j)-th.
   auto load_k = [&](int j) {
-    const int s = j % sm.stages, use = j / sm.stages;
+    const int g = kv_base + j, s = g % sm.stages, use = g / sm.stages;
     if (use > 0)
       mbar_wait(sm.k_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.k_full(s), S::kKvBytes);
 #pragma unroll
     for (int c = 0; c < S::kChunks; ++c)
-      tma_load_4d(sm.k_tile(s) + c * S::kKvChunk, &a.tm_k, sm.k_full(s), c * 64, j * BN, hkv, b);
+      tma_load_4d(sm.k_tile(s) + c * S::kKvChunk, &a.tm_k, sm.k_full(s), c * 64, j * BN, hkv, w.b);
   };
   auto load_v = [&](int j) {
-    const int s = j % sm.stages, use = j / sm.stages;
+    const int g = kv_base + j, s = g % sm.stages, use = g / sm.stages;
     if (use > 0)
       mbar_wait(sm.v_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.v_full(s), S::kKvBytes);
 #pragma unroll
     for (int c = 0; c < S::kChunks; ++c)
-      tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, b);
+      tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, w.b);
   };
+  // K(0) before Q: its slot may be free before the consumers retire the previous tile's last
+  // Q K^T, which is what frees Q.
   load_k(0);
+  if (q_use > 0)
+    mbar_wait(sm.q_empty(), (q_use - 1) & 1);
+  mbar_arrive_expect_tx(sm.q_full(), uint32_t(sm.block_m) * D * 2);
+#pragma unroll
+  for (int c = 0; c < S::kChunks; ++c)
+    tma_load_4d(sm.q + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(), c * 64, w.q0, w.h, w.b);
   for (int j = 1; j < n_tiles; ++j) {
     load_k(j);
     load_v(j - 1);
   }
   load_v(n_tiles - 1);
+}
+
+// ---- producer
+// ----------------------------------------------------------------------------------------------
+template <int D, int BN>
+__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> &sm) {
+  tma_prefetch_desc(&a.tm_q);
+  tma_prefetch_desc(&a.tm_k);
+  tma_prefetch_desc(&a.tm_v);
+  int kv_base = 0, q_use = 0; // K/V tiles and Q tiles this CTA loaded before this work tile
+  for (int t = int(blockIdx.x); t < a.total_tiles; t += int(gridDim.x)) {
+    const WorkTile w = tile_at<BN>(a, t, sm.block_m);
+    if (w.n_tiles == 0)
+      continue; // the consumers write O = 0 and LSE = -inf, nothing to load
+    produce_tile<D, BN>(a, sm, w, kv_base, q_use);
+    kv_base += w.n_tiles;
+    ++q_use;
+  }
 }
 
 // ---- consumer pieces
@@ -315,9 +374,12 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[BN / 16][4], const float (
 
 // ---- consumer
 // ------------------------------------------------------------------------------------------------
+// One work tile of one consumer warpgroup: its 64 rows of the Q tile against the K/V tiles
+// kv_base .. kv_base + n_tiles - 1 of the CTA's ring, then O and LSE.
 template <class T, int D, int BN, bool OVERLAP>
-__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> &sm, int wg, int q0,
-                                         int h, int b, int n_tiles) {
+__device__ __forceinline__ void consume_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
+                                             const WorkTile &w, int kv_base, int q_use) {
+  const int q0 = w.q0, h = w.h, b = w.b, n_tiles = w.n_tiles;
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   const int row0 = q0 + wg * kRowsPerWarpgroup + warp * 16 + lane / 4; // half 0; half 1 is row0 + 8
   const int wg_first_row = q0 + wg * kRowsPerWarpgroup;
@@ -345,21 +407,25 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   float sacc[BN / 2];
   uint32_t pa[BN / 16][4];
 
-  mbar_wait(sm.q_full(), 0);
-  if (pp && wg == nwg - 1)
-    named_arrive(kBarTurn0, 256); // consumer 0 goes first
+  mbar_wait(sm.q_full(), q_use & 1);
 
+  // The turn ring runs on across work tiles (consumer() opens it once and closes it at the end).
   auto qk_turn_begin = [&]() {
     if (pp)
       named_sync(my_turn, 256);
   };
-  auto qk_turn_end = [&](int j) {
-    if (pp && !(wg == nwg - 1 && j == n_tiles - 1))
+  auto qk_turn_end = [&](int) {
+    if (pp)
       named_arrive(other_turn, 256);
   };
-  auto release_k = [&](int s) {
-    if (lane == 0)
+  // Q K^T(j) retired: the producer may refill this K slot while we do softmax; after the last
+  // one, Q too (the next work tile's Q loads under this tile's last P V and epilogue).
+  auto release_k = [&](int s, int j) {
+    if (lane == 0) {
       mbar_arrive(sm.k_empty(s));
+      if (j == n_tiles - 1)
+        mbar_arrive(sm.q_empty());
+    }
   };
   auto release_v = [&](int s) {
     if (lane == 0)
@@ -371,8 +437,10 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     softmax_tile<BN>(sacc, m, l, alpha, sl2);
   };
 
+  // Slot and use of this tile's K/V tile 0 in the CTA's ring.
+  const int s0 = kv_base % sm.stages, use0 = kv_base / sm.stages;
   if constexpr (!OVERLAP) {
-    int s = 0, use = 0;
+    int s = s0, use = use0;
     for (int j = 0; j < n_tiles; ++j) {
       mbar_wait(sm.k_full(s), use & 1);
       qk_turn_begin();
@@ -382,7 +450,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       qk_turn_end(j);
       wgmma_wait<0>();
       fence_operands(sacc);
-      release_k(s);
+      release_k(s, j);
       mask_and_softmax(j);
       rescale<D>(o, alpha);
       pack_p<T, BN>(pa, sacc);
@@ -399,19 +467,21 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     }
   } else {
     // Tile 0: S, softmax, P; its P V is issued together with tile 1's Q K^T.
-    mbar_wait(sm.k_full(0), 0);
+    mbar_wait(sm.k_full(s0), use0 & 1);
     qk_turn_begin();
     wgmma_fence();
-    issue_qk<T, D, BN>(sacc, sm, wg, 0);
+    issue_qk<T, D, BN>(sacc, sm, wg, s0);
     wgmma_commit();
     qk_turn_end(0);
     wgmma_wait<0>();
     fence_operands(sacc);
-    release_k(0);
+    release_k(s0, 0);
     mask_and_softmax(0);
     pack_p<T, BN>(pa, sacc);
-    int sp = 0, use_p = 0; // slot and use of the tile whose P is in pa
-    int s = 1, use = 0;    // slot and use of tile j (stages >= 2)
+    int sp = s0, use_p = use0; // slot and use of the tile whose P is in pa
+    int s = s0 + 1, use = use0; // slot and use of tile j
+    if (s == sm.stages)
+      s = 0, ++use;
     for (int j = 1; j < n_tiles; ++j) {
       // Both waits come before the first issue: nothing that may spin sits between the two GEMMs in
       // flight.
@@ -429,7 +499,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       qk_turn_end(j);
       wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
       fence_operands(sacc);
-      release_k(s); // Q K^T(j) retired: the producer may refill this K slot while we do softmax
+      release_k(s, j);
       mask_and_softmax(j);
       // Pin the softmax results above the wait: without these the compiler sinks the whole
       // softmax (max, exp2, row sums) below `wait_group 0` (v1's SASS: every MUFU.EX2 after
@@ -481,7 +551,42 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   }
 }
 
-// One CTA per Q tile: warpgroup 0 produces, warpgroups 1..consumers consume. WIDE = false: 1 or 2
+// A consumer warpgroup's share of every work tile of the CTA. Rows of a tile that sees no key
+// (causal with seqlen_q > seqlen_kv) get O = 0 and LSE = -inf without touching the ring.
+template <class T, int D, int BN, bool OVERLAP>
+__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> &sm, int wg) {
+  const bool pp = a.pingpong != 0;
+  if (pp && wg == a.consumers - 1)
+    named_arrive(kBarTurn0, 256); // consumer 0 takes the first turn
+  int kv_base = 0, q_use = 0;
+  for (int t = int(blockIdx.x); t < a.total_tiles; t += int(gridDim.x)) {
+    const WorkTile w = tile_at<BN>(a, t, sm.block_m);
+    if (w.n_tiles == 0) {
+      T *og = static_cast<T *>(a.o) + int64_t(w.b) * a.o_batch + int64_t(w.h) * a.o_head;
+      float *lse = a.lse + (int64_t(w.b) * a.heads_q + w.h) * a.seqlen_q;
+      const int r0 = w.q0 + wg * kRowsPerWarpgroup, tid = int(threadIdx.x % 128);
+      for (int idx = tid; idx < kRowsPerWarpgroup * D / 8; idx += 128) {
+        const int row = r0 + idx / (D / 8);
+        if (row < a.seqlen_q)
+          *reinterpret_cast<uint4 *>(og + int64_t(row) * a.o_seq + (idx % (D / 8)) * 8) =
+              make_uint4(0, 0, 0, 0);
+      }
+      if (tid < kRowsPerWarpgroup && r0 + tid < a.seqlen_q)
+        lse[r0 + tid] = -INFINITY;
+      continue;
+    }
+    consume_tile<T, D, BN, OVERLAP>(a, sm, wg, w, kv_base, q_use);
+    kv_base += w.n_tiles;
+    ++q_use;
+  }
+  // The last consumer opened consumer 0's turn after its last Q K^T (and at the start): consumer 0
+  // takes that turn here, so every named barrier ends with as many arrivals as waits.
+  if (pp && wg == 0)
+    named_sync(kBarTurn0, 256);
+}
+
+// A CTA per work tile (one_shot) or per resident slot (persistent, walking the work tiles):
+// warpgroup 0 produces, warpgroups 1..consumers consume. WIDE = false: 1 or 2
 // consumers (384 threads at most, consumers get 240 registers); WIDE = true (v3, head_dim 64): 3
 // consumers, 512 threads, 24 x 128 + 160 x 384 = 64512 <= 65536 registers.
 template <class T, int D, int BN, bool OVERLAP, bool WIDE>
@@ -489,30 +594,11 @@ __global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
     fa3_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const int block_m = kRowsPerWarpgroup * a.consumers;
-  const int qt = a.num_q_tiles - 1 - int(blockIdx.x); // heaviest (causal: last) Q tiles first
-  const int q0 = qt * block_m;
-  const int h = blockIdx.y, b = blockIdx.z, hkv = h / a.group;
-  const int n_tiles = int(kv_tiles_for(qt, block_m, BN, a.seqlen_q, a.seqlen_kv, a.causal != 0));
-
-  if (n_tiles == 0) { // causal with seqlen_q > seqlen_kv: no row of this tile sees a key
-    T *og = static_cast<T *>(a.o) + int64_t(b) * a.o_batch + int64_t(h) * a.o_head;
-    float *lse = a.lse + (int64_t(b) * a.heads_q + h) * a.seqlen_q;
-    for (int idx = threadIdx.x; idx < block_m * D / 8; idx += blockDim.x) {
-      const int row = q0 + idx / (D / 8);
-      if (row < a.seqlen_q)
-        *reinterpret_cast<uint4 *>(og + int64_t(row) * a.o_seq + (idx % (D / 8)) * 8) =
-            make_uint4(0, 0, 0, 0);
-    }
-    for (int r = threadIdx.x; r < block_m; r += blockDim.x)
-      if (q0 + r < a.seqlen_q)
-        lse[q0 + r] = -INFINITY;
-    return;
-  }
-
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const Smem<D, BN> sm(base, block_m, a.stages);
   if (threadIdx.x == 0) {
     mbar_init(sm.q_full(), 1);
+    mbar_init(sm.q_empty(), 4 * a.consumers);
     for (int s = 0; s < a.stages; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
@@ -528,11 +614,22 @@ __global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
   if (wg == 0) {
     regs_dealloc<kProducerRegs>();
     if (threadIdx.x == 0)
-      producer<D, BN>(a, sm, q0, h, hkv, b, n_tiles);
+      producer<D, BN>(a, sm);
     return;
   }
   regs_alloc<WIDE ? kConsumerRegsWide : kConsumerRegs>();
-  consumer<T, D, BN, OVERLAP>(a, sm, wg - 1, q0, h, b, n_tiles);
+  consumer<T, D, BN, OVERLAP>(a, sm, wg - 1);
+}
+
+// The device's L2 size, read once per process (the section size of the work order).
+inline int64_t l2_bytes() {
+  static const int64_t bytes = [] {
+    int dev = 0, v = 0;
+    FB_CUDA_CHECK(cudaGetDevice(&dev));
+    FB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev));
+    return int64_t(v);
+  }();
+  return bytes;
 }
 
 template <class T, int D, int BN, bool OVERLAP, bool WIDE>
@@ -552,6 +649,8 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.group = static_cast<int>(p.group_size());
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
   a.num_q_tiles = static_cast<int>(num_q_tiles(p, c));
+  a.total_tiles = static_cast<int>(total_work_tiles(p, c));
+  a.section_heads = static_cast<int>(section_heads(p, D, l2_bytes()));
   a.stages = c.stages;
   a.consumers = c.consumers;
   a.pingpong = c.pingpong;
@@ -561,9 +660,17 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   const int64_t smem = smem_bytes(D, c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(a.num_q_tiles), static_cast<unsigned>(p.heads_q),
-                  static_cast<unsigned>(p.batch));
-  kernel<<<grid, 128 * (1 + c.consumers), static_cast<size_t>(smem), stream>>>(a);
+  const int threads = 128 * (1 + c.consumers);
+  int grid = a.total_tiles;
+  if (c.scheduler == kSchedPersistent) {
+    int per_sm = 0, dev = 0, sms = 0;
+    FB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
+                                                                static_cast<size_t>(smem)));
+    FB_CUDA_CHECK(cudaGetDevice(&dev));
+    FB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    grid = persistent_grid(a.total_tiles, sms, per_sm);
+  }
+  kernel<<<grid, threads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 }
 

@@ -13,8 +13,10 @@ namespace fb::fa3 {
   KernelFn pick_kernel_##T##_d##D(const Params &c);
 FB_FA3_SLICE(bf16, 64)
 FB_FA3_SLICE(bf16, 128)
+FB_FA3_SLICE(bf16, 256)
 FB_FA3_SLICE(fp16, 64)
 FB_FA3_SLICE(fp16, 128)
+FB_FA3_SLICE(fp16, 256)
 #undef FB_FA3_SLICE
 
 } // namespace fb::fa3

@@ -24,10 +24,14 @@ LaunchFn find_launch(DType t, int64_t head_dim, const Params &c) {
     return pick_launch_bf16_d64(c);
   if (t == DType::bf16 && head_dim == 128)
     return pick_launch_bf16_d128(c);
+  if (t == DType::bf16 && head_dim == 256)
+    return pick_launch_bf16_d256(c);
   if (t == DType::f16 && head_dim == 64)
     return pick_launch_fp16_d64(c);
   if (t == DType::f16 && head_dim == 128)
     return pick_launch_fp16_d128(c);
+  if (t == DType::f16 && head_dim == 256)
+    return pick_launch_fp16_d256(c);
   return nullptr;
 }
 
@@ -36,10 +40,14 @@ KernelFn find_kernel(DType t, int64_t head_dim, const Params &c) {
     return pick_kernel_bf16_d64(c);
   if (t == DType::bf16 && head_dim == 128)
     return pick_kernel_bf16_d128(c);
+  if (t == DType::bf16 && head_dim == 256)
+    return pick_kernel_bf16_d256(c);
   if (t == DType::f16 && head_dim == 64)
     return pick_kernel_fp16_d64(c);
   if (t == DType::f16 && head_dim == 128)
     return pick_kernel_fp16_d128(c);
+  if (t == DType::f16 && head_dim == 256)
+    return pick_kernel_fp16_d256(c);
   return nullptr;
 }
 
@@ -85,22 +93,46 @@ public:
     if (p.dtype == DType::f32)
       return Support::no("fp32 inputs: WGMMA takes fp16 or bf16 here (use naive or fa1_kv_outer)");
     if (!fa3::head_dim_ok(p.head_dim))
-      return Support::no(
-          "head_dim " + std::to_string(p.head_dim) +
-          ": compiled for 64 and 128 only (256 needs block_n 64-80 and its own register plan: "
-          "O alone is 128 fp32 registers per consumer thread; planned)");
+      return Support::no("head_dim " + std::to_string(p.head_dim) +
+                         ": compiled for 64, 128 and 256 only (one slice per head_dim: the K/V "
+                         "tiles are 64-column TMA boxes and O is an m64 x head_dim accumulator)");
     const fa3::Params params = fa3::params_of(c);
     if (params.consumers == 3 && !fa3::wide_ok(p.head_dim))
       return Support::no("3 consumer warpgroups (block_m 192) get 160 registers each (64K / 512 "
-                         "threads): compiled for head_dim 64 only (at 128, O + S + P alone are 160)");
+                         "threads): compiled for head_dim 64 only (at 128, O + S + P alone are "
+                         "160; at 256, O alone is 128)");
+    // The same table the slices instantiate from (traits.hpp): at head_dim 256 block_n 64 only.
+    if (!fa3::tile_compiled(p.head_dim, params.block_n, params.consumers == 3))
+      return Support::no(
+          "block_n " + std::to_string(params.block_n) + " is not compiled for head_dim " +
+          std::to_string(p.head_dim) +
+          (p.head_dim == 256
+               ? ": head_dim 256 has block_n 64 only (O alone is 128 fp32 registers per consumer "
+                 "thread, and at block_n 128 two stages of K and V alone are 262.1 KB of shared "
+                 "memory, over an H100's 232.4 KB); use block_n 64 with stages 2"
+               : ""));
     const int64_t smem = fa3::smem_bytes(p.head_dim, params);
     // Without a device, plan against an H100's 227 KB.
     const int64_t limit = dev.smem_per_block_optin > 0 ? dev.smem_per_block_optin : 232448;
-    if (smem > limit)
-      return Support::no("needs " + kernels::format_kb(double(smem)) +
-                         " shared memory per block; the device allows " +
-                         kernels::format_kb(double(limit)) +
-                         " (fewer stages or a smaller block_n)");
+    if (smem > limit) {
+      // Say what does fit: the deepest ring at this block_m x block_n, else a smaller tile.
+      int fits = 0;
+      for (int st = 2; st < params.stages; ++st) {
+        fa3::Params q = params;
+        q.stages = st;
+        if (fa3::smem_bytes(p.head_dim, q) <= limit)
+          fits = st;
+      }
+      return Support::no(
+          "needs " + kernels::format_kb(double(smem)) +
+          " shared memory per block; the device allows " + kernels::format_kb(double(limit)) +
+          (fits ? " (stages " + std::to_string(fits) + (fits > 2 ? " or fewer" : "") +
+                      " fits at block_m " + std::to_string(params.block_m) + ", block_n " +
+                      std::to_string(params.block_n) + ")"
+                : " (no ring depth fits at block_m " + std::to_string(params.block_m) +
+                      ", block_n " + std::to_string(params.block_n) +
+                      ": a smaller block_n or block_m)"));
+    }
     if (p.heads_q > 65535 || p.batch > 65535)
       return Support::no("heads_q and batch must each be at most 65535 (CUDA grid y/z limit)");
     if (p.seqlen_q >= INT_MAX / 2 || p.seqlen_kv >= INT_MAX / 2)

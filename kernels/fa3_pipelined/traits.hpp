@@ -32,11 +32,20 @@ constexpr int kConsumerRegsWide = 160;
 // addresses/stats: head_dim 64 with block_n <= 128 only (32 + 64 + 32 = 128).
 constexpr bool wide_ok(int64_t head_dim) { return head_dim == 64; }
 constexpr int kMaxWideBlockN = 128;
+// head_dim 256 compiles block_n 64 only, with 1 or 2 consumers (wide_ok is false). Registers per
+// consumer thread: O is 128 fp32 (the whole m64n256 accumulator), S 32 and P 16 at block_n 64:
+// 176 pinned while Q K^T(j+1) and P V(j) are both in flight, inside the 240 budget; block_n 128
+// would pin 128 + 64 + 32 = 224 before addresses and row stats. Shared memory rules block_n 128
+// out anyway: Q + 2 stages x (K + V) = 64 + 2 x 128 KB = 320 KB at block_m 128 (288 KB at 64), over
+// the 227 KB opt-in. At block_n 64, 2 stages fit block_m 128 and 3 do not (smem_bytes).
+constexpr int kBlockND256 = 64;
 // Which (block_n, 3-consumer) kernels a head_dim slice compiles: the one table that pick_launch,
 // pick_kernel and supports() read.
 constexpr bool tile_compiled(int64_t head_dim, int block_n, bool wide) {
   if (wide)
     return wide_ok(head_dim) && block_n <= kMaxWideBlockN;
+  if (head_dim == 256)
+    return block_n == kBlockND256;
   return block_n == 64 || block_n == 128 || block_n == 192;
 }
 // Shared-memory bytes besides the tiles: up to 1023 bytes to align the tiles to 1024, the
@@ -70,9 +79,8 @@ inline std::optional<std::string> config_problem(const Params &c) {
   if (c.consumers == 3 && c.block_n > kMaxWideBlockN)
     return "3 consumer warpgroups get 160 registers each (64K / 512 threads): S + P of block_n 192 "
            "do not fit; block_n <= 128";
-  if (c.scheduler != kSchedOneShot)
-    return "persistent scheduler not implemented yet (version 1 is a one-shot grid, heaviest Q "
-           "tiles first)";
+  if (c.scheduler != kSchedOneShot && c.scheduler != kSchedPersistent)
+    return "scheduler must be one_shot (0) or persistent (1)";
   return std::nullopt;
 }
 
@@ -91,7 +99,10 @@ inline ConfigSpace make_space() {
   const Params d;
   return ConfigSpace(
       {Axis{"block_m", {64, 128, 192}, {}, "query rows per CTA (64 per consumer warpgroup)"},
-       Axis{"block_n", {64, 128, 192}, {}, "keys per K/V tile (192: d128 fits 2 stages only)"},
+       Axis{"block_n",
+            {64, 128, 192},
+            {},
+            "keys per K/V tile (192: d128 fits 2 stages only; d256: 64 only)"},
        Axis{"stages", {2, 3, 4}, {}, "K/V tiles in flight in the TMA/mbarrier ring"},
        Axis{"consumer_wgs",
             {1, 2, 3},
@@ -108,7 +119,7 @@ inline ConfigSpace make_space() {
        Axis{"scheduler",
             {kSchedOneShot, kSchedPersistent},
             {"one_shot", "persistent"},
-            "one CTA per Q tile, or persistent CTAs over a tile queue (not yet)"}},
+            "one CTA per work tile, or one per resident slot walking the tiles (longest first)"}},
       Config({{"block_m", d.block_m},
               {"block_n", d.block_n},
               {"stages", d.stages},
@@ -119,16 +130,36 @@ inline ConfigSpace make_space() {
       [](const Config &c) { return config_problem(params_of(c)); });
 }
 
-constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128; }
+constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
 
 // Dynamic shared memory: Q (block_m x D), `stages` K and V tiles (block_n x D each), all 16-bit,
-// plus slack.
+// plus slack. At d256 only block_n 64 with 2 stages fits block_m 128 (194.8 KB; 3 stages 258.8 KB);
+// block_m 64 fits 3 stages (226.8 KB of 227).
 constexpr int64_t smem_bytes(int64_t head_dim, const Params &c) {
   return 2 * head_dim * (int64_t(c.block_m) + 2 * int64_t(c.stages) * c.block_n) + kSmemSlack;
 }
 
 inline int64_t num_q_tiles(const AttentionProblem &p, const Params &c) {
   return (p.seqlen_q + c.block_m - 1) / c.block_m;
+}
+
+// Work tiles: one per (Q tile, head, batch).
+inline int64_t total_work_tiles(const AttentionProblem &p, const Params &c) {
+  return num_q_tiles(p, c) * p.heads_q * p.batch;
+}
+
+// (b, h) pairs per L2 section of the work order (fa3_pipelined.cuh, tile_at): as many whole GQA
+// groups as keep their K/V within half the L2, at least one group. The CTAs in flight then share
+// K/V through L2 instead of streaming every head's K/V from DRAM at once.
+inline int64_t section_heads(const AttentionProblem &p, int64_t head_dim, int64_t l2_bytes) {
+  const int64_t kv_per_group = 2 * p.seqlen_kv * head_dim * dtype_bytes(p.dtype);
+  const int64_t groups = std::max<int64_t>(1, (l2_bytes / 2) / std::max<int64_t>(1, kv_per_group));
+  return std::min<int64_t>(groups * p.group_size(), p.heads_q * p.batch);
+}
+
+// CTAs of a persistent launch: every resident slot of the device, never more than the tiles.
+inline int64_t persistent_grid(int64_t total_tiles, int64_t sms, int64_t ctas_per_sm) {
+  return std::max<int64_t>(1, std::min<int64_t>(total_tiles, sms * std::max<int64_t>(1, ctas_per_sm)));
 }
 
 // K/V tiles that Q tile i visits: up to its last row's last visible key (0 when no row sees a key).

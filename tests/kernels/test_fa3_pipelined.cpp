@@ -8,8 +8,11 @@
 //  - Fa3AllConfigs: every valid config on the shared awkward shapes and on longer ones that wrap
 //  the TMA ring
 //    several times, cross the causal diagonal in several tiles, and mix GQA, bhsd and seqlen_q !=
-//    seqlen_kv.
+//    seqlen_kv; the same kinds of shapes at head_dim 256 (block_n 64, 1 or 2 consumers).
+//  - host-only (Fa3Pipelined.*): config space and supports() reasons, d256's tile table included;
+//    these run without a device.
 #include "gpu_test_util.hpp"
+#include "kernels/fa3_pipelined/traits.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -145,10 +148,10 @@ Diagnosis self_check(const AttentionProblem &p, const Config &c) {
           "columns x rows, SWIZZLE_128B) and the 1024-byte alignment of the tiles; if only one row "
           "half is bad, "
           "the accumulator row mapping (row g vs g+8)";
-  else if (d == 128 && bad_chunk[0] == 0 && bad_chunk[1] > 0)
-    os << "S and LSE right, only columns 64..127 of O wrong: the V descriptor's LBO (MN-major: "
+  else if (d >= 128 && bad_chunk[0] == 0)
+    os << "S and LSE right, only columns 64 and up of O wrong: the V descriptor's LBO (MN-major: "
           "stride between "
-          "64-column chunks = block_n x 128 bytes) or the second V TMA box";
+          "64-column chunks = block_n x 128 bytes) or a later V TMA box";
   else if (bad_half[0] > 0 && bad_half[1] == 0)
     os << "S right, O wrong only in rows g (not g+8): the P register fragment order (a0..a3) of "
           "the RS WGMMA";
@@ -201,7 +204,11 @@ INSTANTIATE_TEST_SUITE_P(
         // warpgroups (block_m 192, 512 threads, 160 registers, 3-way turn ring), ragged rows.
         SelfCheckCase{"d64_bn128_st4_pp_overlap", 64, 128, 1152, DType::bf16, 128, 128, 2, 1, 1, 4},
         SelfCheckCase{"d64_bm192_3wg_pp_overlap", 64, 192, 640, DType::bf16, 192, 128, 3, 1, 1, 4},
-        SelfCheckCase{"d64_bm192_3wg_pp_bn64", 64, 200, 300, DType::f16, 192, 64, 3, 1, 0, 3}),
+        SelfCheckCase{"d64_bm192_3wg_pp_bn64", 64, 200, 300, DType::f16, 192, 64, 3, 1, 0, 3},
+        // head_dim 256: m64n256 P V (4 V column chunks, LBO = 64 x 128 B), 16 Q K^T k-steps over 4
+        // Q/K chunks; one tile first, then 2 consumers with ping-pong and overlap over 3 tiles.
+        SelfCheckCase{"d256_bm64_bn64", 256, 64, 64, DType::bf16, 64, 64, 1, 0, 0},
+        SelfCheckCase{"d256_f16_bm128_pp_overlap", 256, 128, 192, DType::f16, 128, 64, 2, 1, 1}),
     [](const ::testing::TestParamInfo<SelfCheckCase> &i) { return std::string(i.param.name); });
 
 // ---- every config on awkward and long shapes
@@ -253,6 +260,54 @@ const std::vector<Shape> kLongShapes = {
 INSTANTIATE_TEST_SUITE_P(Long, Fa3AllConfigs, ::testing::ValuesIn(kLongShapes),
                          fb::test::shape_name);
 
+// head_dim 256 (block_n 64; stages 2, and 3 at block_m 64; 1 or 2 consumers; overlap on and off):
+// the awkward kinds again, since the shared awkward list is d64/d128 only.
+const std::vector<Shape> kD256Shapes = {
+    {"d256_len1", 1, 2, 2, 1, 1, 256, false, DType::bf16},
+    {"d256_len1_causal_f16", 1, 2, 2, 1, 1, 256, true, DType::f16},
+    // Lengths that are multiples of no tile, on both sides.
+    {"d256_q77_kv131", 1, 2, 2, 77, 131, 256, false, DType::bf16},
+    {"d256_q131_kv77_f16", 2, 2, 2, 131, 77, 256, false, DType::f16},
+    // Causal, seqlen_q > seqlen_kv: the first 54 rows see no key (fully masked rows inside a tile).
+    {"d256_causal_q131_kv77_f16", 1, 2, 2, 131, 77, 256, true, DType::f16},
+    {"d256_causal_q77_kv131", 1, 2, 2, 77, 131, 256, true, DType::bf16},
+    // Causal, the first 260 rows see no key: whole Q tiles skip the K/V loop (zero fill), GQA 2.
+    {"d256_causal_q300_kv40_gqa", 1, 4, 2, 300, 40, 256, true, DType::bf16},
+    {"d256_gqa_8_2_causal", 2, 8, 2, 100, 100, 256, true, DType::bf16},
+    {"d256_mqa_f16", 1, 4, 1, 64, 200, 256, false, DType::f16},
+    // Ring wraps (11 tiles of 64 > 3 stages), several diagonal tiles, bhsd.
+    {"d256_causal_q300_kv700_bhsd", 1, 4, 2, 300, 700, 256, true, DType::f16, {}, 0, Layout::bhsd},
+    {"d256_q1_kv1025", 2, 2, 1, 1, 1025, 256, false, DType::bf16},
+};
+INSTANTIATE_TEST_SUITE_P(D256, Fa3AllConfigs, ::testing::ValuesIn(kD256Shapes),
+                         fb::test::shape_name);
+
+// v4: more work tiles than an H100/H200 has SMs, so that persistent CTAs walk several tiles each
+// (the K/V ring, the Q buffer and the turn ring run on across tiles, causal tiles of different
+// lengths, and tiles whose rows see no key in between). Every persistent config runs on them.
+const std::vector<Shape> kManyTileShapes = {
+    {"gqa_causal_b3_h48_q300_kv400_d64", 3, 48, 12, 300, 400, 64, true, DType::bf16},
+    {"gqa_causal_b2_h40_q700_kv150_d128", 2, 40, 8, 700, 150, 128, true, DType::f16},
+    {"b2_h72_q257_kv333_d128", 2, 72, 72, 257, 333, 128, false, DType::bf16},
+};
+class Fa3Persistent : public ::testing::TestWithParam<Shape> {};
+TEST_P(Fa3Persistent, EveryPersistentConfigMatchesCpuReference) {
+  FB_SKIP_WITHOUT_HOPPER();
+  Case c(GetParam().problem());
+  int ran = 0;
+  for (const auto &e : fa3().space().expand()) {
+    if (e.invalid_reason || e.config.get_or("scheduler", 0) != fb::fa3::kSchedPersistent)
+      continue;
+    if (!fa3().supports(c.problem(), e.config, fb::test::test_device()))
+      continue;
+    c.expect_pass(fa3(), e.config, /*launches=*/2);
+    ++ran;
+  }
+  EXPECT_GT(ran, 0);
+}
+INSTANTIATE_TEST_SUITE_P(ManyTiles, Fa3Persistent, ::testing::ValuesIn(kManyTileShapes),
+                         fb::test::shape_name);
+
 // ---- host-only
 // ---------------------------------------------------------------------------------------------
 TEST(Fa3Pipelined, ConfigSpaceSaysWhy) {
@@ -266,9 +321,23 @@ TEST(Fa3Pipelined, ConfigSpaceSaysWhy) {
   EXPECT_FALSE(sp.check(cfg(192, 128, 4, 3, 1, 1)).has_value());
   ASSERT_TRUE(sp.check(cfg(192, 192, 2, 3, 1, 1)).has_value());
   EXPECT_NE(sp.check(cfg(192, 192, 2, 3, 1, 1))->find("160 registers"), std::string::npos);
-  const Config persistent = sp.make({{"scheduler", "persistent"}});
-  ASSERT_TRUE(sp.check(persistent).has_value());
-  EXPECT_NE(sp.check(persistent)->find("persistent"), std::string::npos);
+  EXPECT_FALSE(sp.check(sp.make({{"scheduler", "persistent"}})).has_value());
+}
+
+TEST(Fa3Pipelined, PersistentGridAndL2Sections) {
+  // Every resident slot, never more CTAs than work tiles.
+  EXPECT_EQ(fb::fa3::persistent_grid(5000, 132, 1), 132);
+  EXPECT_EQ(fb::fa3::persistent_grid(40, 132, 1), 40);
+  EXPECT_EQ(fb::fa3::persistent_grid(5000, 132, 0), 132);
+  // d128 bf16, N = 8192: one group's K+V is 4 MiB per KV head; half of a 50 MiB L2 holds 6 groups.
+  AttentionProblem p = Shape{"x", 2, 32, 8, 8192, 8192, 128, true, DType::bf16}.problem();
+  EXPECT_EQ(fb::fa3::section_heads(p, 128, 50ll << 20), 6 * 4);
+  // Longer than half the L2: one whole GQA group per section.
+  p.seqlen_kv = 131072;
+  EXPECT_EQ(fb::fa3::section_heads(p, 128, 50ll << 20), 4);
+  // Short: the whole problem is one section.
+  p.seqlen_kv = 512;
+  EXPECT_EQ(fb::fa3::section_heads(p, 128, 50ll << 20), 64);
 }
 
 TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
@@ -303,11 +372,70 @@ TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
   DeviceInfo blackwell = dev;
   blackwell.present = true, blackwell.cc_major = 10, blackwell.cc_minor = 0;
   EXPECT_NE(fa3().supports(p, def, blackwell).reason.find("needs sm_90a"), std::string::npos);
-  p.head_dim = 256;
-  EXPECT_NE(fa3().supports(p, def, dev).reason.find("head_dim 256"), std::string::npos);
+  p.head_dim = 96;
+  EXPECT_NE(fa3().supports(p, def, dev).reason.find("head_dim 96"), std::string::npos);
   p.head_dim = 128;
   p.dtype = DType::f32;
   EXPECT_NE(fa3().supports(p, def, dev).reason.find("fp32"), std::string::npos);
+}
+
+// head_dim 256: block_n 64 only (tile_compiled, the table the slices instantiate from), 2 stages
+// at block_m 128 (199424 B of shared memory; 3 stages 264960 B > 232448), 1 or 2 consumers.
+TEST(Fa3Pipelined, HeadDim256TilesSayWhy) {
+  EXPECT_TRUE(fa3::tile_compiled(256, 64, false));
+  EXPECT_FALSE(fa3::tile_compiled(256, 128, false));
+  EXPECT_FALSE(fa3::tile_compiled(256, 192, false));
+  EXPECT_FALSE(fa3::tile_compiled(256, 64, true));
+  EXPECT_TRUE(fa3::head_dim_ok(256));
+
+  const DeviceInfo dev = nominal_device();
+  for (DType t : {DType::bf16, DType::f16}) {
+    const AttentionProblem p = Shape{"x", 1, 16, 16, 4096, 4096, 256, true, t}.problem();
+    for (int ov : {0, 1}) {
+      for (int pp : {0, 1}) {
+        const Config c = cfg(128, 64, 2, 2, pp, ov);
+        const Support s = fa3().supports(p, c, dev);
+        EXPECT_TRUE(s.ok) << fa3().space().to_string(c) << ": " << s.reason;
+        // The slice has the kernel (the occupancy report gets it): one CTA of 3 warpgroups.
+        const auto ks = fa3().kernels(p, c);
+        ASSERT_EQ(ks.size(), 1u) << fa3().space().to_string(c);
+        EXPECT_NE(ks[0].func, nullptr);
+        EXPECT_EQ(ks[0].block_threads, 384);
+        EXPECT_LE(ks[0].dynamic_smem, size_t(232448));
+      }
+      // One consumer (block_m 64): stages 2 and 3 fit (232192 B of 232448), 4 do not.
+      for (int st : {2, 3}) {
+        const Config c = cfg(64, 64, st, 1, 0, ov);
+        EXPECT_TRUE(fa3().supports(p, c, dev).ok) << fa3().supports(p, c, dev).reason;
+        EXPECT_EQ(fa3().kernels(p, c).size(), 1u);
+      }
+      const std::string st4 = fa3().supports(p, cfg(64, 64, 4, 1, 0, ov), dev).reason;
+      EXPECT_NE(st4.find("shared memory"), std::string::npos) << st4;
+      EXPECT_NE(st4.find("stages 3 or fewer fits"), std::string::npos) << st4;
+    }
+    // block_n 128 and 192: not compiled at d256, with the reason and what to use instead.
+    for (int bn : {128, 192}) {
+      const Support s = fa3().supports(p, cfg(128, bn, 2, 2, 1, 1), dev);
+      EXPECT_FALSE(s.ok);
+      const std::string why = "block_n " + std::to_string(bn) + " is not compiled for head_dim 256";
+      EXPECT_NE(s.reason.find(why), std::string::npos) << s.reason;
+      EXPECT_NE(s.reason.find("block_n 64 only"), std::string::npos) << s.reason;
+      EXPECT_TRUE(fa3().kernels(p, cfg(128, bn, 2, 2, 1, 1)).empty());
+    }
+    EXPECT_FALSE(fa3().supports(p, cfg(64, 128, 2, 1, 0, 0), dev).ok);
+    // stages 3 at block_m 128: the shared-memory reason, saying that 2 stages fit.
+    const Support st3 = fa3().supports(p, cfg(128, 64, 3, 2, 1, 1), dev);
+    EXPECT_FALSE(st3.ok);
+    EXPECT_NE(st3.reason.find("shared memory"), std::string::npos) << st3.reason;
+    EXPECT_NE(st3.reason.find("stages 2 fits at block_m 128, block_n 64"), std::string::npos)
+        << st3.reason;
+    // 3 consumers (160 registers each): head_dim 64 only.
+    const Support wide = fa3().supports(p, cfg(192, 64, 2, 3, 1, 1), dev);
+    EXPECT_NE(wide.reason.find("head_dim 64"), std::string::npos) << wide.reason;
+    // The default config (block_n 128) is not one d256 runs: the reason names block_n.
+    EXPECT_NE(fa3().supports(p, fa3().space().default_config(), dev).reason.find("block_n 64"),
+              std::string::npos);
+  }
 }
 
 TEST(Fa3Pipelined, TrafficModelIsOneKvPassPerQTile) {

@@ -1,0 +1,9 @@
+// One compiled slice of fa3_pipelined (fp16, head_dim 256); the kernel lives in fa3_pipelined.cuh.
+// Built for sm_90a only (kernels/fa3_pipelined/CMakeLists.txt).
+#include "kernels/fa3_pipelined/fa3_pipelined.cuh"
+#include "kernels/fa3_pipelined/instances.hpp"
+
+namespace fb::fa3 {
+LaunchFn pick_launch_fp16_d256(const Params &c) { return pick_launch<__half, 256>(c); }
+KernelFn pick_kernel_fp16_d256(const Params &c) { return pick_kernel<__half, 256>(c); }
+} // namespace fb::fa3
