@@ -86,7 +86,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 namespace fb::fa3 {
 namespace detail {
@@ -651,6 +653,10 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.num_q_tiles = static_cast<int>(num_q_tiles(p, c));
   a.total_tiles = static_cast<int>(total_work_tiles(p, c));
   a.section_heads = static_cast<int>(section_heads(p, D, l2_bytes()));
+  // Experiment knob (NOTES.md, v4): FLASHBENCH_FA3_SECTION_HEADS=n fixes the section size (1 = the
+  // version-3 order: one head's Q tiles after another's).
+  if (const char *e = std::getenv("FLASHBENCH_FA3_SECTION_HEADS"); e && std::atoi(e) > 0)
+    a.section_heads = std::min(std::atoi(e), static_cast<int>(p.heads_q * p.batch));
   a.stages = c.stages;
   a.consumers = c.consumers;
   a.pingpong = c.pingpong;
