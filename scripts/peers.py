@@ -330,8 +330,28 @@ class Timer:
         else:
             self.flush_buf.sum(dtype=self.torch.int32)
 
+    def settle(self, limit_s: float = 2.0) -> float:
+        """Waits (up to limit_s) until NVML reports no power or thermal slowdown, as the harness does before each
+        point (timing.settle_s), so that a peer does not inherit the power cap of the previous point."""
+        try:
+            import pynvml
+        except ImportError:
+            return 0.0
+        try:
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByIndex(self.torch.cuda.current_device())
+            t0 = time.perf_counter()
+            while pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h) & (0x4 | 0x8 | 0x20 | 0x40 | 0x80):
+                if time.perf_counter() - t0 > limit_s:
+                    break
+                time.sleep(0.02)
+            return time.perf_counter() - t0
+        except Exception:
+            return 0.0
+
     def measure(self, fn) -> dict:
         torch, a = self.torch, self.args
+        settle_wait = self.settle()
         for _ in range(a.warmup):
             fn()
         torch.cuda.synchronize()
@@ -355,6 +375,7 @@ class Timer:
                 if st["cv"] is not None and st["cv"] <= a.max_noise:
                     break
         st = summarize(samples)
+        st["settle_wait_s"] = settle_wait
         st["samples_us"] = samples
         st["noisy"] = bool(st["cv"] is None or st["cv"] > a.max_noise)
         st["dropped_throttled"] = 0

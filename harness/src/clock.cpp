@@ -21,6 +21,7 @@ struct Nvml {
   nvmlReturn (*clock)(nvmlDevice, int, unsigned*) = nullptr;
   nvmlReturn (*max_clock)(nvmlDevice, int, unsigned*) = nullptr;
   nvmlReturn (*driver)(char*, unsigned) = nullptr;
+  nvmlReturn (*reasons)(nvmlDevice, unsigned long long*) = nullptr; // optional
   bool ok = false;
 };
 
@@ -37,6 +38,8 @@ const Nvml& nvml() {
     n.max_clock =
         reinterpret_cast<nvmlReturn (*)(nvmlDevice, int, unsigned*)>(dlsym(n.lib, "nvmlDeviceGetMaxClockInfo"));
     n.driver = reinterpret_cast<nvmlReturn (*)(char*, unsigned)>(dlsym(n.lib, "nvmlSystemGetDriverVersion"));
+    n.reasons = reinterpret_cast<nvmlReturn (*)(nvmlDevice, unsigned long long*)>(
+        dlsym(n.lib, "nvmlDeviceGetCurrentClocksThrottleReasons"));
     n.ok = n.init && n.by_bus_id && n.clock && n.max_clock && n.driver && n.init() == 0;
   });
   return n;
@@ -62,6 +65,15 @@ int ClockReader::sm_clock_mhz() const {
 int ClockReader::sm_clock_max_mhz() const {
   unsigned mhz = 0;
   if (device_ && nvml().max_clock(device_, kNvmlClockSm, &mhz) == 0) return static_cast<int>(mhz);
+  return 0;
+}
+
+unsigned long long ClockReader::slowdown_reasons() const {
+  // NVML's clock event reasons: SW power cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, HW power
+  // brake 0x80. Not idle (0x1), application clocks (0x2) or sync boost (0x10): those are not heat or power.
+  constexpr unsigned long long kHeatOrPower = 0x4 | 0x8 | 0x20 | 0x40 | 0x80;
+  unsigned long long r = 0;
+  if (device_ && nvml().reasons && nvml().reasons(device_, &r) == 0) return r & kHeatOrPower;
   return 0;
 }
 

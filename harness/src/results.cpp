@@ -98,6 +98,8 @@ nlohmann::json to_json(const Result& r) {
     j["dropped_throttled"] = t.dropped_throttled;
     j["sm_clock_mhz"] = t.sm_clock_mhz;
     j["wall_s"] = t.wall_s;
+    j["settle_wait_s"] = t.settle_wait_s;
+    j["slowdown_at_start"] = t.slowdown_at_start;
     j["bytes_model_gbps"] = r.bytes_model / (t.median_us * 1e-6) / 1e9;
     // Achieved bandwidth on the bytes that must move: K+V alone (decode is bound by reading the cache) and all
     // of bytes_min (Q, K, V, O, LSE). SI GB/s over the median time.
@@ -162,6 +164,8 @@ Result result_from_json(const nlohmann::json& j) {
       t.sm_clock_mhz = j.value("sm_clock_mhz", 0.0);
       t.dropped_throttled = j.value("dropped_throttled", 0);
       t.wall_s = j.value("wall_s", 0.0);
+      t.settle_wait_s = j.value("settle_wait_s", 0.0);
+      t.slowdown_at_start = j.value("slowdown_at_start", 0ull);
       r.timing = t;
     }
     if (j.contains("verification") && j["verification"].is_object()) {

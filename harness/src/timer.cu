@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 #include <stdexcept>
+#include <thread>
 
 namespace fb {
 
@@ -157,6 +158,14 @@ TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
   // Re-checked per point: a profiler attached or initialised since the last point can make launches synchronous.
   m.hold = launches_are_asynchronous(m.stream, m.device_flags, m.host_flags);
   policy_flush_ = policy.flush;
+  double settle_wait = 0;
+  if (m.clocks.available() && policy.settle_s > 0) {
+    const double s0 = now_s();
+    while (m.clocks.slowdown_reasons() != 0 && now_s() - s0 < policy.settle_s)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    settle_wait = now_s() - s0;
+  }
+  const unsigned long long slowdown = m.clocks.available() ? m.clocks.slowdown_reasons() : 0;
   {
     ScopedRange r{"warmup"};
     for (int i = 0; i < policy.warmup_runs; ++i) {
@@ -193,6 +202,8 @@ TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
   t.stop_reason = rule.reason().empty() ? "timeout" : rule.reason();
   t.noisy = t.cv > policy.max_noise;
   t.wall_s = now_s() - t0;
+  t.settle_wait_s = settle_wait;
+  t.slowdown_at_start = slowdown;
   if (!clocks.empty()) {
     std::nth_element(clocks.begin(), clocks.begin() + clocks.size() / 2, clocks.end());
     t.sm_clock_mhz = clocks[clocks.size() / 2];

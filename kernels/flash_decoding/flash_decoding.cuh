@@ -15,9 +15,11 @@
 //   * the 4 warps split each tile's keys (split-K inside the CTA) and merge their (m, l, O) through
 //     shared memory once, at the end;
 //   * fused = 1 combines in the same launch: each CTA writes its partial, then takes a ticket on the
-//     group's arrival counter, and the last one to arrive merges the group (no second launch, no
-//     memset: the counter carries a per-launch tag, so whatever the workspace held before, the first
-//     arrival of a launch restarts it, and the last one leaves it at (tag, 0)).
+//     group's arrival counter (one atomicAdd), and the last one to arrive merges the group. The
+//     counters are zeroed by a memset queued before the launch (v4). Version 2 had no memset: a
+//     per-launch tag in the counter, taken with an atomicCAS loop; when a group's 26-64 CTAs arrive
+//     together every failed CAS costs an L2 round trip, which serialised the arrivals (NOTES.md:
+//     ~10 us at B=1 L=8k, 64 splits 2x slower than 32).
 // A group whose keys fit one split writes its final O directly (no partials at all).
 //
 // Variable lengths (cache_seqlens) and causal alignment: row r of a group is query i = r / group of
@@ -48,8 +50,7 @@ template <class T> struct KArgs {
   float *lse;
   float *o_part;   // [groups, splits, 16, D]
   float *lse_part; // [groups, splits, 16], log2 units
-  unsigned long long *counters; // [groups]: (tag << 16) | arrivals
-  unsigned long long tag;       // this launch's tag, already shifted left by 16
+  unsigned int *counters; // [groups]: arrivals, zeroed before each launch
   const int *seqlens;           // [batch] or null (every entry has seqlen_kv keys)
   const int *page_table;        // [batch, pages_per_seq] or null (contiguous)
   int64_t q_batch, q_seq, q_head; // element strides of Q and O
@@ -493,20 +494,8 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   __shared__ int is_last;
   __threadfence(); // this thread's partials are visible device-wide before the ticket is taken
   __syncthreads(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
-  if (threadIdx.x == 0) {
-    unsigned long long *ctr = a.counters + grp;
-    unsigned long long seen = *reinterpret_cast<volatile unsigned long long *>(ctr), assumed;
-    unsigned long long arrived;
-    do {
-      assumed = seen;
-      const bool same = (assumed >> 16) == (a.tag >> 16);
-      arrived = same ? (assumed & 0xffffull) + 1 : 1;
-      seen = atomicCAS(ctr, assumed, a.tag | arrived);
-    } while (seen != assumed);
-    is_last = arrived == static_cast<unsigned long long>(n_active);
-    if (is_last)
-      atomicExch(ctr, a.tag); // (tag, 0): ready for a replay of this very launch (CUDA graphs)
-  }
+  if (threadIdx.x == 0)
+    is_last = atomicAdd(a.counters + grp, 1u) + 1 == unsigned(n_active);
   __syncthreads();
   if (!is_last)
     return;
@@ -534,7 +523,7 @@ template <class T, int D, int KW, int W> const void *split_kernel_ptr() {
 
 template <class T>
 KArgs<T> make_args(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
-                   const LaunchArgs &args, uint64_t tag) {
+                   const LaunchArgs &args) {
   KArgs<T> a{};
   a.q = static_cast<const T *>(args.q);
   a.k = static_cast<const T *>(args.k);
@@ -545,8 +534,7 @@ KArgs<T> make_args(const AttentionProblem &p, const Params &c, const SplitPlan &
   char *ws = static_cast<char *>(args.workspace);
   a.o_part = reinterpret_cast<float *>(ws + w.o_offset);
   a.lse_part = reinterpret_cast<float *>(ws + w.lse_offset);
-  a.counters = reinterpret_cast<unsigned long long *>(ws + w.counter_offset);
-  a.tag = (tag & 0xffffffffffffull) << 16;
+  a.counters = reinterpret_cast<unsigned int *>(ws + w.counter_offset);
   a.seqlens = p.kv_lens.empty() ? nullptr : args.cache_seqlens;
   a.page_table = p.paged() ? args.page_table : nullptr;
   const Strides qs = p.q_strides(), ks = p.kv_strides();
@@ -618,8 +606,11 @@ void launch_d(const KArgs<T> &a, const AttentionProblem &p, const Params &c, cud
 
 template <class T>
 void launch_typed(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
-                  const LaunchArgs &args, uint64_t tag, cudaStream_t stream) {
-  const KArgs<T> a = make_args<T>(p, c, plan, args, tag);
+                  const LaunchArgs &args, cudaStream_t stream) {
+  const KArgs<T> a = make_args<T>(p, c, plan, args);
+  // The fused combine's arrival counters start at 0 in every launch (a memset node in a graph).
+  if (a.splits > 1 && a.fused)
+    FB_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, size_t(num_groups(p)) * sizeof(unsigned int), stream));
   switch (p.head_dim) {
   case 64: launch_d<T, 64>(a, p, c, stream); break;
   case 128: launch_d<T, 128>(a, p, c, stream); break;

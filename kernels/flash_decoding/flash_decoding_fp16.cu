@@ -5,8 +5,8 @@
 namespace fb::fdec {
 
 void launch_fp16(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
-               const LaunchArgs &args, uint64_t tag, cudaStream_t stream) {
-  launch_typed<__half>(p, c, plan, args, tag, stream);
+               const LaunchArgs &args, cudaStream_t stream) {
+  launch_typed<__half>(p, c, plan, args, stream);
 }
 
 std::vector<KernelDesc> kernel_descs_fp16(const AttentionProblem &p, const Params &c,

@@ -106,14 +106,12 @@ public:
     const fdec::SplitPlan sp = plan(p, c);
     if (args.workspace_bytes < fdec::workspace_layout(p, sp).total)
       throw std::invalid_argument("flash_decoding: workspace smaller than workspace_bytes()");
-    // A fresh tag per launch: the fused path's arrival counters restart on a tag they do not hold.
     if (sp.stages < 2)
       throw std::invalid_argument("flash_decoding: the K/V tiles do not fit shared memory");
-    const uint64_t tag = next_tag_.fetch_add(1, std::memory_order_relaxed);
     if (p.dtype == DType::bf16)
-      fdec::launch_bf16(p, params, sp, args, tag, stream);
+      fdec::launch_bf16(p, params, sp, args, stream);
     else
-      fdec::launch_fp16(p, params, sp, args, tag, stream);
+      fdec::launch_fp16(p, params, sp, args, stream);
   }
 
 private:
@@ -122,7 +120,6 @@ private:
   }
 
   ConfigSpace space_ = fdec::make_space();
-  mutable std::atomic<uint64_t> next_tag_{1};
 };
 
 } // namespace

@@ -239,12 +239,12 @@ inline double traffic_bytes(const AttentionProblem &p, const Params &c, const Sp
   return bytes;
 }
 
-// The launch entry points (flash_decoding_bf16.cu, flash_decoding_fp16.cu). `tag` must differ
-// between launches that share a workspace (the fused path's arrival counters; see the kernel file).
+// The launch entry points (flash_decoding_bf16.cu, flash_decoding_fp16.cu); a launch zeroes the fused
+// path's arrival counters in its workspace first, so launches may share a workspace (in order).
 void launch_bf16(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
-                 const LaunchArgs &args, uint64_t tag, cudaStream_t stream);
+                 const LaunchArgs &args, cudaStream_t stream);
 void launch_fp16(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
-                 const LaunchArgs &args, uint64_t tag, cudaStream_t stream);
+                 const LaunchArgs &args, cudaStream_t stream);
 std::vector<KernelDesc> kernel_descs(const AttentionProblem &p, const Params &c,
                                      const SplitPlan &plan);
 std::vector<KernelDesc> kernel_descs_fp16(const AttentionProblem &p, const Params &c,

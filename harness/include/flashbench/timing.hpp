@@ -36,6 +36,9 @@ struct TimingPolicy {
   std::string flush = "read"; // how: "read" (leaves clean lines) or "write" (memset, as nvbench / do_bench)
   int warmup_runs = 3;
   double throttle_fraction = 0.75;
+  // Before a point's warm-up, wait (up to this long) until NVML reports no power or thermal slowdown: a point then
+  // does not inherit the power cap that the previous point, or this point's float64 verification, ran into.
+  double settle_s = 2.0;
   // Whole-point deadline (prepare + verify + time + counters), enforced by the sweep's supervisor: past it the
   // worker process is killed and the point is recorded as a timeout.
   double point_timeout_s = 120.0;
@@ -52,6 +55,8 @@ struct TimingStats {
   bool noisy = false;              // stopped at the timeout above the noise target
   std::string stop_reason;         // "noise", "timeout", "max_samples"
   double wall_s = 0;
+  double settle_wait_s = 0;        // waited before warm-up for power/thermal slowdown to clear
+  unsigned long long slowdown_at_start = 0; // NVML reasons still set when sampling began (0: none)
 };
 
 // The stopping rule alone, host-only so it is testable: feed samples, ask whether to stop.
@@ -84,6 +89,8 @@ public:
   bool available() const { return device_ != nullptr; }
   int sm_clock_mhz() const;     // current
   int sm_clock_max_mhz() const; // maximum
+  // NVML clock-slowdown reasons that come from power or heat (0 when none, or NVML cannot say).
+  unsigned long long slowdown_reasons() const;
   std::string driver_version() const;
 
 private:
