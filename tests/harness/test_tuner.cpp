@@ -210,11 +210,16 @@ TEST(Tuner, TableBucketsLookupAndRoundTrip) {
 TEST(Tuner, DispatcherUsesTheTableThenTheHeuristic) {
   const DeviceInfo dev = nominal_device();
   const AttentionProblem p = prefill(2048, 128, true);
-  // No table: the documented preference order.
+  // No table: the documented preference order, fa3_pipelined on Hopper (the nominal device is an H100) and
+  // fa2_q_outer elsewhere.
   const KernelChoice h = choose_kernel(p, dev, "auto", nullptr);
   ASSERT_TRUE(h.variant);
-  EXPECT_EQ(h.variant->name(), "fa2_q_outer");
+  EXPECT_EQ(h.variant->name(), "fa3_pipelined");
   EXPECT_NE(h.source.find("heuristic"), std::string::npos);
+  DeviceInfo ampere = dev;
+  ampere.cc_major = 8;
+  ampere.present = true;
+  EXPECT_EQ(choose_kernel(p, ampere, "auto", nullptr).variant->name(), "fa2_q_outer");
   EXPECT_EQ(choose_kernel(p, dev, "fa1_kv_outer", nullptr).config,
             catalog().get("fa1_kv_outer").space().default_config());
   EXPECT_THROW(choose_kernel(p, dev, "nope", nullptr), UserError);
