@@ -24,7 +24,7 @@ void expect_error(const std::string& yaml, const std::string& pattern) {
 TEST(Spec, ExpandsAxesAndDerivedFields) {
   const SweepSpec s = parse_spec(R"(
 name: t
-timing: {min_samples: 5, timeout_s: 2}
+timing: {min_samples: 5, timeout_s: 2, flush: write, settle_s: 0.5}
 problems:
   - {tokens: 16384, hidden: 2048, seqlen: [512, 1024], head_dim: [64, 128], causal: [false, true], dtype: bf16}
   - {batch: 1, heads_q: 8, gqa: 4, seqlen_q: 1, seqlen_kv: {pow2: [256, 1024]}, head_dim: 128}
@@ -34,6 +34,9 @@ variants: [naive]
   EXPECT_EQ(s.name, "t");
   EXPECT_EQ(s.timing.min_samples, 5);
   EXPECT_DOUBLE_EQ(s.timing.timeout_s, 2.0);
+  EXPECT_EQ(s.timing.flush, "write");
+  EXPECT_DOUBLE_EQ(s.timing.settle_s, 0.5);
+  EXPECT_EQ(TimingPolicy{}.flush, "read"); // the default: clean L2 lines (timing.hpp says why)
   ASSERT_EQ(s.problems.size(), 8u + 3u);
   const AttentionProblem& p = s.problems[0];
   EXPECT_EQ(p.batch, 32);   // 16384 / 512
@@ -109,10 +112,13 @@ TEST(Spec, ErrorsNameFileLineAndWhatToDo) {
   expect_error("timing: {min_samples: 0}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
                "variants: [naive]\n",
                R"(^t\.yaml:1:\d+: timing values out of range)");
+  expect_error("timing: {flush: erase}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
+               "variants: [naive]\n",
+               R"(^t\.yaml:1:\d+: timing.flush must be 'read' .* or 'write')");
 }
 
 TEST(Spec, ShippedSpecsParse) {
-  for (const char* name : {"quick.yaml"}) {
+  for (const char* name : {"quick.yaml", "tune-fa3.yaml", "fa3-v4.yaml", "decode-latency.yaml"}) {
     const std::string path = std::string(FLASHBENCH_SOURCE_DIR) + "/sweeps/" + name;
     const SweepSpec s = load_spec(path);
     EXPECT_FALSE(s.problems.empty()) << path;
