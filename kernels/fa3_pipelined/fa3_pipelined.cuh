@@ -416,7 +416,7 @@ __device__ __forceinline__ void consume_tile(const KernelArgs &a, const Smem<D, 
     if (pp)
       named_sync(my_turn, 256);
   };
-  auto qk_turn_end = [&](int) {
+  auto qk_turn_end = [&]() {
     if (pp)
       named_arrive(other_turn, 256);
   };
@@ -449,7 +449,7 @@ __device__ __forceinline__ void consume_tile(const KernelArgs &a, const Smem<D, 
       wgmma_fence();
       issue_qk<T, D, BN>(sacc, sm, wg, s);
       wgmma_commit();
-      qk_turn_end(j);
+      qk_turn_end();
       wgmma_wait<0>();
       fence_operands(sacc);
       release_k(s, j);
@@ -474,7 +474,7 @@ __device__ __forceinline__ void consume_tile(const KernelArgs &a, const Smem<D, 
     wgmma_fence();
     issue_qk<T, D, BN>(sacc, sm, wg, s0);
     wgmma_commit();
-    qk_turn_end(0);
+    qk_turn_end();
     wgmma_wait<0>();
     fence_operands(sacc);
     release_k(s0, 0);
@@ -498,7 +498,7 @@ __device__ __forceinline__ void consume_tile(const KernelArgs &a, const Smem<D, 
       wgmma_fence();
       issue_pv<T, D, BN>(o, pa, sm, sp);
       wgmma_commit();
-      qk_turn_end(j);
+      qk_turn_end();
       wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
       fence_operands(sacc);
       release_k(s, j);
