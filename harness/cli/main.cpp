@@ -101,6 +101,23 @@ std::vector<int> parse_gpus(const std::string& csv) {
   return out;
 }
 
+// "33554432", "32M", "1G" -> bytes (K/M/G are binary multiples). Anything else is a user error naming the option.
+size_t parse_byte_size(const std::string& text, const std::string& option) {
+  size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  const std::string suffix = pos ? text.substr(pos) : "";
+  const unsigned long long mult = suffix.empty() ? 1 : suffix == "K" ? 1ull << 10 : suffix == "M" ? 1ull << 20
+                                                                                    : suffix == "G" ? 1ull << 30 : 0;
+  if (pos == 0 || mult == 0 || text[0] == '-')
+    throw fb::UserError(option + ": '" + text + "' is not a size; give bytes, optionally with K, M or G (e.g. 32M)");
+  return static_cast<size_t>(v * mult);
+}
+
 fb::DeviceInfo device_or_nominal(int index, bool* present) {
   *present = fb::device_count() > index;
   return *present ? fb::query_device(index) : fb::nominal_device();
@@ -212,6 +229,11 @@ int main(int argc, char** argv) {
   probe->add_option("-o,--output", probe_out, "also write them as JSON here");
   bool probe_copy = false, probe_no_counters = false;
   probe->add_flag("--copy-kernel", probe_copy, "only the copy kernel, with its counters (the counters' sanity check)");
+  std::vector<std::string> probe_read_floor;
+  probe->add_option("--read-floor", probe_read_floor,
+                    "only the read floor: fastest cold read of each size (bytes; K/M/G suffix = KiB/MiB/GiB; 0 = "
+                    "empty kernel), comma-separated")
+      ->delimiter(',');
   probe->add_flag("--no-counters", probe_no_counters, "with --copy-kernel: skip the CUPTI pass (e.g. under ncu)");
 
   try {
@@ -353,6 +375,8 @@ int main(int argc, char** argv) {
       return fb::run_tune(spec, t, std::cout);
     }
     if (*probe) {
+      std::vector<size_t> read_sizes;
+      for (const auto& t : probe_read_floor) read_sizes.push_back(parse_byte_size(t, "--read-floor"));
       if (fb::device_count() <= device) {
         std::fprintf(stderr, "flashbench: no CUDA device found; 'probe' needs a GPU\n");
         return kExitNoDevice;
@@ -361,7 +385,9 @@ int main(int argc, char** argv) {
       const fb::DeviceInfo dev = fb::query_device(device);
       nlohmann::json j;
       j["device"] = dev;
-      if (probe_copy) {
+      if (!probe_read_floor.empty()) {
+        j["read_floor"] = fb::measure_read_floor(dev, read_sizes);
+      } else if (probe_copy) {
         const fb::CopyProbe cp = fb::run_copy_probe(dev, size_t(1) << 30, !probe_no_counters);
         j["copy_kernel"] = {{"bytes_each_way", cp.bytes}, {"median_us", cp.median_us}, {"gbps", cp.gbps},
                             {"occupancy", cp.occupancy}, {"counters", fb::summarize_counters(cp.counters)},

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 namespace fb {
@@ -20,7 +21,96 @@ __global__ void copy_probe_kernel(const uint4* __restrict__ src, uint4* __restri
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     dst[i] = src[i];
 }
+// Read-only stream: U independent 16-byte loads per thread in flight per step (the strided layout keeps each warp's
+// loads coalesced), folded into a value that is stored only if it equals one the data cannot give, so the loads stay.
+template <int U>
+__global__ void read_floor_kernel(const uint4* __restrict__ src, size_t n, unsigned* sink) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  unsigned acc = 0;
+  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
+  for (; i + (U - 1) * stride < n; i += U * stride) {
+    uint4 v[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) v[u] = __ldcs(src + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < U; ++u) acc += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = __ldcs(src + i);
+    acc += v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0xdeadbeefu) *sink = acc;
+}
+__global__ void empty_probe_kernel() {}
 } // namespace
+
+std::vector<ReadFloor> measure_read_floor(const DeviceInfo& dev, const std::vector<size_t>& sizes) {
+  ScopedRange range{"read_floor"};
+  std::vector<ReadFloor> out;
+  cudaStream_t stream;
+  FB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  {
+    const size_t max_bytes = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
+    DeviceBuffer src(std::max<size_t>(max_bytes, 16)), sink(16);
+    // Every byte 0x01: the fold can never produce the sentinel, and the data is not zeros.
+    FB_CUDA_CHECK(cudaMemsetAsync(src.get(), 0x01, std::max<size_t>(max_bytes, 16), stream));
+    Timer timer(dev, stream);
+    TimingPolicy policy;
+    policy.min_samples = 20;
+    policy.min_time_s = 0.02;
+    policy.timeout_s = 0.5;
+    policy.max_noise = 0.02;
+    for (const size_t bytes : sizes) {
+      ReadFloor best;
+      best.bytes = bytes;
+      auto consider = [&](const TimingStats& t, int per_sm, int u) {
+        if (best.median_us == 0 || t.median_us < best.median_us) {
+          best.median_us = t.median_us;
+          best.sm_clock_mhz = t.sm_clock_mhz;
+          best.blocks_per_sm = per_sm;
+          best.loads_in_flight = u;
+        }
+      };
+      if (bytes == 0) {
+        consider(timer.measure([&](cudaStream_t s) { empty_probe_kernel<<<1, 32, 0, s>>>(); FB_CHECK_LAUNCH(); },
+                               policy),
+                 0, 0);
+      } else {
+        const size_t n = bytes / sizeof(uint4);
+        for (int per_sm : {1, 2, 4, 8}) {
+          const int blocks = dev.sm_count * per_sm;
+          auto run_u = [&](auto u_tag) {
+            constexpr int U = decltype(u_tag)::value;
+            consider(timer.measure(
+                         [&](cudaStream_t s) {
+                           read_floor_kernel<U><<<blocks, 512, 0, s>>>(src.as<const uint4>(), n, sink.as<unsigned>());
+                           FB_CHECK_LAUNCH();
+                         },
+                         policy),
+                     per_sm, U);
+          };
+          run_u(std::integral_constant<int, 2>{});
+          run_u(std::integral_constant<int, 4>{});
+          run_u(std::integral_constant<int, 8>{});
+        }
+      }
+      best.gbps = bytes / (best.median_us * 1e-6) / 1e9;
+      out.push_back(best);
+    }
+    FB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  cudaStreamDestroy(stream);
+  return out;
+}
+
+void to_json(nlohmann::json& j, const ReadFloor& r) {
+  j = nlohmann::json{{"bytes", r.bytes},
+                     {"median_us", r.median_us},
+                     {"gbps", r.gbps},
+                     {"sm_clock_mhz", r.sm_clock_mhz},
+                     {"blocks_per_sm", r.blocks_per_sm},
+                     {"loads_in_flight", r.loads_in_flight}};
+}
 
 CopyProbe run_copy_probe(const DeviceInfo& dev, size_t bytes, bool with_counters) {
   ScopedRange range{"copy_probe"};

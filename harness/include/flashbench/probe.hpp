@@ -7,6 +7,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <vector>
+
 namespace fb {
 
 struct Ceilings {
@@ -28,6 +30,19 @@ struct CopyProbe {
   Counters counters;
 };
 CopyProbe run_copy_probe(const DeviceInfo& dev, size_t bytes, bool with_counters);
+
+// The read floor: the shortest time in which this device, timed the way every point is (cold L2 by the policy's
+// flush, CUDA events around one launch behind a held stream), reads `bytes` from HBM. A read-only streaming kernel is
+// tried at several shapes (blocks per SM x independent 16-byte loads per thread) and the fastest is kept. bytes = 0
+// times an empty kernel: the floor of any point. This is what a memory-bound kernel of that size can hope for
+// (flash_decoding at B = 1, for example), measured rather than taken from the datasheet.
+struct ReadFloor {
+  size_t bytes = 0;
+  double median_us = 0, gbps = 0, sm_clock_mhz = 0;
+  int blocks_per_sm = 0, loads_in_flight = 0; // the fastest shape
+};
+std::vector<ReadFloor> measure_read_floor(const DeviceInfo& dev, const std::vector<size_t>& sizes);
+void to_json(nlohmann::json& j, const ReadFloor& r);
 void to_json(nlohmann::json& j, const Ceilings& c);
 
 } // namespace fb
