@@ -95,6 +95,7 @@ namespace detail {
 
 struct KernelArgs {
   CUtensorMap tm_q, tm_k, tm_v; // 64-byte aligned; TMA reads them from the kernel's parameter space
+  CUtensorMap tm_o;             // O as Q's map with 64-row boxes: the TMA store epilogue (v5)
   void *o;
   float *lse;
   int64_t o_batch, o_seq, o_head; // O's element strides (Q's)
@@ -108,10 +109,12 @@ struct KernelArgs {
   int consumers;
   int pingpong;
   int causal;
+  int o_tma; // O through shared memory and TMA stores (o_staged), else 4-byte stores from registers
 };
 
 constexpr float kLn2 = 0.69314718055994531f;
-constexpr int kBarTurn0 = 1; // named barrier ids; 0 is __syncthreads
+constexpr int kBarTurn0 = 1; // named barrier ids; 0 is __syncthreads; turns use 1..3
+constexpr int kBarEpi0 = 4;  // one per consumer warpgroup (4..6): its O staging buffer
 
 template <class T> struct TypeOps;
 template <> struct TypeOps<__nv_bfloat16> {
@@ -153,13 +156,17 @@ template <int D, int BN> struct Smem {
   static constexpr int kChunks = D / 64;           // 64-column (128-byte) TMA boxes per row
   static constexpr uint32_t kKvBytes = BN * D * 2; // one K or one V tile
   static constexpr uint32_t kKvChunk = BN * 128;   // one column chunk of a K/V tile
-  uint32_t q, k, v, bars;
+  uint32_t q, k, v, o, bars;
   int block_m, stages;
-  __device__ __forceinline__ Smem(uint32_t base, int bm, int st) : block_m(bm), stages(st) {
+  // o: the O staging buffer (block_m x D in Q's layout: 64-column chunks of 128-byte swizzled
+  // rows), present only when O leaves through TMA stores.
+  __device__ __forceinline__ Smem(uint32_t base, int bm, int st, bool o_tma)
+      : block_m(bm), stages(st) {
     q = base;
     k = q + uint32_t(bm) * D * 2;
     v = k + uint32_t(st) * kKvBytes;
-    bars = v + uint32_t(st) * kKvBytes;
+    o = v + uint32_t(st) * kKvBytes;
+    bars = o + (o_tma ? uint32_t(bm) * D * 2 : 0u);
   }
   __device__ __forceinline__ uint32_t q_chunk_bytes() const { return uint32_t(block_m) * 128; }
   __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kKvBytes; }
@@ -374,6 +381,48 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[BN / 16][4], const float (
   }
 }
 
+// O of one warpgroup's 64 rows through shared memory and TMA (v5): stmatrix puts the normalised
+// accumulators into the staging buffer in the 128-byte-swizzled layout the O map expects (conflict
+// free: the 8 rows of an 8x8 matrix land in 8 different 16-byte units), then one thread issues a
+// TMA store per 64-column chunk and the warpgroup goes on to its next work tile while the copy
+// engine writes; rows past seqlen_q are clipped by the map. The v4 epilogue (4-byte stores from
+// registers) cost ~18% of the consumer warps' time at d128 N512 (ncu: SHFL and register reuse
+// stalled behind 32 queued STG per thread). Before rewriting the buffer, the issuing thread waits
+// until its previous store has read it, and a warpgroup barrier passes that on.
+template <class T, int D, int BN>
+__device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
+                                            const WorkTile &w, const float (&o)[D / 2],
+                                            const float (&inv)[2]) {
+  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+  if (t == 0)
+    bulk_wait_read_all();
+  named_sync(kBarEpi0 + wg, 128);
+  // Lane 8j + r addresses row r of matrix j: j % 2 = row half, j / 2 = second column block.
+  const int mtx = lane / 8, r = lane % 8;
+  const uint32_t row_addr =
+      sm.o + uint32_t(wg * kRowsPerWarpgroup + 16 * warp + 8 * (mtx % 2) + r) * 128;
+#pragma unroll
+  for (int i = 0; i < D / 8; i += 2) {
+    const int ii = i + mtx / 2; // column block (8 columns) this lane addresses
+    const uint32_t addr =
+        row_addr + uint32_t(ii / 8) * sm.q_chunk_bytes() + uint32_t(((ii % 8) ^ r) * 16);
+    stmatrix_x4(addr, TypeOps<T>::pack(o[4 * i + 0] * inv[0], o[4 * i + 1] * inv[0]),
+                TypeOps<T>::pack(o[4 * i + 2] * inv[1], o[4 * i + 3] * inv[1]),
+                TypeOps<T>::pack(o[4 * i + 4] * inv[0], o[4 * i + 5] * inv[0]),
+                TypeOps<T>::pack(o[4 * i + 6] * inv[1], o[4 * i + 7] * inv[1]));
+  }
+  fence_proxy_async_smem();
+  named_sync(kBarEpi0 + wg, 128);
+  if (t == 0) {
+#pragma unroll
+    for (int c = 0; c < D / 64; ++c)
+      tma_store_4d(&a.tm_o,
+                   sm.o + uint32_t(c) * sm.q_chunk_bytes() + uint32_t(wg * kRowsPerWarpgroup) * 128,
+                   c * 64, w.q0 + wg * kRowsPerWarpgroup, w.h, w.b);
+    bulk_commit();
+  }
+}
+
 // ---- consumer
 // ------------------------------------------------------------------------------------------------
 // One work tile of one consumer warpgroup: its 64 rows of the Q tile against the K/V tiles
@@ -532,24 +581,38 @@ __device__ __forceinline__ void consume_tile(const KernelArgs &a, const Smem<D, 
     release_v(sp);
   }
 
-  // Epilogue: O / l straight from the accumulators (4-byte stores, a quad writes 16 contiguous
-  // bytes per row and column block), LSE = (m * scale_log2 + log2 l) * ln 2.
-  T *og = static_cast<T *>(a.o) + int64_t(b) * a.o_batch + int64_t(h) * a.o_head;
+  // Epilogue: O / l and LSE = (m * scale_log2 + log2 l) * ln 2. Every multiply and conversion
+  // comes before the first store, so no shuffle or row sum queues behind the stores.
+  float inv[2], lt[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    lt[hh] = quad_sum(l[hh]);
+    inv[hh] = lt[hh] > 0.f ? 1.f / lt[hh] : 0.f;
+  }
   float *lse = a.lse + (int64_t(b) * a.heads_q + h) * sq;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int row = row0 + 8 * hh;
-    const float lt = quad_sum(l[hh]);
-    const float inv = lt > 0.f ? 1.f / lt : 0.f;
+    if (row < sq && lane % 4 == 0)
+      lse[row] = lt[hh] > 0.f ? (m[hh] * sl2 + log2f(lt[hh])) * kLn2 : -INFINITY;
+  }
+  if (a.o_tma) {
+    store_o_tma<T, D, BN>(a, sm, wg, w, o, inv);
+    return;
+  }
+  // Direct: 4-byte stores from the accumulators (a quad writes 16 contiguous bytes per row and
+  // column block); the v4 epilogue, kept for configs whose ring leaves no room for the staging.
+  T *og = static_cast<T *>(a.o) + int64_t(b) * a.o_batch + int64_t(h) * a.o_head;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int row = row0 + 8 * hh;
     if (row >= sq)
       continue;
-    if (lane % 4 == 0)
-      lse[row] = lt > 0.f ? (m[hh] * sl2 + log2f(lt)) * kLn2 : -INFINITY;
     T *orow = og + int64_t(row) * a.o_seq + 2 * (lane % 4);
 #pragma unroll
     for (int i = 0; i < D / 8; ++i)
       *reinterpret_cast<uint32_t *>(orow + 8 * i) =
-          TypeOps<T>::pack(o[4 * i + 2 * hh] * inv, o[4 * i + 2 * hh + 1] * inv);
+          TypeOps<T>::pack(o[4 * i + 2 * hh] * inv[hh], o[4 * i + 2 * hh + 1] * inv[hh]);
   }
 }
 
@@ -585,6 +648,9 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   // takes that turn here, so every named barrier ends with as many arrivals as waits.
   if (pp && wg == 0)
     named_sync(kBarTurn0, 256);
+  // The last O copies must have read the staging buffer before the CTA's shared memory goes.
+  if (a.o_tma && threadIdx.x % 128 == 0)
+    bulk_wait_all();
 }
 
 // A CTA per work tile (one_shot) or per resident slot (persistent, walking the work tiles):
@@ -597,7 +663,7 @@ __global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const int block_m = kRowsPerWarpgroup * a.consumers;
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const Smem<D, BN> sm(base, block_m, a.stages);
+  const Smem<D, BN> sm(base, block_m, a.stages, a.o_tma != 0);
   if (threadIdx.x == 0) {
     mbar_init(sm.q_full(), 1);
     mbar_init(sm.q_empty(), 4 * a.consumers);
@@ -642,6 +708,10 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.tm_q = make_tile_map(args.q, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, c.block_m);
   a.tm_k = make_tile_map(args.k, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN);
   a.tm_v = make_tile_map(args.v, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN);
+  a.o_tma = o_staged(D, c) ? 1 : 0;
+  if (a.o_tma)
+    a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
+                           kRowsPerWarpgroup);
   a.o = args.o;
   a.lse = args.lse;
   a.o_batch = qs.batch, a.o_seq = qs.seq, a.o_head = qs.head;
@@ -663,7 +733,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.causal = p.causal ? 1 : 0;
 
   const auto kernel = fa3_kernel<T, D, BN, OVERLAP, WIDE>;
-  const int64_t smem = smem_bytes(D, c);
+  const int64_t smem = launch_smem_bytes(D, c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int threads = 128 * (1 + c.consumers);

@@ -111,9 +111,10 @@ public:
                  "thread, and at block_n 128 two stages of K and V alone are 262.1 KB of shared "
                  "memory, over an H100's 232.4 KB); use block_n 64 with stages 2"
                : ""));
-    const int64_t smem = fa3::smem_bytes(p.head_dim, params);
     // Without a device, plan against an H100's 227 KB.
-    const int64_t limit = dev.smem_per_block_optin > 0 ? dev.smem_per_block_optin : 232448;
+    const int64_t limit =
+        dev.smem_per_block_optin > 0 ? dev.smem_per_block_optin : fa3::kSmemOptinHopper;
+    const int64_t smem = fa3::smem_bytes(p.head_dim, params);
     if (smem > limit) {
       // Say what does fit: the deepest ring at this block_m x block_n, else a smaller tile.
       int fits = 0;
@@ -155,7 +156,7 @@ public:
     if (!k)
       return {};
     return {KernelDesc{"fa3_pipelined", k(), 128 * (1 + params.consumers),
-                       static_cast<size_t>(fa3::smem_bytes(p.head_dim, params)),
+                       static_cast<size_t>(fa3::launch_smem_bytes(p.head_dim, params)),
                        fa3::num_q_tiles(p, params) * p.heads_q * p.batch}};
   }
 

@@ -22,6 +22,14 @@ constexpr int kRowsPerWarpgroup = 64;
 constexpr int kMaxStages = 4;
 constexpr int kSchedOneShot = 0;
 constexpr int kSchedPersistent = 1;
+// How O leaves the CTA (v5): `auto` stages it in shared memory and writes it with TMA bulk stores
+// (one thread per warpgroup, asynchronous: the warpgroup moves on to its next work tile while the
+// copy engine writes) wherever the staging buffer fits next to the ring, else falls back to
+// `direct`: 4-byte stores straight from the accumulators (the v4 epilogue, kept for the ablation).
+constexpr int kOStoreDirect = 0;
+constexpr int kOStoreAuto = 1;
+// Dynamic shared memory a Hopper block may opt in to (227 KB on H100 and H200).
+constexpr int64_t kSmemOptinHopper = 232448;
 // Register budgets after setmaxnreg (multiples of 8): the producer warpgroup only issues TMA from
 // one thread. 3 warpgroups x 128 threads: 24 x 128 + 240 x 256 = 64512 <= 65536. 4 warpgroups
 // (3 consumers, v3): 24 x 128 + 160 x 384 = 64512.
@@ -60,6 +68,7 @@ struct Params {
   int pingpong = 1;      // consumer warpgroups take turns to issue S = Q K^T (named barriers)
   int intra_overlap = 1; // issue the next tile's Q K^T before this tile's softmax is done
   int scheduler = kSchedOneShot;
+  int o_store = kOStoreAuto;
 };
 
 inline std::optional<std::string> config_problem(const Params &c) {
@@ -81,6 +90,8 @@ inline std::optional<std::string> config_problem(const Params &c) {
            "do not fit; block_n <= 128";
   if (c.scheduler != kSchedOneShot && c.scheduler != kSchedPersistent)
     return "scheduler must be one_shot (0) or persistent (1)";
+  if (c.o_store != kOStoreDirect && c.o_store != kOStoreAuto)
+    return "o_store must be direct (0) or auto (1)";
   return std::nullopt;
 }
 
@@ -92,7 +103,8 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("consumer_wgs", d.consumers)),
                 static_cast<int>(c.get_or("pingpong", d.pingpong)),
                 static_cast<int>(c.get_or("intra_wg_overlap", d.intra_overlap)),
-                static_cast<int>(c.get_or("scheduler", d.scheduler))};
+                static_cast<int>(c.get_or("scheduler", d.scheduler)),
+                static_cast<int>(c.get_or("o_store", d.o_store))};
 }
 
 inline ConfigSpace make_space() {
@@ -119,14 +131,20 @@ inline ConfigSpace make_space() {
        Axis{"scheduler",
             {kSchedOneShot, kSchedPersistent},
             {"one_shot", "persistent"},
-            "one CTA per work tile, or one per resident slot walking the tiles (longest first)"}},
+            "one CTA per work tile, or one per resident slot walking the tiles (longest first)"},
+       Axis{"o_store",
+            {kOStoreDirect, kOStoreAuto},
+            {"direct", "auto"},
+            "O from registers with 4-byte stores, or (auto) through shared memory and TMA stores "
+            "where the staging buffer fits next to the ring"}},
       Config({{"block_m", d.block_m},
               {"block_n", d.block_n},
               {"stages", d.stages},
               {"consumer_wgs", d.consumers},
               {"pingpong", d.pingpong},
               {"intra_wg_overlap", d.intra_overlap},
-              {"scheduler", d.scheduler}}),
+              {"scheduler", d.scheduler},
+              {"o_store", d.o_store}}),
       [](const Config &c) { return config_problem(params_of(c)); });
 }
 
@@ -137,6 +155,21 @@ constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; 
 // block_m 64 fits 3 stages (226.8 KB of 227).
 constexpr int64_t smem_bytes(int64_t head_dim, const Params &c) {
   return 2 * head_dim * (int64_t(c.block_m) + 2 * int64_t(c.stages) * c.block_n) + kSmemSlack;
+}
+
+// O staging buffer of the TMA store epilogue: block_m x D, 16-bit.
+constexpr int64_t o_stage_bytes(int64_t head_dim, const Params &c) {
+  return 2 * head_dim * int64_t(c.block_m);
+}
+// Whether O goes through shared memory and TMA: auto takes it where it fits.
+constexpr bool o_staged(int64_t head_dim, const Params &c, int64_t limit = kSmemOptinHopper) {
+  return c.o_store == kOStoreAuto &&
+         smem_bytes(head_dim, c) + o_stage_bytes(head_dim, c) <= limit;
+}
+// What the launch asks for: the ring (smem_bytes) plus the staging buffer when O is staged.
+constexpr int64_t launch_smem_bytes(int64_t head_dim, const Params &c,
+                                    int64_t limit = kSmemOptinHopper) {
+  return smem_bytes(head_dim, c) + (o_staged(head_dim, c, limit) ? o_stage_bytes(head_dim, c) : 0);
 }
 
 inline int64_t num_q_tiles(const AttentionProblem &p, const Params &c) {
