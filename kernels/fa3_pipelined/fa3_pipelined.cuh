@@ -110,6 +110,7 @@ struct KernelArgs {
   int pingpong;
   int causal;
   int o_tma; // O through shared memory and TMA stores (o_staged), else 4-byte stores from registers
+  int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
 };
 
 constexpr float kLn2 = 0.69314718055994531f;
@@ -157,21 +158,28 @@ template <int D, int BN> struct Smem {
   static constexpr uint32_t kKvBytes = BN * D * 2; // one K or one V tile
   static constexpr uint32_t kKvChunk = BN * 128;   // one column chunk of a K/V tile
   uint32_t q, k, v, o, bars;
-  int block_m, stages;
-  // o: the O staging buffer (block_m x D in Q's layout: 64-column chunks of 128-byte swizzled
+  int block_m, stages, q_bufs;
+  // q: q_bufs (1 or 2, v5) Q tiles; with 2, the next work tile's Q loads while this one's is in
+  // use. o: the O staging buffer (block_m x D in Q's layout: 64-column chunks of 128-byte swizzled
   // rows), present only when O leaves through TMA stores.
-  __device__ __forceinline__ Smem(uint32_t base, int bm, int st, bool o_tma)
-      : block_m(bm), stages(st) {
+  __device__ __forceinline__ Smem(uint32_t base, int bm, int st, bool o_tma, int qb)
+      : block_m(bm), stages(st), q_bufs(qb) {
     q = base;
-    k = q + uint32_t(bm) * D * 2;
+    k = q + uint32_t(qb) * uint32_t(bm) * D * 2;
     v = k + uint32_t(st) * kKvBytes;
     o = v + uint32_t(st) * kKvBytes;
     bars = o + (o_tma ? uint32_t(bm) * D * 2 : 0u);
   }
   __device__ __forceinline__ uint32_t q_chunk_bytes() const { return uint32_t(block_m) * 128; }
+  __device__ __forceinline__ uint32_t q_tile(int slot) const {
+    return q + uint32_t(slot) * uint32_t(block_m) * D * 2;
+  }
   __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kKvBytes; }
   __device__ __forceinline__ uint32_t v_tile(int s) const { return v + uint32_t(s) * kKvBytes; }
-  __device__ __forceinline__ uint32_t q_full() const { return bars; }
+  // Q slot 0's barriers keep their v4 places; slot 1's follow the ring's (v5).
+  __device__ __forceinline__ uint32_t q_full(int slot) const {
+    return slot == 0 ? bars : bars + 8 * (2 + 4 * kMaxStages);
+  }
   __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (1 + s); }
   __device__ __forceinline__ uint32_t v_full(int s) const {
     return bars + 8 * (1 + kMaxStages + s);
@@ -183,7 +191,9 @@ template <int D, int BN> struct Smem {
   __device__ __forceinline__ uint32_t v_empty(int s) const {
     return bars + 8 * (1 + 3 * kMaxStages + s);
   }
-  __device__ __forceinline__ uint32_t q_empty() const { return bars + 8 * (1 + 4 * kMaxStages); }
+  __device__ __forceinline__ uint32_t q_empty(int slot) const {
+    return bars + 8 * (slot == 0 ? 1 + 4 * kMaxStages : 3 + 4 * kMaxStages);
+  }
   // One 4-byte slot per consumer thread (tid 128..511), written and never read: see pin_softmax.
   __device__ __forceinline__ uint32_t pin_slot(int tid) const {
     return bars + 256 + 4 * uint32_t(tid - 128);
@@ -242,15 +252,17 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
     for (int c = 0; c < S::kChunks; ++c)
       tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, w.b);
   };
-  // K(0) before Q: its slot may be free before the consumers retire the previous tile's last
-  // Q K^T, which is what frees Q.
+  // K(0) before Q: its slot may be free before the consumers retire the last Q K^T that read this
+  // Q slot (the previous work tile's with one Q buffer, the one before it with two).
   load_k(0);
-  if (q_use > 0)
-    mbar_wait(sm.q_empty(), (q_use - 1) & 1);
-  mbar_arrive_expect_tx(sm.q_full(), uint32_t(sm.block_m) * D * 2);
+  const int slot = q_use % sm.q_bufs, n = q_use / sm.q_bufs;
+  if (n > 0)
+    mbar_wait(sm.q_empty(slot), (n - 1) & 1);
+  mbar_arrive_expect_tx(sm.q_full(slot), uint32_t(sm.block_m) * D * 2);
 #pragma unroll
   for (int c = 0; c < S::kChunks; ++c)
-    tma_load_4d(sm.q + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(), c * 64, w.q0, w.h, w.b);
+    tma_load_4d(sm.q_tile(slot) + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(slot), c * 64, w.q0,
+                w.h, w.b);
   for (int j = 1; j < n_tiles; ++j) {
     load_k(j);
     load_v(j - 1);
@@ -281,9 +293,9 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
 // for this warpgroup's 64 rows and K/V slot s: D/16 k-steps, the first overwriting S.
 template <class T, int D, int BN>
 __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const Smem<D, BN> &sm, int wg,
-                                         int s) {
+                                         int q_slot, int s) {
   using Tag = typename TypeOps<T>::Tag;
-  const uint32_t q_base = sm.q + uint32_t(wg) * kRowsPerWarpgroup * 128;
+  const uint32_t q_base = sm.q_tile(q_slot) + uint32_t(wg) * kRowsPerWarpgroup * 128;
   const uint32_t k_base = sm.k_tile(s);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
@@ -425,187 +437,103 @@ __device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem<D, B
 
 // ---- consumer
 // ------------------------------------------------------------------------------------------------
-// One work tile of one consumer warpgroup: its 64 rows of the Q tile against the K/V tiles
-// kv_base .. kv_base + n_tiles - 1 of the CTA's ring, then O and LSE.
-template <class T, int D, int BN, bool OVERLAP>
-__device__ __forceinline__ void consume_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
-                                             const WorkTile &w, int kv_base, int q_use) {
-  const int q0 = w.q0, h = w.h, b = w.b, n_tiles = w.n_tiles;
-  const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-  const int row0 = q0 + wg * kRowsPerWarpgroup + warp * 16 + lane / 4; // half 0; half 1 is row0 + 8
-  const int wg_first_row = q0 + wg * kRowsPerWarpgroup;
-  const int sq = a.seqlen_q, skv = a.seqlen_kv;
-  const bool causal = a.causal != 0;
-  const float sl2 = a.scale_log2;
-  const bool pp = a.pingpong != 0;
-  // Turn ring over the consumers (2 or 3): consumer w waits on turn w, opens turn w+1 (mod C).
-  const int nwg = a.consumers;
-  const int my_turn = kBarTurn0 + wg, other_turn = kBarTurn0 + (wg + 1 == nwg ? 0 : wg + 1);
-
-  // First K/V tile whose keys need masking for some row of this warpgroup: the one holding key skv,
-  // or (causal) the first whose last key lies right of the diagonal for the warpgroup's first row.
-  int first_mask = skv / BN;
-  if (causal) {
-    const int x = wg_first_row + (skv - sq) + 1; // keys visible to the first row
-    first_mask = min(first_mask, x <= 0 ? 0 : x / BN);
+// What a consumer warpgroup keeps about the work tile it is on: the tile, this thread's half-0 row,
+// the first K/V tile that needs a mask, and the Q slot holding the tile's Q.
+struct TileCtx {
+  WorkTile w;
+  int row0;       // this thread's half-0 row; half 1 is row0 + 8
+  int first_mask; // first K/V tile whose keys need masking for some row of this warpgroup
+  int q_slot, q_parity;
+};
+__device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile &w, int wg,
+                                            int q_use, int q_bufs, int bn) {
+  const int t = threadIdx.x % 128;
+  TileCtx c;
+  c.w = w;
+  c.row0 = w.q0 + wg * kRowsPerWarpgroup + (t / 32) * 16 + (t % 32) / 4;
+  // The K/V tile holding key seqlen_kv, or (causal) the first whose last key lies right of the
+  // diagonal for the warpgroup's first row.
+  c.first_mask = a.seqlen_kv / bn;
+  if (a.causal) {
+    const int x = w.q0 + wg * kRowsPerWarpgroup + (a.seqlen_kv - a.seqlen_q) + 1;
+    c.first_mask = min(c.first_mask, x <= 0 ? 0 : x / bn);
   }
+  c.q_slot = q_use % q_bufs;
+  c.q_parity = (q_use / q_bufs) & 1;
+  return c;
+}
 
-  float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i)
-    o[i] = 0.f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, alpha[2];
-  float sacc[BN / 2];
-  uint32_t pa[BN / 16][4];
-
-  mbar_wait(sm.q_full(), q_use & 1);
-
-  // The turn ring runs on across work tiles (consumer() opens it once and closes it at the end).
-  auto qk_turn_begin = [&]() {
-    if (pp)
-      named_sync(my_turn, 256);
-  };
-  auto qk_turn_end = [&]() {
-    if (pp)
-      named_arrive(other_turn, 256);
-  };
-  // Q K^T(j) retired: the producer may refill this K slot while we do softmax; after the last
-  // one, Q too (the next work tile's Q loads under this tile's last P V and epilogue).
-  auto release_k = [&](int s, int j) {
-    if (lane == 0) {
-      mbar_arrive(sm.k_empty(s));
-      if (j == n_tiles - 1)
-        mbar_arrive(sm.q_empty());
-    }
-  };
-  auto release_v = [&](int s) {
-    if (lane == 0)
-      mbar_arrive(sm.v_empty(s));
-  };
-  auto mask_and_softmax = [&](int j) {
-    if (j >= first_mask)
-      apply_mask<BN>(sacc, row0, j * BN, lane, sq, skv, causal);
-    softmax_tile<BN>(sacc, m, l, alpha, sl2);
-  };
-
-  // Slot and use of this tile's K/V tile 0 in the CTA's ring.
-  const int s0 = kv_base % sm.stages, use0 = kv_base / sm.stages;
-  if constexpr (!OVERLAP) {
-    int s = s0, use = use0;
-    for (int j = 0; j < n_tiles; ++j) {
-      mbar_wait(sm.k_full(s), use & 1);
-      qk_turn_begin();
-      wgmma_fence();
-      issue_qk<T, D, BN>(sacc, sm, wg, s);
-      wgmma_commit();
-      qk_turn_end();
-      wgmma_wait<0>();
-      fence_operands(sacc);
-      release_k(s, j);
-      mask_and_softmax(j);
-      rescale<D>(o, alpha);
-      pack_p<T, BN>(pa, sacc);
-      mbar_wait(sm.v_full(s), use & 1);
-      wgmma_fence();
-      issue_pv<T, D, BN>(o, pa, sm, s);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_operands(o);
-      fence_operands(pa);
-      release_v(s);
-      if (++s == sm.stages)
-        s = 0, ++use;
-    }
-  } else {
-    // Tile 0: S, softmax, P; its P V is issued together with tile 1's Q K^T.
-    mbar_wait(sm.k_full(s0), use0 & 1);
-    qk_turn_begin();
-    wgmma_fence();
-    issue_qk<T, D, BN>(sacc, sm, wg, s0);
-    wgmma_commit();
-    qk_turn_end();
-    wgmma_wait<0>();
-    fence_operands(sacc);
-    release_k(s0, 0);
-    mask_and_softmax(0);
-    pack_p<T, BN>(pa, sacc);
-    int sp = s0, use_p = use0; // slot and use of the tile whose P is in pa
-    int s = s0 + 1, use = use0; // slot and use of tile j
-    if (s == sm.stages)
+// Position in the CTA's K/V ring: slot and how many times it was used before (the ring runs on
+// across work tiles).
+struct RingPos {
+  int s = 0, use = 0;
+  __device__ __forceinline__ void next(int stages) {
+    if (++s == stages)
       s = 0, ++use;
-    for (int j = 1; j < n_tiles; ++j) {
-      // Both waits come before the first issue: nothing that may spin sits between the two GEMMs in
-      // flight.
-      mbar_wait(sm.k_full(s), use & 1);
-      mbar_wait(sm.v_full(sp), use_p & 1);
-      qk_turn_begin();
-      wgmma_fence();
-      issue_qk<T, D, BN>(sacc, sm, wg, s);
-      wgmma_commit();
-      // O *= alpha(j-1) while Q K^T(j) runs (O is not an operand of it), then P V(j-1) on top.
-      rescale<D>(o, alpha);
-      wgmma_fence();
-      issue_pv<T, D, BN>(o, pa, sm, sp);
-      wgmma_commit();
-      qk_turn_end();
-      wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
-      fence_operands(sacc);
-      release_k(s, j);
-      mask_and_softmax(j);
-      // Pin the softmax results above the wait: without these the compiler sinks the whole
-      // softmax (max, exp2, row sums) below `wait_group 0` (v1's SASS: every MUFU.EX2 after
-      // WARPGROUP.DEPBAR.LE gsb0, 0x0), which serializes it behind P V(j-1) and made overlap
-      // ~15% slower than no overlap on the first GPU run.
-      fence_operands(sacc);
-      fence_operands(alpha);
-      fence_operands(l);
-      fence_operands(m);
-      pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
-      wgmma_wait<0>();
-      fence_operands(o);
-      fence_operands(pa);
-      release_v(sp);
-      pack_p<T, BN>(pa, sacc);
-      sp = s, use_p = use;
-      if (++s == sm.stages)
-        s = 0, ++use;
-    }
-    mbar_wait(sm.v_full(sp), use_p & 1);
-    rescale<D>(o, alpha);
-    wgmma_fence();
-    issue_pv<T, D, BN>(o, pa, sm, sp);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(o);
-    fence_operands(pa);
-    release_v(sp);
   }
+};
 
-  // Epilogue: O / l and LSE = (m * scale_log2 + log2 l) * ln 2. Every multiply and conversion
-  // comes before the first store, so no shuffle or row sum queues behind the stores.
+// Rows of a tile that sees no key (causal with seqlen_q > seqlen_kv): O = 0 and LSE = -inf,
+// without touching the ring.
+template <class T, int D>
+__device__ __forceinline__ void write_empty_tile(const KernelArgs &a, const WorkTile &w, int wg) {
+  T *og = static_cast<T *>(a.o) + int64_t(w.b) * a.o_batch + int64_t(w.h) * a.o_head;
+  float *lse = a.lse + (int64_t(w.b) * a.heads_q + w.h) * a.seqlen_q;
+  const int r0 = w.q0 + wg * kRowsPerWarpgroup, tid = int(threadIdx.x % 128);
+  for (int idx = tid; idx < kRowsPerWarpgroup * D / 8; idx += 128) {
+    const int row = r0 + idx / (D / 8);
+    if (row < a.seqlen_q)
+      *reinterpret_cast<uint4 *>(og + int64_t(row) * a.o_seq + (idx % (D / 8)) * 8) =
+          make_uint4(0, 0, 0, 0);
+  }
+  if (tid < kRowsPerWarpgroup && r0 + tid < a.seqlen_q)
+    lse[r0 + tid] = -INFINITY;
+}
+
+// The CTA's next work tile with keys to visit, from t on (t advances by gridDim.x); empty tiles on
+// the way are written here. False when the CTA has no more.
+template <class T, int D, int BN>
+__device__ __forceinline__ bool next_work(const KernelArgs &a, int wg, int block_m, int &t,
+                                          WorkTile &w) {
+  for (; t < a.total_tiles; t += int(gridDim.x)) {
+    w = tile_at<BN>(a, t, block_m);
+    if (w.n_tiles > 0)
+      return true;
+    write_empty_tile<T, D>(a, w, wg);
+  }
+  return false;
+}
+
+// O / l and LSE = (m * scale_log2 + log2 l) * ln 2 of a finished work tile. Every multiply and
+// conversion comes before the first store, so no shuffle or row sum queues behind the stores.
+template <class T, int D, int BN>
+__device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
+                                            const TileCtx &c, const float (&o)[D / 2],
+                                            const float (&m)[2], const float (&l)[2]) {
+  const int lane = threadIdx.x % 32, sq = a.seqlen_q;
   float inv[2], lt[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     lt[hh] = quad_sum(l[hh]);
     inv[hh] = lt[hh] > 0.f ? 1.f / lt[hh] : 0.f;
   }
-  float *lse = a.lse + (int64_t(b) * a.heads_q + h) * sq;
+  float *lse = a.lse + (int64_t(c.w.b) * a.heads_q + c.w.h) * sq;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const int row = row0 + 8 * hh;
+    const int row = c.row0 + 8 * hh;
     if (row < sq && lane % 4 == 0)
-      lse[row] = lt[hh] > 0.f ? (m[hh] * sl2 + log2f(lt[hh])) * kLn2 : -INFINITY;
+      lse[row] = lt[hh] > 0.f ? (m[hh] * a.scale_log2 + log2f(lt[hh])) * kLn2 : -INFINITY;
   }
   if (a.o_tma) {
-    store_o_tma<T, D, BN>(a, sm, wg, w, o, inv);
+    store_o_tma<T, D, BN>(a, sm, wg, c.w, o, inv);
     return;
   }
   // Direct: 4-byte stores from the accumulators (a quad writes 16 contiguous bytes per row and
   // column block); the v4 epilogue, kept for configs whose ring leaves no room for the staging.
-  T *og = static_cast<T *>(a.o) + int64_t(b) * a.o_batch + int64_t(h) * a.o_head;
+  T *og = static_cast<T *>(a.o) + int64_t(c.w.b) * a.o_batch + int64_t(c.w.h) * a.o_head;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    const int row = row0 + 8 * hh;
+    const int row = c.row0 + 8 * hh;
     if (row >= sq)
       continue;
     T *orow = og + int64_t(row) * a.o_seq + 2 * (lane % 4);
@@ -616,33 +544,219 @@ __device__ __forceinline__ void consume_tile(const KernelArgs &a, const Smem<D, 
   }
 }
 
-// A consumer warpgroup's share of every work tile of the CTA. Rows of a tile that sees no key
-// (causal with seqlen_q > seqlen_kv) get O = 0 and LSE = -inf without touching the ring.
+// A consumer warpgroup's share of every work tile of the CTA: its 64 rows of each Q tile against
+// the tile's K/V tiles, then O and LSE.
+//
+// intra_wg_overlap on (v5: across work tiles too). Inside a tile, Q K^T(j) and P V(j-1) are issued
+// together and softmax(j) runs while P V(j-1) is in flight. At a tile boundary the next work tile's
+// Q K^T(0) goes out with this tile's last P V, the next tile's first softmax runs under it, and only
+// then is this tile finished (O / l, LSE, the TMA store): the per-tile pipeline fill (a Q K^T(0)
+// and softmax(0) with nothing of this warpgroup's on the tensor cores) and drain (a lone last P V)
+// of v4 are gone, which the ncu profile of d128 N512 put at ~16% + ~7% of the consumers' time. The
+// next tile's Q must be resident by then: with two Q buffers (q_bufs) it was loaded a whole tile
+// earlier. m and l of the finished tile are kept aside while the next tile's start afresh.
+//
+// intra_wg_overlap off: one tile at a time, each GEMM waited for (the ablation).
 template <class T, int D, int BN, bool OVERLAP>
 __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> &sm, int wg) {
-  const bool pp = a.pingpong != 0;
-  if (pp && wg == a.consumers - 1)
+  const int lane = threadIdx.x % 32;
+  const int sq = a.seqlen_q, skv = a.seqlen_kv;
+  const bool causal = a.causal != 0, pp = a.pingpong != 0;
+  const float sl2 = a.scale_log2;
+  // Turn ring over the consumers (2 or 3): consumer w waits on turn w, opens turn w+1 (mod C).
+  const int nwg = a.consumers;
+  const int my_turn = kBarTurn0 + wg, other_turn = kBarTurn0 + (wg + 1 == nwg ? 0 : wg + 1);
+  if (pp && wg == nwg - 1)
     named_arrive(kBarTurn0, 256); // consumer 0 takes the first turn
-  int kv_base = 0, q_use = 0;
-  for (int t = int(blockIdx.x); t < a.total_tiles; t += int(gridDim.x)) {
-    const WorkTile w = tile_at<BN>(a, t, sm.block_m);
-    if (w.n_tiles == 0) {
-      T *og = static_cast<T *>(a.o) + int64_t(w.b) * a.o_batch + int64_t(w.h) * a.o_head;
-      float *lse = a.lse + (int64_t(w.b) * a.heads_q + w.h) * a.seqlen_q;
-      const int r0 = w.q0 + wg * kRowsPerWarpgroup, tid = int(threadIdx.x % 128);
-      for (int idx = tid; idx < kRowsPerWarpgroup * D / 8; idx += 128) {
-        const int row = r0 + idx / (D / 8);
-        if (row < a.seqlen_q)
-          *reinterpret_cast<uint4 *>(og + int64_t(row) * a.o_seq + (idx % (D / 8)) * 8) =
-              make_uint4(0, 0, 0, 0);
-      }
-      if (tid < kRowsPerWarpgroup && r0 + tid < a.seqlen_q)
-        lse[r0 + tid] = -INFINITY;
-      continue;
+  auto qk_turn_begin = [&]() {
+    if (pp)
+      named_sync(my_turn, 256);
+  };
+  auto qk_turn_end = [&]() {
+    if (pp)
+      named_arrive(other_turn, 256);
+  };
+  // Q K^T(j) of tile c retired: the producer may refill this K slot while we do softmax; after the
+  // tile's last one, its Q slot too.
+  auto release_k = [&](int s, int j, const TileCtx &c) {
+    if (lane == 0) {
+      mbar_arrive(sm.k_empty(s));
+      if (j == c.w.n_tiles - 1)
+        mbar_arrive(sm.q_empty(c.q_slot));
     }
-    consume_tile<T, D, BN, OVERLAP>(a, sm, wg, w, kv_base, q_use);
-    kv_base += w.n_tiles;
-    ++q_use;
+  };
+  auto release_v = [&](int s) {
+    if (lane == 0)
+      mbar_arrive(sm.v_empty(s));
+  };
+
+  float o[D / 2];
+  float m[2], l[2], alpha[2];
+  float sacc[BN / 2];
+  uint32_t pa[BN / 16][4];
+  auto reset_stats = [&]() {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      m[hh] = -INFINITY, l[hh] = 0.f;
+  };
+  auto zero_o = [&]() {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i)
+      o[i] = 0.f;
+  };
+  auto mask_and_softmax = [&](const TileCtx &c, int j) {
+    if (j >= c.first_mask)
+      apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
+    softmax_tile<BN>(sacc, m, l, alpha, sl2);
+  };
+
+  const int block_m = kRowsPerWarpgroup * nwg;
+  int t = int(blockIdx.x), q_use = 0;
+  RingPos r; // K/V tile j of the current work tile
+  WorkTile w;
+  if (next_work<T, D, BN>(a, wg, block_m, t, w)) {
+    TileCtx c = make_ctx(a, w, wg, q_use, sm.q_bufs, BN);
+    if constexpr (!OVERLAP) {
+      while (true) {
+        reset_stats();
+        zero_o();
+        mbar_wait(sm.q_full(c.q_slot), c.q_parity);
+        for (int j = 0; j < c.w.n_tiles; ++j) {
+          mbar_wait(sm.k_full(r.s), r.use & 1);
+          qk_turn_begin();
+          wgmma_fence();
+          issue_qk<T, D, BN>(sacc, sm, wg, c.q_slot, r.s);
+          wgmma_commit();
+          qk_turn_end();
+          wgmma_wait<0>();
+          fence_operands(sacc);
+          release_k(r.s, j, c);
+          mask_and_softmax(c, j);
+          rescale<D>(o, alpha);
+          pack_p<T, BN>(pa, sacc);
+          mbar_wait(sm.v_full(r.s), r.use & 1);
+          wgmma_fence();
+          issue_pv<T, D, BN>(o, pa, sm, r.s);
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_operands(o);
+          fence_operands(pa);
+          release_v(r.s);
+          r.next(sm.stages);
+        }
+        finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
+        t += int(gridDim.x);
+        if (!next_work<T, D, BN>(a, wg, block_m, t, w))
+          break;
+        c = make_ctx(a, w, wg, ++q_use, sm.q_bufs, BN);
+      }
+    } else {
+      // The first tile's start: S(0), softmax, P; its P V is issued with the next Q K^T.
+      reset_stats();
+      zero_o();
+      mbar_wait(sm.q_full(c.q_slot), c.q_parity);
+      mbar_wait(sm.k_full(r.s), r.use & 1);
+      qk_turn_begin();
+      wgmma_fence();
+      issue_qk<T, D, BN>(sacc, sm, wg, c.q_slot, r.s);
+      wgmma_commit();
+      qk_turn_end();
+      wgmma_wait<0>();
+      fence_operands(sacc);
+      release_k(r.s, 0, c);
+      mask_and_softmax(c, 0);
+      pack_p<T, BN>(pa, sacc);
+      RingPos rp = r; // the K/V tile whose P is in pa
+      r.next(sm.stages);
+      while (true) {
+        for (int j = 1; j < c.w.n_tiles; ++j) {
+          // Both waits come before the first issue: nothing that may spin sits between the two
+          // GEMMs in flight.
+          mbar_wait(sm.k_full(r.s), r.use & 1);
+          mbar_wait(sm.v_full(rp.s), rp.use & 1);
+          qk_turn_begin();
+          wgmma_fence();
+          issue_qk<T, D, BN>(sacc, sm, wg, c.q_slot, r.s);
+          wgmma_commit();
+          // O *= alpha(j-1) while Q K^T(j) runs (O is not an operand of it), then P V(j-1) on top.
+          rescale<D>(o, alpha);
+          wgmma_fence();
+          issue_pv<T, D, BN>(o, pa, sm, rp.s);
+          wgmma_commit();
+          qk_turn_end();
+          wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
+          fence_operands(sacc);
+          release_k(r.s, j, c);
+          mask_and_softmax(c, j);
+          // Pin the softmax results above the wait: without these the compiler sinks the whole
+          // softmax (max, exp2, row sums) below `wait_group 0` (v1's SASS: every MUFU.EX2 after
+          // WARPGROUP.DEPBAR.LE gsb0, 0x0), which serializes it behind P V(j-1) and made overlap
+          // ~15% slower than no overlap on the first GPU run.
+          fence_operands(sacc);
+          fence_operands(alpha);
+          fence_operands(l);
+          fence_operands(m);
+          pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
+          wgmma_wait<0>();
+          fence_operands(o);
+          fence_operands(pa);
+          release_v(rp.s);
+          pack_p<T, BN>(pa, sacc);
+          rp = r;
+          r.next(sm.stages);
+        }
+        t += int(gridDim.x);
+        if (!next_work<T, D, BN>(a, wg, block_m, t, w)) {
+          // Drain: the last P V alone, then the tile's O.
+          mbar_wait(sm.v_full(rp.s), rp.use & 1);
+          rescale<D>(o, alpha);
+          wgmma_fence();
+          issue_pv<T, D, BN>(o, pa, sm, rp.s);
+          wgmma_commit();
+          wgmma_wait<0>();
+          fence_operands(o);
+          fence_operands(pa);
+          release_v(rp.s);
+          finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
+          break;
+        }
+        // Tile boundary: the next tile's Q K^T(0) with this tile's last P V.
+        const TileCtx nc = make_ctx(a, w, wg, ++q_use, sm.q_bufs, BN);
+        mbar_wait(sm.v_full(rp.s), rp.use & 1);
+        mbar_wait(sm.q_full(nc.q_slot), nc.q_parity);
+        mbar_wait(sm.k_full(r.s), r.use & 1);
+        qk_turn_begin();
+        wgmma_fence();
+        issue_qk<T, D, BN>(sacc, sm, wg, nc.q_slot, r.s);
+        wgmma_commit();
+        rescale<D>(o, alpha);
+        wgmma_fence();
+        issue_pv<T, D, BN>(o, pa, sm, rp.s);
+        wgmma_commit();
+        qk_turn_end();
+        wgmma_wait<1>();
+        fence_operands(sacc);
+        release_k(r.s, 0, nc);
+        const float mf[2] = {m[0], m[1]}, lf[2] = {l[0], l[1]}; // the finished tile's
+        reset_stats();
+        mask_and_softmax(nc, 0);
+        fence_operands(sacc);
+        fence_operands(alpha);
+        fence_operands(l);
+        fence_operands(m);
+        pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
+        wgmma_wait<0>();
+        fence_operands(o);
+        fence_operands(pa);
+        release_v(rp.s);
+        finish_tile<T, D, BN>(a, sm, wg, c, o, mf, lf);
+        zero_o();
+        pack_p<T, BN>(pa, sacc);
+        rp = r;
+        r.next(sm.stages);
+        c = nc;
+      }
+    }
   }
   // The last consumer opened consumer 0's turn after its last Q K^T (and at the start): consumer 0
   // takes that turn here, so every named barrier ends with as many arrivals as waits.
@@ -663,10 +777,12 @@ __global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const int block_m = kRowsPerWarpgroup * a.consumers;
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const Smem<D, BN> sm(base, block_m, a.stages, a.o_tma != 0);
+  const Smem<D, BN> sm(base, block_m, a.stages, a.o_tma != 0, a.q_bufs);
   if (threadIdx.x == 0) {
-    mbar_init(sm.q_full(), 1);
-    mbar_init(sm.q_empty(), 4 * a.consumers);
+    for (int slot = 0; slot < a.q_bufs; ++slot) {
+      mbar_init(sm.q_full(slot), 1);
+      mbar_init(sm.q_empty(slot), 4 * a.consumers);
+    }
     for (int s = 0; s < a.stages; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
@@ -709,6 +825,11 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.tm_k = make_tile_map(args.k, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN);
   a.tm_v = make_tile_map(args.v, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN);
   a.o_tma = o_staged(D, c) ? 1 : 0;
+  a.q_bufs = q_buffers(D, c);
+  // Experiment knob (NOTES.md, v5): FLASHBENCH_FA3_Q_BUFS=1 keeps one Q buffer (the ablation of the
+  // second; the launch then asks for one Q tile less shared memory than launch_smem_bytes).
+  if (const char *e = std::getenv("FLASHBENCH_FA3_Q_BUFS"); e && std::atoi(e) == 1)
+    a.q_bufs = 1;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);
@@ -733,7 +854,8 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.causal = p.causal ? 1 : 0;
 
   const auto kernel = fa3_kernel<T, D, BN, OVERLAP, WIDE>;
-  const int64_t smem = launch_smem_bytes(D, c);
+  const int64_t smem =
+      launch_smem_bytes(D, c) - int64_t(q_buffers(D, c) - a.q_bufs) * 2 * D * c.block_m;
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int threads = 128 * (1 + c.consumers);

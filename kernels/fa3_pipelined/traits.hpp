@@ -166,10 +166,23 @@ constexpr bool o_staged(int64_t head_dim, const Params &c, int64_t limit = kSmem
   return c.o_store == kOStoreAuto &&
          smem_bytes(head_dim, c) + o_stage_bytes(head_dim, c) <= limit;
 }
-// What the launch asks for: the ring (smem_bytes) plus the staging buffer when O is staged.
+// Q buffers (v5): a persistent CTA loads the next work tile's Q into a second buffer while the
+// current one is in use, so that the next tile's first Q K^T can go out with this tile's last P V;
+// where the second buffer does not fit (after the O staging), one (the Q load then waits for the
+// last Q K^T of the tile before). A one-shot CTA has one tile: one buffer.
+constexpr int q_buffers(int64_t head_dim, const Params &c, int64_t limit = kSmemOptinHopper) {
+  if (c.scheduler != kSchedPersistent)
+    return 1;
+  const int64_t q = 2 * head_dim * int64_t(c.block_m);
+  const int64_t used = smem_bytes(head_dim, c) + (o_staged(head_dim, c, limit) ? o_stage_bytes(head_dim, c) : 0);
+  return used + q <= limit ? 2 : 1;
+}
+// What the launch asks for: the ring (smem_bytes), the staging buffer when O is staged and the
+// second Q buffer when there is one.
 constexpr int64_t launch_smem_bytes(int64_t head_dim, const Params &c,
                                     int64_t limit = kSmemOptinHopper) {
-  return smem_bytes(head_dim, c) + (o_staged(head_dim, c, limit) ? o_stage_bytes(head_dim, c) : 0);
+  return smem_bytes(head_dim, c) + (o_staged(head_dim, c, limit) ? o_stage_bytes(head_dim, c) : 0) +
+         (q_buffers(head_dim, c, limit) - 1) * 2 * head_dim * int64_t(c.block_m);
 }
 
 inline int64_t num_q_tiles(const AttentionProblem &p, const Params &c) {

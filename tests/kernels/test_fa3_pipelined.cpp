@@ -355,14 +355,25 @@ TEST(Fa3Pipelined, OStagedWhereItFits) {
   EXPECT_FALSE(o_staged(128, params(128, 128, 2, 2, kOStoreDirect)));
   EXPECT_EQ(launch_smem_bytes(128, params(128, 128, 2, 2, kOStoreDirect)),
             smem_bytes(128, params(128, 128, 2, 2, kOStoreDirect)));
+  // A second Q buffer only for persistent CTAs, and only where it fits after the staging: d128
+  // block_n 128 at 2 stages takes both (232192 of 232448 bytes).
+  Params pers = params(128, 128, 2, 2, kOStoreAuto);
+  EXPECT_EQ(q_buffers(128, pers), 1); // one_shot
+  pers.scheduler = kSchedPersistent;
+  EXPECT_EQ(q_buffers(128, pers), 2);
+  EXPECT_EQ(launch_smem_bytes(128, pers), smem_bytes(128, pers) + 2 * 128 * 128 * 2);
+  pers.block_n = 192;
+  EXPECT_EQ(q_buffers(128, pers), 1);
   for (int64_t d : {64, 128, 256})
     for (int bn : {64, 128, 192})
       for (int st : {2, 3, 4})
-        for (int wgs : {1, 2, 3}) {
-          const Params q = params(64 * wgs, bn, st, wgs, kOStoreAuto);
-          if (smem_bytes(d, q) <= kSmemOptinHopper)
-            EXPECT_LE(launch_smem_bytes(d, q), kSmemOptinHopper);
-        }
+        for (int wgs : {1, 2, 3})
+          for (int sched : {kSchedOneShot, kSchedPersistent}) {
+            Params q = params(64 * wgs, bn, st, wgs, kOStoreAuto);
+            q.scheduler = sched;
+            if (smem_bytes(d, q) <= kSmemOptinHopper)
+              EXPECT_LE(launch_smem_bytes(d, q), kSmemOptinHopper);
+          }
 }
 
 TEST(Fa3Pipelined, PersistentGridAndL2Sections) {
