@@ -111,6 +111,7 @@ struct KernelArgs {
   int causal;
   int o_tma; // O through shared memory and TMA stores (o_staged), else 4-byte stores from registers
   int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
+  int cross_tile; // overlap kernels: the next tile's Q K^T(0) goes out with this tile's last P V
 };
 
 constexpr float kLn2 = 0.69314718055994531f;
@@ -458,8 +459,8 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
     const int x = w.q0 + wg * kRowsPerWarpgroup + (a.seqlen_kv - a.seqlen_q) + 1;
     c.first_mask = min(c.first_mask, x <= 0 ? 0 : x / bn);
   }
-  c.q_slot = q_use % q_bufs;
-  c.q_parity = (q_use / q_bufs) & 1;
+  c.q_slot = q_bufs == 2 ? q_use & 1 : 0;
+  c.q_parity = q_bufs == 2 ? (q_use >> 1) & 1 : q_use & 1;
   return c;
 }
 
@@ -651,23 +652,40 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         c = make_ctx(a, w, wg, ++q_use, sm.q_bufs, BN);
       }
     } else {
-      // The first tile's start: S(0), softmax, P; its P V is issued with the next Q K^T.
-      reset_stats();
-      zero_o();
-      mbar_wait(sm.q_full(c.q_slot), c.q_parity);
-      mbar_wait(sm.k_full(r.s), r.use & 1);
-      qk_turn_begin();
-      wgmma_fence();
-      issue_qk<T, D, BN>(sacc, sm, wg, c.q_slot, r.s);
-      wgmma_commit();
-      qk_turn_end();
-      wgmma_wait<0>();
-      fence_operands(sacc);
-      release_k(r.s, 0, c);
-      mask_and_softmax(c, 0);
-      pack_p<T, BN>(pa, sacc);
-      RingPos rp = r; // the K/V tile whose P is in pa
-      r.next(sm.stages);
+      RingPos rp; // the K/V tile whose P is in pa
+      // A tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
+      auto start_tile = [&](const TileCtx &x) {
+        reset_stats();
+        zero_o();
+        mbar_wait(sm.q_full(x.q_slot), x.q_parity);
+        mbar_wait(sm.k_full(r.s), r.use & 1);
+        qk_turn_begin();
+        wgmma_fence();
+        issue_qk<T, D, BN>(sacc, sm, wg, x.q_slot, r.s);
+        wgmma_commit();
+        qk_turn_end();
+        wgmma_wait<0>();
+        fence_operands(sacc);
+        release_k(r.s, 0, x);
+        mask_and_softmax(x, 0);
+        pack_p<T, BN>(pa, sacc);
+        rp = r;
+        r.next(sm.stages);
+      };
+      // The last P V alone, then the tile's O.
+      auto drain_and_finish = [&](const TileCtx &x) {
+        mbar_wait(sm.v_full(rp.s), rp.use & 1);
+        rescale<D>(o, alpha);
+        wgmma_fence();
+        issue_pv<T, D, BN>(o, pa, sm, rp.s);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_operands(o);
+        fence_operands(pa);
+        release_v(rp.s);
+        finish_tile<T, D, BN>(a, sm, wg, x, o, m, l);
+      };
+      start_tile(c);
       while (true) {
         for (int j = 1; j < c.w.n_tiles; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
@@ -706,22 +724,18 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           r.next(sm.stages);
         }
         t += int(gridDim.x);
-        if (!next_work<T, D, BN>(a, wg, block_m, t, w)) {
-          // Drain: the last P V alone, then the tile's O.
-          mbar_wait(sm.v_full(rp.s), rp.use & 1);
-          rescale<D>(o, alpha);
-          wgmma_fence();
-          issue_pv<T, D, BN>(o, pa, sm, rp.s);
-          wgmma_commit();
-          wgmma_wait<0>();
-          fence_operands(o);
-          fence_operands(pa);
-          release_v(rp.s);
-          finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
-          break;
+        WorkTile wn;
+        const bool more = next_work<T, D, BN>(a, wg, block_m, t, wn);
+        if (!more || !a.cross_tile) {
+          drain_and_finish(c);
+          if (!more)
+            break;
+          c = make_ctx(a, wn, wg, ++q_use, sm.q_bufs, BN);
+          start_tile(c);
+          continue;
         }
         // Tile boundary: the next tile's Q K^T(0) with this tile's last P V.
-        const TileCtx nc = make_ctx(a, w, wg, ++q_use, sm.q_bufs, BN);
+        const TileCtx nc = make_ctx(a, wn, wg, ++q_use, sm.q_bufs, BN);
         mbar_wait(sm.v_full(rp.s), rp.use & 1);
         mbar_wait(sm.q_full(nc.q_slot), nc.q_parity);
         mbar_wait(sm.k_full(r.s), r.use & 1);
@@ -830,6 +844,11 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   // second; the launch then asks for one Q tile less shared memory than launch_smem_bytes).
   if (const char *e = std::getenv("FLASHBENCH_FA3_Q_BUFS"); e && std::atoi(e) == 1)
     a.q_bufs = 1;
+  // Experiment knob (NOTES.md, v5): FLASHBENCH_FA3_CROSS_TILE=0 drains and finishes every work tile
+  // before the next one starts (the v4 order), for a same-build comparison.
+  a.cross_tile = 1;
+  if (const char *e = std::getenv("FLASHBENCH_FA3_CROSS_TILE"); e && std::atoi(e) == 0)
+    a.cross_tile = 0;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);
