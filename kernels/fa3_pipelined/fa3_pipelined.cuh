@@ -548,14 +548,15 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
 // A consumer warpgroup's share of every work tile of the CTA: its 64 rows of each Q tile against
 // the tile's K/V tiles, then O and LSE.
 //
-// intra_wg_overlap on (v5: across work tiles too). Inside a tile, Q K^T(j) and P V(j-1) are issued
-// together and softmax(j) runs while P V(j-1) is in flight. At a tile boundary the next work tile's
-// Q K^T(0) goes out with this tile's last P V, the next tile's first softmax runs under it, and only
-// then is this tile finished (O / l, LSE, the TMA store): the per-tile pipeline fill (a Q K^T(0)
-// and softmax(0) with nothing of this warpgroup's on the tensor cores) and drain (a lone last P V)
-// of v4 are gone, which the ncu profile of d128 N512 put at ~16% + ~7% of the consumers' time. The
-// next tile's Q must be resident by then: with two Q buffers (q_bufs) it was loaded a whole tile
-// earlier. m and l of the finished tile are kept aside while the next tile's start afresh.
+// intra_wg_overlap on. Inside a tile, Q K^T(j) and P V(j-1) are issued together and softmax(j)
+// runs while P V(j-1) is in flight. A tile starts on its own (Q K^T(0), wait, softmax(0)) and ends
+// with its last P V alone, then O.
+// cross_tile (v5 experiment, off by default): at a tile boundary the next work tile's Q K^T(0)
+// goes out with this tile's last P V, the next tile's first softmax runs under it, and only then
+// is this tile finished (m and l of the finished tile kept aside). The ncu profile of d128 N512 put
+// the per-tile start and end at ~16% + ~7% of the consumer warps' stall samples, but the other
+// consumer's GEMMs already fill the tensor cores there (ping-pong): measured, it gained nothing and
+// lost up to 7% at d64 (NOTES.md, v5).
 //
 // intra_wg_overlap off: one tile at a time, each GEMM waited for (the ablation).
 template <class T, int D, int BN, bool OVERLAP>
@@ -844,11 +845,13 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   // second; the launch then asks for one Q tile less shared memory than launch_smem_bytes).
   if (const char *e = std::getenv("FLASHBENCH_FA3_Q_BUFS"); e && std::atoi(e) == 1)
     a.q_bufs = 1;
-  // Experiment knob (NOTES.md, v5): FLASHBENCH_FA3_CROSS_TILE=0 drains and finishes every work tile
-  // before the next one starts (the v4 order), for a same-build comparison.
-  a.cross_tile = 1;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_CROSS_TILE"); e && std::atoi(e) == 0)
-    a.cross_tile = 0;
+  // Experiment knob (NOTES.md, v5): FLASHBENCH_FA3_CROSS_TILE=1 issues the next work tile's
+  // Q K^T(0) with this tile's last P V. Off by default: measured in the same build, it was 0-7%
+  // slower than draining each tile first (d64 N512 bm192: 323 vs 347 TF/s), nowhere faster beyond
+  // the clock noise.
+  a.cross_tile = 0;
+  if (const char *e = std::getenv("FLASHBENCH_FA3_CROSS_TILE"); e && std::atoi(e) == 1)
+    a.cross_tile = 1;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);

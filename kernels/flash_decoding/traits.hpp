@@ -164,12 +164,17 @@ inline int ctas_per_sm(const AttentionProblem &p, const Params &c, const DeviceF
 }
 
 // The heuristic (num_splits = 0), FlashAttention's wave-efficiency rule adapted to a memory-bound
-// kernel: with G groups and `slots` resident CTAs, s splits give waves w = G*s/slots and efficiency
-// w/ceil(w). Take the smallest s whose efficiency is within 5% of the best s in [1, max_s], where
-// max_s leaves every split at least four CTA steps (so every warp's ring fills and the per-CTA
-// ramp, partial store and combine are paid for by >= 4 steps of streaming). Unlike FlashAttention
-// (which keeps 1 split once G >= 0.8 * SMs and accepts 85% of the best), a half-empty last wave
-// here is not hidden by the other CTAs' arithmetic: every idle slot is lost bandwidth.
+// kernel: with G groups and one CTA per SM as the target, s splits give waves w = G*s/SMs and
+// efficiency w/ceil(w). Take the smallest s whose efficiency is within 5% of the best s in
+// [1, max_s], where max_s leaves every split at least four CTA steps (so every warp's ring fills and
+// the per-CTA ramp, partial store and combine are paid for by >= 4 steps of streaming). Unlike
+// FlashAttention (which keeps 1 split once G >= 0.8 * SMs and accepts 85% of the best), a
+// half-empty last wave here is not hidden by the other CTAs' arithmetic.
+// Version 5: the target is one CTA per SM, not every resident slot. Measured on the H200 (NOTES.md,
+// decode-splits): at 2 resident CTAs per SM the old rule took twice the splits (B=1 GQA: 32, B=8:
+// 4, MHA B=1: 8) and each ran 2-8% slower than half as many (B=1 L=8k 19.5 -> 18.0 us, L=128k 130.0
+// -> 125.7 us): the stream is DRAM-bound with one CTA's rings per SM, and more CTAs only add
+// partials to combine and ragged finishes.
 inline SplitPlan split_plan(const AttentionProblem &p, const Params &c, const DeviceFacts &dev) {
   SplitPlan plan;
   plan.stages = fitting_stages(p, c, dev);
@@ -178,7 +183,7 @@ inline SplitPlan split_plan(const AttentionProblem &p, const Params &c, const De
   const int64_t tiles = (len + c.block_n - 1) / c.block_n;
   int s = c.num_splits;
   if (s == 0) {
-    const double slots = double(dev.sm_count) * plan.ctas_per_sm;
+    const double slots = double(dev.sm_count);
     const double groups = double(num_groups(p));
     const int max_s = static_cast<int>(std::clamp<int64_t>(tiles / 4, 1, kMaxSplits));
     auto eff = [&](int n) {

@@ -101,6 +101,13 @@ TEST(FlashDecodingPlan, HeuristicFillsTheGpuWithoutAPartialWave) {
   const fdec::SplitPlan p8k = fdec::split_plan(decode(1, 32, 8, 8192), c, h200);
   EXPECT_GE(p8k.splits * 8, 120);
   EXPECT_LE(p8k.splits * 8, 132);
+  // The target is one CTA per SM even where two fit (the default tile, 3 stages): B=1 GQA 16
+  // splits, B=8 2, MHA B=1 4 (not 32, 4 and 8: NOTES.md, version 5).
+  const fdec::Params dflt;
+  EXPECT_EQ(fdec::split_plan(decode(1, 32, 8, 131072), dflt, h200).ctas_per_sm, 2);
+  EXPECT_EQ(fdec::split_plan(decode(1, 32, 8, 131072), dflt, h200).splits, 16);
+  EXPECT_EQ(fdec::split_plan(decode(8, 32, 8, 32768), dflt, h200).splits, 2);
+  EXPECT_EQ(fdec::split_plan(decode(1, 32, 32, 32768), dflt, h200).splits, 4);
   // Enough groups to fill the SMs: no split.
   EXPECT_EQ(fdec::split_plan(decode(64, 32, 32, 4096), c, h200).splits, 1);
   // The split ranges cover the longest entry in whole tiles.
