@@ -85,6 +85,9 @@ TEST(Cli, ImpossibleValues) {
                     "not a multiple of heads_kv");
   expect_user_error("run --frobnicate", "flashbench: error:");
   expect_user_error("run /nonexistent/spec.yaml", "cannot open sweep spec");
+  // Sizes are checked before any device is looked for.
+  expect_user_error("probe --read-floor 12x", "--read-floor: '12x' is not a size");
+  expect_user_error("probe --read-floor 32M,-5", "--read-floor: '-5' is not a size");
 }
 
 TEST(Cli, ListAndDryRunNeedNoGpu) {
