@@ -654,6 +654,31 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       }
     } else {
       RingPos rp; // the K/V tile whose P is in pa
+      // Q K^T into S (Q from q_slot, K from ring slot r) and, on top, O *= alpha then P V (V from rp):
+      // both GEMMs in flight, in this consumer's turn. O is not an operand of Q K^T, so the rescale
+      // runs while it does.
+      auto issue_qk_and_pv = [&](int q_slot) {
+        qk_turn_begin();
+        wgmma_fence();
+        issue_qk<T, D, BN>(sacc, sm, wg, q_slot, r.s);
+        wgmma_commit();
+        rescale<D>(o, alpha);
+        wgmma_fence();
+        issue_pv<T, D, BN>(o, pa, sm, rp.s);
+        wgmma_commit();
+        qk_turn_end();
+      };
+      // Pin the softmax results above the wait that follows: without these the compiler sinks the
+      // whole softmax (max, exp2, row sums) below `wait_group 0` (v1's SASS: every MUFU.EX2 after
+      // WARPGROUP.DEPBAR.LE gsb0, 0x0), which serializes it behind the P V in flight and made
+      // overlap ~15% slower than no overlap on the first GPU run.
+      auto pin_above_wait = [&]() {
+        fence_operands(sacc);
+        fence_operands(alpha);
+        fence_operands(l);
+        fence_operands(m);
+        pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
+      };
       // A tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
       auto start_tile = [&](const TileCtx &x) {
         reset_stats();
@@ -693,29 +718,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           // GEMMs in flight.
           mbar_wait(sm.k_full(r.s), r.use & 1);
           mbar_wait(sm.v_full(rp.s), rp.use & 1);
-          qk_turn_begin();
-          wgmma_fence();
-          issue_qk<T, D, BN>(sacc, sm, wg, c.q_slot, r.s);
-          wgmma_commit();
-          // O *= alpha(j-1) while Q K^T(j) runs (O is not an operand of it), then P V(j-1) on top.
-          rescale<D>(o, alpha);
-          wgmma_fence();
-          issue_pv<T, D, BN>(o, pa, sm, rp.s);
-          wgmma_commit();
-          qk_turn_end();
+          issue_qk_and_pv(c.q_slot); // Q K^T(j), P V(j-1)
           wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
           fence_operands(sacc);
           release_k(r.s, j, c);
           mask_and_softmax(c, j);
-          // Pin the softmax results above the wait: without these the compiler sinks the whole
-          // softmax (max, exp2, row sums) below `wait_group 0` (v1's SASS: every MUFU.EX2 after
-          // WARPGROUP.DEPBAR.LE gsb0, 0x0), which serializes it behind P V(j-1) and made overlap
-          // ~15% slower than no overlap on the first GPU run.
-          fence_operands(sacc);
-          fence_operands(alpha);
-          fence_operands(l);
-          fence_operands(m);
-          pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
+          pin_above_wait();
           wgmma_wait<0>();
           fence_operands(o);
           fence_operands(pa);
@@ -740,26 +748,14 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         mbar_wait(sm.v_full(rp.s), rp.use & 1);
         mbar_wait(sm.q_full(nc.q_slot), nc.q_parity);
         mbar_wait(sm.k_full(r.s), r.use & 1);
-        qk_turn_begin();
-        wgmma_fence();
-        issue_qk<T, D, BN>(sacc, sm, wg, nc.q_slot, r.s);
-        wgmma_commit();
-        rescale<D>(o, alpha);
-        wgmma_fence();
-        issue_pv<T, D, BN>(o, pa, sm, rp.s);
-        wgmma_commit();
-        qk_turn_end();
+        issue_qk_and_pv(nc.q_slot); // the next tile's Q K^T(0), this tile's last P V
         wgmma_wait<1>();
         fence_operands(sacc);
         release_k(r.s, 0, nc);
         const float mf[2] = {m[0], m[1]}, lf[2] = {l[0], l[1]}; // the finished tile's
         reset_stats();
         mask_and_softmax(nc, 0);
-        fence_operands(sacc);
-        fence_operands(alpha);
-        fence_operands(l);
-        fence_operands(m);
-        pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
+        pin_above_wait();
         wgmma_wait<0>();
         fence_operands(o);
         fence_operands(pa);
