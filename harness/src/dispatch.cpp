@@ -96,6 +96,7 @@ struct DeviceState {
   std::mutex mu;
   DeviceInfo info;
   DeviceBuffer workspace;
+  DeviceBuffer semaphores; // zeroed when allocated; every launch leaves them zero
 };
 
 DeviceState& device_state(int device) {
@@ -129,6 +130,13 @@ void attention_forward(const AttentionProblem& p, const void* q, const void* k, 
     s.workspace = DeviceBuffer();
     s.workspace = DeviceBuffer(need);
   }
+  const size_t sem = choice.variant->semaphore_bytes(p, choice.config);
+  if (sem > s.semaphores.bytes()) {
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
+    s.semaphores = DeviceBuffer();
+    s.semaphores = DeviceBuffer(sem);
+    FB_CUDA_CHECK(cudaMemset(s.semaphores.get(), 0, sem));
+  }
   LaunchArgs args;
   args.q = q;
   args.k = k;
@@ -137,6 +145,8 @@ void attention_forward(const AttentionProblem& p, const void* q, const void* k, 
   args.lse = lse;
   args.workspace = s.workspace.get();
   args.workspace_bytes = s.workspace.bytes();
+  args.semaphores = s.semaphores.get();
+  args.semaphore_bytes = s.semaphores.bytes();
   choice.variant->launch(p, choice.config, args, stream);
 }
 

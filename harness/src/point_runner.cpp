@@ -4,6 +4,7 @@
 #include "flashbench/nvtx.hpp"
 #include "flashbench/reference.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -79,6 +80,13 @@ void PointRunner::ensure_workspace(size_t bytes) {
   workspace_ = DeviceBuffer(bytes);
 }
 
+void PointRunner::ensure_semaphores(size_t bytes) {
+  if (bytes == 0 || semaphores_.bytes() >= bytes) return;
+  semaphores_ = DeviceBuffer();
+  semaphores_ = DeviceBuffer(bytes);
+  FB_CUDA_CHECK(cudaMemsetAsync(semaphores_.get(), 0, bytes, stream_));
+}
+
 LaunchArgs PointRunner::args() const {
   LaunchArgs a;
   a.q = q_.get();
@@ -91,6 +99,8 @@ LaunchArgs PointRunner::args() const {
   a.lse = lse_.as<float>();
   a.workspace = workspace_.get();
   a.workspace_bytes = workspace_.bytes();
+  a.semaphores = semaphores_.get();
+  a.semaphore_bytes = semaphores_.bytes();
   return a;
 }
 
@@ -98,6 +108,7 @@ VerifyResult PointRunner::verify(const Variant& v, const Config& c, double deadl
   ScopedRange range{"verify"};
   const AttentionProblem& p = problem_;
   ensure_workspace(v.workspace_bytes(p, c));
+  ensure_semaphores(v.semaphore_bytes(p, c));
   poison(o_.get(), o_.bytes(), stream_);
   poison(lse_.get(), lse_.bytes(), stream_);
   v.launch(p, c, args(), stream_);
@@ -108,6 +119,16 @@ VerifyResult PointRunner::verify(const Variant& v, const Config& c, double deadl
   VerifyResult r = fb::verify<double>(p, out.data(), lse.data(), ref_o_.data(), ref_lse_.data(),
                                       tolerance_for(p.dtype));
   r.reference = reference_kind_;
+  if (semaphores_.bytes() > 0) {
+    std::vector<unsigned char> sem(semaphores_.bytes());
+    FB_CUDA_CHECK(cudaMemcpy(sem.data(), semaphores_.get(), sem.size(), cudaMemcpyDeviceToHost));
+    const auto nz = std::count_if(sem.begin(), sem.end(), [](unsigned char x) { return x != 0; });
+    if (nz > 0) {
+      r.pass = false;
+      r.detail = std::to_string(nz) + " semaphore bytes left non-zero after the launch (the next launch would "
+                 "read them); " + r.detail;
+    }
+  }
   return r;
 }
 

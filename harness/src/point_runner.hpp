@@ -25,13 +25,15 @@ public:
   const std::string& reference_kind() const { return reference_kind_; }
 
   // Poisons O and LSE, launches once, waits (a launch that runs past `deadline_s` throws PointTimeout) and
-  // verifies against the reference.
+  // verifies against the reference; a launch that leaves its semaphores non-zero fails too (the next launch would
+  // read them).
   VerifyResult verify(const Variant& v, const Config& c, double deadline_s);
   // Launch arguments for timing; the workspace is sized for (v, c) by verify().
   LaunchArgs args() const;
 
 private:
   void ensure_workspace(size_t bytes);
+  void ensure_semaphores(size_t bytes);
 
   DeviceInfo dev_;
   cudaStream_t stream_;
@@ -39,6 +41,7 @@ private:
   AttentionProblem problem_;
   uint64_t seed_ = 0;
   DeviceBuffer q_, k_, v_, o_, lse_, workspace_;
+  DeviceBuffer semaphores_; // zeroed once when allocated; every launch leaves them zero (LaunchArgs)
   KvCacheBuffers kv_cache_; // cache_seqlens always; page table and K/V pools (then k_/v_ are freed) when paged
   std::vector<double> ref_o_, ref_lse_;
   std::string reference_kind_;

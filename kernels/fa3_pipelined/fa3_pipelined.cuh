@@ -112,9 +112,11 @@ struct KernelArgs {
   int o_tma; // O through shared memory and TMA stores (o_staged), else 4-byte stores from registers
   int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
   int cross_tile; // overlap kernels: the next tile's Q K^T(0) goes out with this tile's last P V
+  float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
 };
 
 constexpr float kLn2 = 0.69314718055994531f;
+constexpr float kRescaleSlack = 8.f; // log2 units: P stays <= 2^8 between rescales (softmax_tile)
 constexpr int kBarTurn0 = 1; // named barrier ids; 0 is __syncthreads; turns use 1..3
 constexpr int kBarEpi0 = 4;  // one per consumer warpgroup (4..6): its O staging buffer
 
@@ -335,21 +337,41 @@ __device__ __forceinline__ void apply_mask(float (&sacc)[BN / 2], int row0, int 
     }
 }
 
-// Online softmax of one tile: updates m and l, turns S into unnormalised P = exp2(S * scale_log2 -
-// offset) in place, returns the factors by which O must be rescaled (per half).
+// Online softmax of one tile: turns S into unnormalised P = exp2(S * scale_log2 - offset) in place,
+// updates l, and, only when needed, m and the factors alpha by which O must be rescaled (per half).
+// Returns whether any row of the warp moved its offset (else alpha = 1 and O needs no rescale).
+//
+// Lazy rescale (v6): a row keeps the offset it has while its new maximum stays within `slack` (log2
+// units) of it; P is then at most 2^slack (256 at slack 8: exact in bf16/fp16, and l and O are fp32),
+// and the final O / l and LSE = (m scale_log2 + log2 l) ln 2 use the same offset, so the result is the
+// same softmax. After a row's first tile its offset almost never moves, so the D / 2 FMULs of O's
+// rescale (one per score at d 128) leave the K/V loop and the ping-pong turn. The decision is
+// warp-uniform (__any_sync): a lane that did not grow rescales by exactly 1. slack = -inf restores
+// the exact running max (every tile rescales): the ablation.
 template <int BN>
-__device__ __forceinline__ void softmax_tile(float (&sacc)[BN / 2], float (&m)[2], float (&l)[2],
-                                             float (&alpha)[2], float sl2) {
+__device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], float sl2, float slack) {
+  float mx[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
-    float mx = -INFINITY;
+    float x = -INFINITY;
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i)
-      mx = fmaxf(mx, fmaxf(sacc[4 * i + 2 * hh], sacc[4 * i + 2 * hh + 1]));
-    const float m_new = fmaxf(m[hh], quad_max(mx));
-    const float off = row_offset(m_new * sl2);
-    alpha[hh] = fast_exp2(fmaf(m[hh], sl2, -off));
-    m[hh] = m_new;
+      x = fmaxf(x, fmaxf(sacc[4 * i + 2 * hh], sacc[4 * i + 2 * hh + 1]));
+    mx[hh] = quad_max(x);
+  }
+  // (mx - m) sl2 > slack: true when m = -inf and the tile has a key; NaN (false) when both are -inf.
+  const bool grow = __any_sync(0xffffffffu, (mx[0] - m[0]) * sl2 > slack || (mx[1] - m[1]) * sl2 > slack);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    if (grow) {
+      const float m_new = fmaxf(m[hh], mx[hh]);
+      alpha[hh] = fast_exp2(fmaf(m[hh], sl2, -row_offset(m_new * sl2)));
+      m[hh] = m_new;
+    } else {
+      alpha[hh] = 1.f;
+    }
+    const float off = row_offset(m[hh] * sl2);
     float sum = 0.f;
 #pragma unroll
     for (int i = 0; i < BN / 8; ++i)
@@ -358,8 +380,9 @@ __device__ __forceinline__ void softmax_tile(float (&sacc)[BN / 2], float (&m)[2
         sacc[4 * i + e] = fast_exp2(fmaf(sacc[4 * i + e], sl2, -off));
         sum += sacc[4 * i + e];
       }
-    l[hh] = l[hh] * alpha[hh] + sum; // lane-partial; the quad's parts are summed once at the end
+    l[hh] = grow ? l[hh] * alpha[hh] + sum : l[hh] + sum; // lane-partial; the quad's parts are summed once at the end
   }
+  return grow;
 }
 
 // Empty asm fences order nothing for ptxas, which hoisted `wgmma.wait_group 0` above the whole
@@ -594,6 +617,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
 
   float o[D / 2];
   float m[2], l[2], alpha[2];
+  bool grew = true; // the last softmax moved an offset: O needs `alpha` before its next P V
   float sacc[BN / 2];
   uint32_t pa[BN / 16][4];
   auto reset_stats = [&]() {
@@ -609,7 +633,11 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   auto mask_and_softmax = [&](const TileCtx &c, int j) {
     if (j >= c.first_mask)
       apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
-    softmax_tile<BN>(sacc, m, l, alpha, sl2);
+    grew = softmax_tile<BN>(sacc, m, l, alpha, sl2, a.rescale_slack);
+  };
+  auto rescale_o = [&]() {
+    if (grew) // warp-uniform
+      rescale<D>(o, alpha);
   };
 
   const int block_m = kRowsPerWarpgroup * nwg;
@@ -634,7 +662,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           fence_operands(sacc);
           release_k(r.s, j, c);
           mask_and_softmax(c, j);
-          rescale<D>(o, alpha);
+          rescale_o();
           pack_p<T, BN>(pa, sacc);
           mbar_wait(sm.v_full(r.s), r.use & 1);
           wgmma_fence();
@@ -662,7 +690,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         wgmma_fence();
         issue_qk<T, D, BN>(sacc, sm, wg, q_slot, r.s);
         wgmma_commit();
-        rescale<D>(o, alpha);
+        rescale_o();
         wgmma_fence();
         issue_pv<T, D, BN>(o, pa, sm, rp.s);
         wgmma_commit();
@@ -701,7 +729,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       // The last P V alone, then the tile's O.
       auto drain_and_finish = [&](const TileCtx &x) {
         mbar_wait(sm.v_full(rp.s), rp.use & 1);
-        rescale<D>(o, alpha);
+        rescale_o();
         wgmma_fence();
         issue_pv<T, D, BN>(o, pa, sm, rp.s);
         wgmma_commit();
@@ -848,6 +876,12 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.cross_tile = 0;
   if (const char *e = std::getenv("FLASHBENCH_FA3_CROSS_TILE"); e && std::atoi(e) == 1)
     a.cross_tile = 1;
+  // Lazy rescale (v6, softmax_tile): a row's offset moves only when its max passes it by more than 8
+  // (log2 units), so P <= 256. Experiment knob: FLASHBENCH_FA3_EXACT_RESCALE=1 moves it on every new
+  // max and rescales O after every tile, as v1-v5 did (the same-build ablation).
+  a.rescale_slack = kRescaleSlack;
+  if (const char *e = std::getenv("FLASHBENCH_FA3_EXACT_RESCALE"); e && std::atoi(e) == 1)
+    a.rescale_slack = -INFINITY;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);

@@ -16,10 +16,11 @@
 //     shared memory once, at the end;
 //   * fused = 1 combines in the same launch: each CTA writes its partial, then takes a ticket on the
 //     group's arrival counter (one atomicAdd), and the last one to arrive merges the group. The
-//     counters are zeroed by a memset queued before the launch (v4). Version 2 had no memset: a
-//     per-launch tag in the counter, taken with an atomicCAS loop; when a group's 26-64 CTAs arrive
-//     together every failed CAS costs an L2 round trip, which serialised the arrivals (NOTES.md:
-//     ~10 us at B=1 L=8k, 64 splits 2x slower than 32).
+//     counters live in the caller's semaphores (zero on entry); the last arrival resets its group's
+//     counter to 0, so no memset runs in front of the launch (v6; v4-v5 queued one, which cost a
+//     second graph node on every call). Version 2 had a per-launch tag in the counter instead, taken
+//     with an atomicCAS loop; when a group's 26-64 CTAs arrive together every failed CAS costs an L2
+//     round trip, which serialised the arrivals (NOTES.md: ~10 us at B=1 L=8k).
 // A group whose keys fit one split writes its final O directly (no partials at all).
 //
 // Variable lengths (cache_seqlens) and causal alignment: row r of a group is query i = r / group of
@@ -40,6 +41,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+
 namespace fb::fdec {
 
 template <class T> struct KArgs {
@@ -50,7 +53,7 @@ template <class T> struct KArgs {
   float *lse;
   float *o_part;   // [groups, splits, 16, D]
   float *lse_part; // [groups, splits, 16], log2 units
-  unsigned int *counters; // [groups]: arrivals, zeroed before each launch
+  unsigned int *counters; // [groups]: arrivals; zero on entry, reset to zero by each group's last CTA
   const int *seqlens;           // [batch] or null (every entry has seqlen_kv keys)
   const int *page_table;        // [batch, pages_per_seq] or null (contiguous)
   int64_t q_batch, q_seq, q_head; // element strides of Q and O
@@ -93,16 +96,39 @@ __device__ __forceinline__ void store4(T *dst, float x, float y, float z, float 
 //   1. one warp per row reads all of the row's n_active LSEs at once (kMaxSplits / 32 per lane), and
 //      leaves each split's weight exp2(lse_s - lse) in `wbuf` ([kMaxSplits][16] floats, shared);
 //   2. every (row, 4 columns) item is summed by P adjacent threads (P = NTH / items, at most 8), each
-//      over every P-th split, 8 partial loads in flight before the FMAs; a shuffle adds the P sums.
-// n_active L2 round trips became about 1 + n_active / (8 P).
+//      over every P-th split, U = 16 (d 64: 8) partial loads in flight before the FMAs; a shuffle adds
+//      the P sums.
+// The partials do not depend on the weights, so each thread's first U are loaded before pass 1 and
+// their round trip overlaps the LSE pass's (v6): at 16 splits x 4 rows (B=1 GQA, 128 threads, P = 1)
+// the whole merge is one L2 round trip after the ticket, where v5 took three.
 template <class T, int D, int NTH>
 __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_active, int64_t grp,
                               float *wbuf) {
-  constexpr int NW = NTH / 32, U = 8;
+  // d 64 has half the items, so P doubles: 8 loads a thread already cover 16 splits (and 16 cost the
+  // 32-key kernel a stack frame).
+  constexpr int NW = NTH / 32, U = D == 64 ? 8 : 16;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int rows_here = min(kRowsPerCta, a.rows - mb * kRowsPerCta);
   const float *lp = a.lse_part + grp * a.splits * kRowsPerCta;
   const float *op = a.o_part + grp * a.splits * kRowsPerCta * D;
+  const int items = rows_here * (D / 4);
+  int P = 1;
+  while (P < 8 && 2 * P * items <= NTH)
+    P *= 2;
+  // This thread's first item (base 0) and the first U of its splits, issued now.
+  float4 first[U];
+  {
+    const int item = threadIdx.x / P, sub = threadIdx.x % P;
+    const bool active = item < items;
+    const float4 *src =
+        reinterpret_cast<const float4 *>(op + int64_t(active ? item / (D / 4) : 0) * D) + item % (D / 4);
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int s = sub + u * P;
+      first[u] = active && s < n_active ? __ldcg(src + int64_t(s) * kRowsPerCta * (D / 4))
+                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+  }
   for (int rr = warp; rr < rows_here; rr += NW) {
     float l[kMaxSplits / 32];
     float mx = -INFINITY;
@@ -134,10 +160,6 @@ __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_a
     }
   }
   __syncthreads();
-  const int items = rows_here * (D / 4);
-  int P = 1;
-  while (P < 8 && 2 * P * items <= NTH)
-    P *= 2;
   for (int base = 0; base < items * P; base += NTH) { // block-uniform bounds: every lane shuffles
     const int idx = base + threadIdx.x;
     const int item = idx / P, sub = idx % P;
@@ -149,11 +171,14 @@ __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_a
       for (int s0 = sub; s0 < n_active; s0 += U * P) {
         float4 x[U];
         float w[U];
+        const bool prefetched = base == 0 && s0 == sub;
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           const int s = s0 + u * P;
           const bool in = s < n_active;
-          x[u] = in ? __ldcg(src + int64_t(s) * kRowsPerCta * (D / 4)) : make_float4(0.f, 0.f, 0.f, 0.f);
+          x[u] = prefetched ? first[u]
+                 : in       ? __ldcg(src + int64_t(s) * kRowsPerCta * (D / 4))
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
           w[u] = in ? wbuf[s * kRowsPerCta + rr] : 0.f;
         }
 #pragma unroll
@@ -494,8 +519,11 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   __shared__ int is_last;
   __threadfence(); // this thread's partials are visible device-wide before the ticket is taken
   __syncthreads(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
-  if (threadIdx.x == 0)
+  if (threadIdx.x == 0) {
     is_last = atomicAdd(a.counters + grp, 1u) + 1 == unsigned(n_active);
+    if (is_last) // every CTA of the group has taken its ticket: the next launch finds 0
+      a.counters[grp] = 0u;
+  }
   __syncthreads();
   if (!is_last)
     return;
@@ -534,7 +562,7 @@ KArgs<T> make_args(const AttentionProblem &p, const Params &c, const SplitPlan &
   char *ws = static_cast<char *>(args.workspace);
   a.o_part = reinterpret_cast<float *>(ws + w.o_offset);
   a.lse_part = reinterpret_cast<float *>(ws + w.lse_offset);
-  a.counters = reinterpret_cast<unsigned int *>(ws + w.counter_offset);
+  a.counters = static_cast<unsigned int *>(args.semaphores);
   a.seqlens = p.kv_lens.empty() ? nullptr : args.cache_seqlens;
   a.page_table = p.paged() ? args.page_table : nullptr;
   const Strides qs = p.q_strides(), ks = p.kv_strides();
@@ -608,8 +636,13 @@ template <class T>
 void launch_typed(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
                   const LaunchArgs &args, cudaStream_t stream) {
   const KArgs<T> a = make_args<T>(p, c, plan, args);
-  // The fused combine's arrival counters start at 0 in every launch (a memset node in a graph).
-  if (a.splits > 1 && a.fused)
+  // The counters are zero on entry (LaunchArgs::semaphores). FLASHBENCH_FDEC_MEMSET=1 zeroes them again with
+  // a memset node in front of the launch, as v4-v5 did: the same-build A/B of what that node costs.
+  static const bool memset_first = [] {
+    const char *e = std::getenv("FLASHBENCH_FDEC_MEMSET");
+    return e && std::atoi(e) == 1;
+  }();
+  if (a.splits > 1 && a.fused && memset_first)
     FB_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, size_t(num_groups(p)) * sizeof(unsigned int), stream));
   switch (p.head_dim) {
   case 64: launch_d<T, 64>(a, p, c, stream); break;

@@ -82,6 +82,10 @@ public:
     return fdec::workspace_layout(p, plan(p, c)).total;
   }
 
+  size_t semaphore_bytes(const AttentionProblem &p, const Config &c) const override {
+    return fdec::semaphore_bytes(p, fdec::params_of(c), plan(p, c));
+  }
+
   double model_bytes(const AttentionProblem &p, const Config &c) const override {
     return fdec::traffic_bytes(p, fdec::params_of(c), plan(p, c));
   }
@@ -106,6 +110,8 @@ public:
     const fdec::SplitPlan sp = plan(p, c);
     if (args.workspace_bytes < fdec::workspace_layout(p, sp).total)
       throw std::invalid_argument("flash_decoding: workspace smaller than workspace_bytes()");
+    if (args.semaphore_bytes < fdec::semaphore_bytes(p, params, sp))
+      throw std::invalid_argument("flash_decoding: semaphores smaller than semaphore_bytes()");
     if (sp.stages < 2)
       throw std::invalid_argument("flash_decoding: the K/V tiles do not fit shared memory");
     if (p.dtype == DType::bf16)

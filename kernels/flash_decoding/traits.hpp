@@ -206,10 +206,9 @@ inline SplitPlan split_plan(const AttentionProblem &p, const Params &c, const De
   return plan;
 }
 
-// Workspace: partial O (fp32, normalised) and partial LSE (log2 units) of every (group, split, row),
-// then one 64-bit arrival counter per group (fused only).
+// Workspace: partial O (fp32, normalised) and partial LSE (log2 units) of every (group, split, row).
 struct WorkspaceLayout {
-  size_t o_offset = 0, lse_offset = 0, counter_offset = 0, total = 0;
+  size_t o_offset = 0, lse_offset = 0, total = 0;
 };
 constexpr size_t round_up_256(size_t n) { return (n + 255) / 256 * 256; }
 inline WorkspaceLayout workspace_layout(const AttentionProblem &p, const SplitPlan &plan) {
@@ -218,9 +217,16 @@ inline WorkspaceLayout workspace_layout(const AttentionProblem &p, const SplitPl
     return w; // every group writes its final O directly
   const size_t slots = size_t(num_groups(p)) * size_t(plan.splits) * kRowsPerCta;
   w.lse_offset = round_up_256(slots * size_t(p.head_dim) * sizeof(float));
-  w.counter_offset = w.lse_offset + round_up_256(slots * sizeof(float));
-  w.total = w.counter_offset + round_up_256(size_t(num_groups(p)) * sizeof(uint64_t));
+  w.total = w.lse_offset + round_up_256(slots * sizeof(float));
   return w;
+}
+
+// Semaphores (LaunchArgs::semaphores, zero on entry and on exit): the fused combine's arrival counter of
+// every group, 32 bits each; the last CTA of a group to arrive resets its counter to 0.
+inline size_t semaphore_bytes(const AttentionProblem &p, const Params &c, const SplitPlan &plan) {
+  if (plan.splits <= 1 || c.fused == 0)
+    return 0;
+  return round_up_256(size_t(num_groups(p)) * sizeof(unsigned int));
 }
 
 // HBM bytes the kernels move: each group reads K and V up to its kv_end once (row blocks beyond the
@@ -244,8 +250,9 @@ inline double traffic_bytes(const AttentionProblem &p, const Params &c, const Sp
   return bytes;
 }
 
-// The launch entry points (flash_decoding_bf16.cu, flash_decoding_fp16.cu); a launch zeroes the fused
-// path's arrival counters in its workspace first, so launches may share a workspace (in order).
+// The launch entry points (flash_decoding_bf16.cu, flash_decoding_fp16.cu). Launches may share a workspace and
+// semaphores in stream order: the partials are rewritten before they are read, and the arrival counters are
+// left at zero.
 void launch_bf16(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
                  const LaunchArgs &args, cudaStream_t stream);
 void launch_fp16(const AttentionProblem &p, const Params &c, const SplitPlan &plan,

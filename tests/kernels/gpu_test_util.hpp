@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <ostream>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -67,9 +68,14 @@ inline const DeviceInfo &test_device() {
 // Inputs and reference of one problem, shared by every (variant, config) run on it. The seed comes
 // from std::random_device so each test run draws new values; failures print it so that a run can be
 // replayed.
+//
+// key_growth > 0 (bshd only): the keys of every entry come in 4 blocks along the sequence with
+// standard deviations 1, g, g^2, g^3, so each row's score maximum keeps growing late in the K/V loop
+// and an online softmax must move its offset (and rescale O) after its first tiles; with unit keys
+// a row's maximum settles in its first tile.
 class Case {
 public:
-  explicit Case(const AttentionProblem &p, uint64_t seed = std::random_device{}())
+  explicit Case(const AttentionProblem &p, uint64_t seed = std::random_device{}(), float key_growth = 0.f)
       : p_(p), seed_(seed), e_(dtype_bytes(p.dtype)) {
     validate(p_);
     q_ = DeviceBuffer(size_t(p_.q_elems() * e_));
@@ -80,6 +86,19 @@ public:
     fill_normal(q_.get(), p_.dtype, p_.q_elems(), seed_ * 3 + 0, 1.f, nullptr);
     fill_normal(k_.get(), p_.dtype, p_.kv_elems(), seed_ * 3 + 1, 1.f, nullptr);
     fill_normal(v_.get(), p_.dtype, p_.kv_elems(), seed_ * 3 + 2, 1.f, nullptr);
+    if (key_growth > 0.f) {
+      if (p_.layout != Layout::bshd || !p_.kv_lens.empty() || p_.paged())
+        throw std::invalid_argument("Case: key_growth needs a dense bshd problem");
+      const int64_t row = p_.heads_kv * p_.head_dim, S = p_.seqlen_kv;
+      for (int64_t b = 0; b < p_.batch; ++b)
+        for (int q = 0; q < 4; ++q) {
+          const int64_t s0 = S * q / 4, s1 = S * (q + 1) / 4;
+          if (s1 > s0)
+            fill_normal(static_cast<char *>(k_.get()) + (b * S + s0) * row * e_, p_.dtype, (s1 - s0) * row,
+                        seed_ * 3 + 1 + 1000 * uint64_t(4 * b + q + 1), std::pow(key_growth, float(q)),
+                        nullptr);
+        }
+    }
     FB_CUDA_CHECK(cudaDeviceSynchronize());
     // The reference reads the inputs as the kernels do: already rounded to the problem's dtype.
     const auto q = download_as_float(q_.get(), p_.dtype, p_.q_elems());
@@ -97,9 +116,13 @@ public:
   const void *v() const { return v_.get(); }
 
   // Poisons outputs and workspace (NaN bits), launches `launches` times on the legacy stream (later
-  // launches find the workspace as the previous one left it), and verifies the last result.
+  // launches find the workspace and semaphores as the previous one left them), and verifies the last
+  // result. The semaphores start at zero and must come back zero (LaunchArgs::semaphores).
   VerifyResult run(const Variant &var, const Config &c, int launches = 1) {
     DeviceBuffer ws(var.workspace_bytes(p_, c));
+    DeviceBuffer sem(var.semaphore_bytes(p_, c));
+    if (sem.bytes() > 0)
+      FB_CUDA_CHECK(cudaMemset(sem.get(), 0, sem.bytes()));
     poison(o_.get(), o_.bytes(), nullptr);
     poison(lse_.get(), lse_.bytes(), nullptr);
     poison(ws.get(), ws.bytes(), nullptr);
@@ -114,12 +137,23 @@ public:
     args.lse = lse_.as<float>();
     args.workspace = ws.get();
     args.workspace_bytes = ws.bytes();
+    args.semaphores = sem.get();
+    args.semaphore_bytes = sem.bytes();
     for (int i = 0; i < launches; ++i)
       var.launch(p_, c, args, nullptr);
     FB_CUDA_CHECK(cudaDeviceSynchronize());
     const auto o = download_as_float(o_.get(), p_.dtype, p_.q_elems());
     const auto lse = download_as_float(lse_.get(), DType::f32, p_.lse_elems());
-    return verify_against_reference(o, lse, tolerance_for(p_.dtype));
+    VerifyResult r = verify_against_reference(o, lse, tolerance_for(p_.dtype));
+    std::vector<unsigned char> left(sem.bytes());
+    if (!left.empty())
+      FB_CUDA_CHECK(cudaMemcpy(left.data(), sem.get(), left.size(), cudaMemcpyDeviceToHost));
+    const auto nonzero = std::count_if(left.begin(), left.end(), [](unsigned char x) { return x != 0; });
+    if (nonzero > 0) {
+      r.pass = false;
+      r.detail = std::to_string(nonzero) + " semaphore bytes left non-zero; " + r.detail;
+    }
+    return r;
   }
 
   VerifyResult verify_against_reference(const std::vector<float> &o, const std::vector<float> &lse,

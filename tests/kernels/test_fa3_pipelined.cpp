@@ -291,6 +291,24 @@ const std::vector<Shape> kD256Shapes = {
 INSTANTIATE_TEST_SUITE_P(D256, Fa3AllConfigs, ::testing::ValuesIn(kD256Shapes),
                          fb::test::shape_name);
 
+// v6: lazy rescale. With unit keys a row's maximum settles in its first K/V tile, so the rescale
+// after it never runs; keys whose spread grows 3x per quarter of the sequence move every row's
+// offset late in the loop (several times, by far more than the slack), with O already accumulated.
+const std::vector<Shape> kGrowingMaxShapes = {
+    {"grow_q333_kv1000_d128", 1, 4, 2, 333, 1000, 128, false, DType::bf16},
+    {"grow_causal_q700_kv1000_d64_f16", 1, 4, 4, 700, 1000, 64, true, DType::f16},
+    {"grow_gqa_causal_q1000_kv1000_d128", 1, 8, 2, 1000, 1000, 128, true, DType::bf16},
+    {"grow_q64_kv900_d256", 1, 2, 2, 64, 900, 256, false, DType::bf16},
+};
+class Fa3GrowingMax : public ::testing::TestWithParam<Shape> {};
+TEST_P(Fa3GrowingMax, EveryConfigMatchesCpuReference) {
+  FB_SKIP_WITHOUT_HOPPER();
+  Case c(GetParam().problem(), std::random_device{}(), /*key_growth=*/3.f);
+  EXPECT_GT(run_all_configs(c), 0);
+}
+INSTANTIATE_TEST_SUITE_P(LazyRescale, Fa3GrowingMax, ::testing::ValuesIn(kGrowingMaxShapes),
+                         fb::test::shape_name);
+
 // v4: more work tiles than an H100/H200 has SMs, so that persistent CTAs walk several tiles each
 // (the K/V ring, the Q buffer and the turn ring run on across tiles, causal tiles of different
 // lengths, and tiles whose rows see no key in between). Every persistent config runs on them.

@@ -60,8 +60,9 @@ TEST_P(FlashDecodingAllConfigs, MatchCpuReference) {
 INSTANTIATE_TEST_SUITE_P(Decode, FlashDecodingAllConfigs, ::testing::ValuesIn(kShapes), fb::test::shape_name);
 
 TEST(FlashDecoding, RepeatedLaunchesShareTheWorkspace) {
-  // The fused path's arrival counters live in the workspace: a later launch must not depend on what
-  // an earlier one (or the poison) left there.
+  // The fused path's arrival counters live in the semaphores: each launch must leave them zero for the
+  // next (Case::run checks), and no launch may depend on what an earlier one (or the poison) left in the
+  // workspace.
   FB_SKIP_WITHOUT_GPU();
   Case c(DecodeShape{"rep", 3, 32, 8, 2, 3000, 128, true, DType::bf16, {3000, 17, 2500}, 16}.problem());
   for (const char *splits : {"0", "8", "64"})

@@ -37,6 +37,12 @@ struct LaunchArgs {
   float* lse = nullptr;
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  // semaphore_bytes() bytes that are all zero when a launch starts and that the launch leaves all zero once it
+  // completes (arrival counters reset by their last user, as FlashAttention's tile semaphore and cuBLAS's split-K
+  // workspace do). The caller zeroes them once, when it allocates them, and does not share them between streams;
+  // it saves the variant a memset node in front of every launch. Null when semaphore_bytes() is 0.
+  void* semaphores = nullptr;
+  size_t semaphore_bytes = 0;
   // int32 [batch]: each entry's KV length (problem.kv_len(b)); set by the harness for every problem (variants
   // may ignore it when problem.kv_lens is empty).
   const int32_t* cache_seqlens = nullptr;
@@ -64,6 +70,8 @@ public:
 
   virtual Support supports(const AttentionProblem& p, const Config& c, const DeviceInfo& dev) const = 0;
   virtual size_t workspace_bytes(const AttentionProblem&, const Config&) const { return 0; }
+  // Zero-on-entry, zero-on-exit counters (LaunchArgs::semaphores).
+  virtual size_t semaphore_bytes(const AttentionProblem&, const Config&) const { return 0; }
   // Expected HBM bytes moved (read + write) for one call; the report sets it beside min_bytes() and the measured
   // DRAM bytes.
   virtual double model_bytes(const AttentionProblem& p, const Config& c) const = 0;
