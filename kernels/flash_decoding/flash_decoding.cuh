@@ -236,9 +236,9 @@ __device__ void write_empty_group(const KArgs<T> &a, int b, int hkv, int mb) {
 // CTA barrier in the loop, so a warp refills a stage as soon as it has used it, and a slow warp never
 // holds the others' copies. Which keys a warp's sub-tile t holds (key_of):
 //   static: keys [split * keys_per_split + t * BN + w * KW, + KW): equal, fixed shares;
-//   dynamic (v6, default): chunks of kChunkSubs consecutive sub-tiles. A warp's first two chunks are
-//     fixed (chunk (q * n_active + split) * W + w for q = 0, 1); after that it takes the next chunk
-//     from the group's ticket (one atomicAdd by lane 0, issued a whole chunk before it is needed, so
+//   dynamic (v6, default): chunks of kChunkSubs consecutive sub-tiles. A warp's first kTicketAhead
+//     chunks are fixed (chunk (q * n_active + split) * W + w); after that it takes the next chunk from
+//     the group's ticket (one atomicAdd by lane 0, issued kTicketAhead chunks before it is needed, so
 //     its latency hides behind the copies in flight). ncu on the static schedule at B=1 L=128k: the
 //     busiest SM was active 3% longer than the mean (the DRAM channels do not serve every CTA alike),
 //     at L=8k 22%; with tickets a warp that is served faster takes more chunks and all end together.
@@ -278,10 +278,16 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   __shared__ int sub_key[W][kMaxStages]; // first key of the sub-tile in each ring stage (-1: none)
 
   // First key of this warp's sub-tile t, or -1 once it has no more (monotonic in t). Called once per
-  // t, in order, with the warp converged.
+  // t, in order, with the warp converged. Dynamic: chunk q < kTicketAhead is fixed; on entering chunk
+  // q, lane 0 asks for the ticket of chunk q + kTicketAhead, so a ticket has kTicketAhead chunks of
+  // copies to come back (v6's first try asked one chunk ahead, ~2 us: under full DRAM load the atomic
+  // did not return in time and B=1 L=128k took 179 us against 128 static).
   const int CK = kChunkSubs * KW, n_chunks = (kv_end + CK - 1) / CK;
   int q_cur = -1, chunk_cur = 0;
-  unsigned ticket = 0; // lane 0: the ticket of the chunk after chunk_cur, in flight
+  unsigned tk[kTicketAhead]; // lane 0: tickets in flight, oldest first
+#pragma unroll
+  for (int i = 0; i < kTicketAhead; ++i)
+    tk[i] = 0u;
   auto key_of = [&](int t) -> int {
     if (!a.dynamic) {
       const int k0 = k_begin + t * BN + warp * KW;
@@ -290,10 +296,13 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
     const int q = t / kChunkSubs;
     if (q != q_cur) {
       q_cur = q;
-      chunk_cur = q < 2 ? (q * n_active + split) * W + warp
-                        : 2 * n_active * W + int(__shfl_sync(0xffffffffu, ticket, 0));
-      if (q >= 1 && chunk_cur < n_chunks && lane == 0)
-        ticket = atomicAdd(a.tickets + grp, 1u); // for chunk q + 1
+      chunk_cur = q < kTicketAhead ? (q * n_active + split) * W + warp
+                                   : kTicketAhead * n_active * W + int(__shfl_sync(0xffffffffu, tk[0], 0));
+#pragma unroll
+      for (int i = 0; i + 1 < kTicketAhead; ++i)
+        tk[i] = tk[i + 1];
+      if (chunk_cur < n_chunks && lane == 0)
+        tk[kTicketAhead - 1] = atomicAdd(a.tickets + grp, 1u); // for chunk q + kTicketAhead
     }
     const int k0 = chunk_cur * CK + (t % kChunkSubs) * KW;
     return chunk_cur < n_chunks && k0 < kv_end ? k0 : -1;

@@ -28,6 +28,7 @@ constexpr int kMaxStages = 4;
 // consecutive sub-tiles (2 x 16 keys x 512 B = 16 KB at d 128): small enough to even out the warps at
 // L = 8k (256 chunks for 64 warps), large enough that a ticket's atomic hides behind a chunk's copies.
 constexpr int kChunkSubs = 2;
+constexpr int kTicketAhead = 4; // chunks between asking for a ticket and using it (and fixed chunks a warp)
 
 struct Params {
   int block_n = 64;   // keys per CTA step (per pipeline stage), block_n / warps per warp
