@@ -54,7 +54,6 @@ template <class T> struct KArgs {
   float *o_part;   // [groups, splits, 16, D]
   float *lse_part; // [groups, splits, 16], log2 units
   unsigned int *counters; // [groups]: arrivals; zero on entry, reset to zero by each group's last CTA
-  unsigned int *tickets;  // [groups]: dynamic schedule's chunk tickets; zero on entry, reset likewise
   const int *seqlens;           // [batch] or null (every entry has seqlen_kv keys)
   const int *page_table;        // [batch, pages_per_seq] or null (contiguous)
   int64_t q_batch, q_seq, q_head; // element strides of Q and O
@@ -62,9 +61,6 @@ template <class T> struct KArgs {
   int page_size, pages_per_seq;
   int seqlen_q, seqlen_kv, heads_q, heads_kv, group, rows, m_blocks;
   int splits, keys_per_split, stages;
-  int dynamic;    // 1: warps take kChunkSubs-sub-tile chunks of the group's keys from `tickets` (v6)
-  int chunk_keys; // kChunkSubs x keys a warp
-  int warps;
   float scale_log2;
   bool causal, fused;
 };
@@ -77,15 +73,6 @@ __device__ __forceinline__ int group_kv_end(const KArgs<T> &a, int len, int mb) 
   const int last_row = min(a.rows, (mb + 1) * kRowsPerCta) - 1;
   const int i = last_row / a.group;
   return max(0, min(len, i + 1 + len - a.seqlen_q));
-}
-
-// CTAs of a group that take part (the rest exit at once). Static: the splits that hold keys. Dynamic:
-// no more CTAs than there are chunks for each of their warps to start with.
-template <class T> __device__ __forceinline__ int active_splits(const KArgs<T> &a, int kv_end) {
-  if (!a.dynamic)
-    return (kv_end + a.keys_per_split - 1) / a.keys_per_split;
-  const int chunks = (kv_end + a.chunk_keys - 1) / a.chunk_keys;
-  return min(a.splits, (chunks + a.warps - 1) / a.warps);
 }
 
 // Final outputs of packed row r: O element offset of column 0 and the LSE index.
@@ -231,17 +218,10 @@ __device__ void write_empty_group(const KArgs<T> &a, int b, int hkv, int mb) {
   }
 }
 
-// One CTA of group (entry b, KV head hkv, row block mb), W warps. Each warp streams its K/V sub-tiles
-// (KW keys each) through its own `stages`-deep cp.async ring (cp.async.wait_group + __syncwarp): no
-// CTA barrier in the loop, so a warp refills a stage as soon as it has used it, and a slow warp never
-// holds the others' copies. Which keys a warp's sub-tile t holds (key_of):
-//   static: keys [split * keys_per_split + t * BN + w * KW, + KW): equal, fixed shares;
-//   dynamic (v6, default): chunks of kChunkSubs consecutive sub-tiles. A warp's first kTicketAhead
-//     chunks are fixed (chunk (q * n_active + split) * W + w); after that it takes the next chunk from
-//     the group's ticket (one atomicAdd by lane 0, issued kTicketAhead chunks before it is needed, so
-//     its latency hides behind the copies in flight). ncu on the static schedule at B=1 L=128k: the
-//     busiest SM was active 3% longer than the mean (the DRAM channels do not serve every CTA alike),
-//     at L=8k 22%; with tickets a warp that is served faster takes more chunks and all end together.
+// One CTA: keys [split * keys_per_split, ...) of group (entry b, KV head hkv, row block mb), W warps.
+// Warp w owns keys [k_begin + t * BN + w * KW, + KW) of every step t and streams them through its own
+// `stages`-deep cp.async ring (cp.async.wait_group + __syncwarp): no CTA barrier in the loop, so a
+// warp refills a stage as soon as it has used it, and a slow warp never holds the others' copies.
 template <class T, int D, int KW, int W>
 __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   using namespace fb::kernels;
@@ -262,7 +242,7 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   const int len = a.seqlens ? a.seqlens[b] : a.seqlen_kv;
   const int kv_end = group_kv_end(a, len, mb);
   const int kps = a.keys_per_split;
-  const int n_active = active_splits(a, kv_end);
+  const int n_active = (kv_end + kps - 1) / kps;
   if (n_active == 0) {
     if (split == 0)
       write_empty_group<T, D, NTH>(a, b, hkv, mb);
@@ -273,40 +253,10 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   const int64_t grp = (int64_t(b) * a.heads_kv + hkv) * a.m_blocks + mb;
   const int row0 = mb * kRowsPerCta;
   const int rows_here = min(kRowsPerCta, a.rows - row0);
-  const int k_begin = split * kps, k_end = a.dynamic ? kv_end : min(kv_end, k_begin + kps);
+  const int k_begin = split * kps, k_end = min(kv_end, k_begin + kps);
+  const int kw_first = k_begin + warp * KW; // this warp's first key
+  const int n_w = kw_first < k_end ? (k_end - kw_first + BN - 1) / BN : 0; // this warp's sub-tiles
   T *ring = reinterpret_cast<T *>(smem_raw) + int64_t(warp) * a.stages * 2 * SUB;
-  __shared__ int sub_key[W][kMaxStages]; // first key of the sub-tile in each ring stage (-1: none)
-
-  // First key of this warp's sub-tile t, or -1 once it has no more (monotonic in t). Called once per
-  // t, in order, with the warp converged. Dynamic: chunk q < kTicketAhead is fixed; on entering chunk
-  // q, lane 0 asks for the ticket of chunk q + kTicketAhead, so a ticket has kTicketAhead chunks of
-  // copies to come back (v6's first try asked one chunk ahead, ~2 us: under full DRAM load the atomic
-  // did not return in time and B=1 L=128k took 179 us against 128 static).
-  const int CK = kChunkSubs * KW, n_chunks = (kv_end + CK - 1) / CK;
-  int q_cur = -1, chunk_cur = 0;
-  unsigned tk[kTicketAhead]; // lane 0: tickets in flight, oldest first
-#pragma unroll
-  for (int i = 0; i < kTicketAhead; ++i)
-    tk[i] = 0u;
-  auto key_of = [&](int t) -> int {
-    if (!a.dynamic) {
-      const int k0 = k_begin + t * BN + warp * KW;
-      return k0 < k_end ? k0 : -1;
-    }
-    const int q = t / kChunkSubs;
-    if (q != q_cur) {
-      q_cur = q;
-      chunk_cur = q < kTicketAhead ? (q * n_active + split) * W + warp
-                                   : kTicketAhead * n_active * W + int(__shfl_sync(0xffffffffu, tk[0], 0));
-#pragma unroll
-      for (int i = 0; i + 1 < kTicketAhead; ++i)
-        tk[i] = tk[i + 1];
-      if (chunk_cur < n_chunks && lane == 0)
-        tk[kTicketAhead - 1] = atomicAdd(a.tickets + grp, 1u); // for chunk q + kTicketAhead
-    }
-    const int k0 = chunk_cur * CK + (t % kChunkSubs) * KW;
-    return chunk_cur < n_chunks && k0 < kv_end ? k0 : -1;
-  };
 
   // ---- K/V producer (this warp's lanes): lane copies chunks lane + 32 * it of the sub-tile's K and
   // V rows (row e / CH, chunk e % CH), XOR-swizzled by row so the ldmatrix reads are conflict-free.
@@ -322,11 +272,12 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   const int64_t pool_row = int64_t(a.heads_kv) * D; // elements per token in a page pool
   // Paged: lane l holds the page of row l % KW of a sub-tile, loaded one sub-tile ahead of its copies
   // (the page table is known), so a copy never waits on a page-table load; shuffled to the copier.
-  auto page_of = [&](int k0) -> int {
-    const int j = k0 + lane % KW;
-    return (ptab && k0 >= 0 && j < k_end) ? __ldg(ptab + j / a.page_size) : 0;
+  auto page_of = [&](int t) -> int {
+    const int j = kw_first + t * BN + lane % KW;
+    return (ptab && t < n_w && j < k_end) ? __ldg(ptab + j / a.page_size) : 0;
   };
-  auto load_sub = [&](int k0, int st, int pg) {
+  auto load_sub = [&](int t, int st, int pg) {
+    const int k0 = kw_first + t * BN;
     T *kd = ring + st * 2 * SUB, *vd = kd + SUB;
     if (ptab) {
 #pragma unroll
@@ -355,13 +306,11 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
 
   // Start the copies before anything else: the ring's first stages are in flight while Q loads.
   for (int t = 0; t < a.stages - 1; ++t) {
-    const int k0 = key_of(t);
-    if (lane == 0)
-      sub_key[warp][t] = k0;
-    if (k0 >= 0)
-      load_sub(k0, t, page_of(k0));
+    if (t < n_w)
+      load_sub(t, t, page_of(t));
     cp_async_commit();
   }
+  int pg_next = page_of(a.stages - 1);
 
   // ---- Q as m16n8k16 A fragments, once: rows lane/4 and lane/4 + 8, columns (lane%4)*2 (+8).
   uint32_t qa[KD][4];
@@ -393,23 +342,17 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
     oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
-  int k_next = key_of(a.stages - 1), pg_next = page_of(k_next);
-  for (int t = 0;; ++t) {
+  for (int t = 0; t < n_w; ++t) {
     cp_async_wait_dynamic(a.stages - 2);
     __syncwarp(); // sub-tile t landed for every lane; every lane is done with sub-tile t-1's stage
-    const int kw0 = sub_key[warp][t % a.stages]; // the sub-tile's first key
     {
-      const int sn = (t + a.stages - 1) % a.stages; // sub-tile t-1's stage, free now
-      if (lane == 0)
-        sub_key[warp][sn] = k_next;
-      if (k_next >= 0)
-        load_sub(k_next, sn, pg_next);
+      const int tn = t + a.stages - 1;
+      if (tn < n_w)
+        load_sub(tn, tn % a.stages, pg_next);
       cp_async_commit();
-      k_next = key_of(t + a.stages);
-      pg_next = page_of(k_next); // in flight behind this sub-tile's math
+      pg_next = page_of(tn + 1); // in flight behind this sub-tile's math
     }
-    if (kw0 < 0)
-      break;
+    const int kw0 = kw_first + t * BN; // the sub-tile's first key
     const T *kt = ring + (t % a.stages) * 2 * SUB, *vt = kt + SUB;
 
     // S = Q Kᵀ for the warp's KW keys (SC independent chains over head_dim, summed at the end).
@@ -569,13 +512,8 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
         __stcg(lpart + rr, lse2);
     }
   }
-  if (direct || !a.fused) {
-    // Every warp of the group is done taking tickets (direct: this CTA is the group; two_kernels: the
-    // combine kernel resets them).
-    if (direct && a.dynamic && threadIdx.x == 0)
-      a.tickets[grp] = 0u;
+  if (direct || !a.fused)
     return;
-  }
 
   // ---- Fused combine: the last CTA of the group to arrive merges every split's partial.
   __shared__ int is_last;
@@ -583,11 +521,8 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   __syncthreads(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
   if (threadIdx.x == 0) {
     is_last = atomicAdd(a.counters + grp, 1u) + 1 == unsigned(n_active);
-    if (is_last) { // every CTA of the group has arrived (and taken its last chunk): the next launch finds 0
+    if (is_last) // every CTA of the group has taken its ticket: the next launch finds 0
       a.counters[grp] = 0u;
-      if (a.dynamic)
-        a.tickets[grp] = 0u;
-    }
   }
   __syncthreads();
   if (!is_last)
@@ -603,12 +538,10 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const KArgs<T>
   const int mb = blockIdx.x % a.m_blocks, hkv = blockIdx.x / a.m_blocks, b = blockIdx.y;
   const int len = a.seqlens ? a.seqlens[b] : a.seqlen_kv;
   const int kv_end = group_kv_end(a, len, mb);
-  const int n_active = active_splits(a, kv_end);
-  const int64_t grp = (int64_t(b) * a.heads_kv + hkv) * a.m_blocks + mb;
-  if (a.dynamic && threadIdx.x == 0)
-    a.tickets[grp] = 0u; // the split kernel is done with them (stream order)
+  const int n_active = (kv_end + a.keys_per_split - 1) / a.keys_per_split;
   if (n_active < 2)
     return; // written by the split kernel
+  const int64_t grp = (int64_t(b) * a.heads_kv + hkv) * a.m_blocks + mb;
   combine_group<T, D, kCombineThreads>(a, b, hkv, mb, n_active, grp, wbuf);
 }
 
@@ -630,14 +563,6 @@ KArgs<T> make_args(const AttentionProblem &p, const Params &c, const SplitPlan &
   a.o_part = reinterpret_cast<float *>(ws + w.o_offset);
   a.lse_part = reinterpret_cast<float *>(ws + w.lse_offset);
   a.counters = static_cast<unsigned int *>(args.semaphores);
-  a.tickets = a.counters ? a.counters + num_groups(p) : nullptr;
-  // The dynamic schedule needs the tickets (semaphores exist when splits > 1). Experiment knob:
-  // FLASHBENCH_FDEC_STATIC=1 keeps v5's fixed shares (the same-build A/B).
-  const char *fs = std::getenv("FLASHBENCH_FDEC_STATIC");
-  const bool force_static = fs && std::atoi(fs) == 1;
-  a.dynamic = plan.splits > 1 && !force_static ? 1 : 0;
-  a.chunk_keys = kChunkSubs * keys_per_warp(c);
-  a.warps = c.warps;
   a.seqlens = p.kv_lens.empty() ? nullptr : args.cache_seqlens;
   a.page_table = p.paged() ? args.page_table : nullptr;
   const Strides qs = p.q_strides(), ks = p.kv_strides();
@@ -713,10 +638,12 @@ void launch_typed(const AttentionProblem &p, const Params &c, const SplitPlan &p
   const KArgs<T> a = make_args<T>(p, c, plan, args);
   // The counters are zero on entry (LaunchArgs::semaphores). FLASHBENCH_FDEC_MEMSET=1 zeroes them again with
   // a memset node in front of the launch, as v4-v5 did: the same-build A/B of what that node costs.
-  const char *ms = std::getenv("FLASHBENCH_FDEC_MEMSET");
-  const bool memset_first = ms && std::atoi(ms) == 1;
-  if (a.splits > 1 && memset_first)
-    FB_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, 2 * size_t(num_groups(p)) * sizeof(unsigned int), stream));
+  static const bool memset_first = [] {
+    const char *e = std::getenv("FLASHBENCH_FDEC_MEMSET");
+    return e && std::atoi(e) == 1;
+  }();
+  if (a.splits > 1 && a.fused && memset_first)
+    FB_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, size_t(num_groups(p)) * sizeof(unsigned int), stream));
   switch (p.head_dim) {
   case 64: launch_d<T, 64>(a, p, c, stream); break;
   case 128: launch_d<T, 128>(a, p, c, stream); break;

@@ -23,12 +23,6 @@ namespace fb::fdec {
 constexpr int kRowsPerCta = 16;
 constexpr int kMaxSplits = 128;
 constexpr int kCombineThreads = 128; // the non-fused combine kernel's block
-constexpr int kMaxStages = 4;
-// Dynamic schedule (flash_decoding.cuh, split_kernel): a warp takes its keys in chunks of this many
-// consecutive sub-tiles (2 x 16 keys x 512 B = 16 KB at d 128): small enough to even out the warps at
-// L = 8k (256 chunks for 64 warps), large enough that a ticket's atomic hides behind a chunk's copies.
-constexpr int kChunkSubs = 2;
-constexpr int kTicketAhead = 4; // chunks between asking for a ticket and using it (and fixed chunks a warp)
 
 struct Params {
   int block_n = 64;   // keys per CTA step (per pipeline stage), block_n / warps per warp
@@ -227,14 +221,12 @@ inline WorkspaceLayout workspace_layout(const AttentionProblem &p, const SplitPl
   return w;
 }
 
-// Semaphores (LaunchArgs::semaphores, zero on entry and on exit), 32 bits per group each: the fused
-// combine's arrival counters, then the dynamic schedule's chunk tickets. The last CTA of a group to
-// arrive resets both (two_kernels: the combine kernel resets the tickets).
+// Semaphores (LaunchArgs::semaphores, zero on entry and on exit): the fused combine's arrival counter of
+// every group, 32 bits each; the last CTA of a group to arrive resets its counter to 0.
 inline size_t semaphore_bytes(const AttentionProblem &p, const Params &c, const SplitPlan &plan) {
-  (void)c;
-  if (plan.splits <= 1)
+  if (plan.splits <= 1 || c.fused == 0)
     return 0;
-  return round_up_256(2 * size_t(num_groups(p)) * sizeof(unsigned int));
+  return round_up_256(size_t(num_groups(p)) * sizeof(unsigned int));
 }
 
 // HBM bytes the kernels move: each group reads K and V up to its kv_end once (row blocks beyond the

@@ -6,8 +6,6 @@
 
 #include "kernels/flash_decoding/traits.hpp"
 
-#include <cstdlib>
-
 using namespace fb;
 using fb::test::Case;
 
@@ -72,22 +70,6 @@ TEST(FlashDecoding, RepeatedLaunchesShareTheWorkspace) {
       c.expect_pass(fdv(), fdv().space().make({{"num_splits", splits}, {"fused", fused}}), 3);
   // 8 warps, each with its own ring, and the 128-split combine (more splits than one warp's lanes).
   c.expect_pass(fdv(), fdv().space().make({{"block_n", "128"}, {"warps", "8"}, {"num_splits", "32"}}), 3);
-}
-
-TEST(FlashDecoding, StaticScheduleStillMatches) {
-  // FLASHBENCH_FDEC_STATIC=1 (the A/B of v6's dynamic schedule) gives every warp fixed shares again:
-  // it must stay correct, on ragged lengths, causal Sq > 1 and a paged cache.
-  FB_SKIP_WITHOUT_GPU();
-  ::setenv("FLASHBENCH_FDEC_STATIC", "1", 1);
-  for (const DecodeShape &s :
-       {DecodeShape{"ragged", 3, 32, 8, 2, 3000, 128, true, DType::bf16, {3000, 17, 2500}},
-        DecodeShape{"paged", 2, 16, 4, 1, 2100, 64, false, DType::f16, {2100, 1000}, 32}}) {
-    Case c(s.problem());
-    for (const char *splits : {"0", "16"})
-      for (const char *fused : {"0", "1"})
-        c.expect_pass(fdv(), fdv().space().make({{"num_splits", splits}, {"fused", fused}}), 2);
-  }
-  ::unsetenv("FLASHBENCH_FDEC_STATIC");
 }
 
 TEST(FlashDecoding, ManySplitsCombineInParallel) {
