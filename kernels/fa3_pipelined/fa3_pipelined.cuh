@@ -321,20 +321,28 @@ __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)
 }
 
 // Masks keys past the sequence end or (causal) right of the diagonal. row0 = this thread's half-0
-// row.
+// row. Key key0 + 2 (lane % 4) + c (c = 8 i + e % 2, a constant after unrolling) survives while
+// c <= lim[half]: one compare with an immediate and one select a score (v6; v5 recomputed the key
+// and compared it twice, 2 ISETP a score: the d64 kernels are ALU bound and a causal N512 launch
+// masks 40% of its K/V tiles).
 template <int BN>
 __device__ __forceinline__ void apply_mask(float (&sacc)[BN / 2], int row0, int key0, int lane,
                                            int seqlen_q, int seqlen_kv, bool causal) {
-  const int diag = seqlen_kv - seqlen_q;
+  const int base = key0 + 2 * (lane % 4);
+  int lim[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    int last = seqlen_kv - 1; // the last key row h may see
+    if (causal)
+      last = min(last, row0 + 8 * h + seqlen_kv - seqlen_q);
+    lim[h] = last - base;
+  }
 #pragma unroll
   for (int i = 0; i < BN / 8; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = row0 + 8 * (e / 2);
-      const int key = key0 + 8 * i + 2 * (lane % 4) + (e % 2);
-      if (key >= seqlen_kv || (causal && key > row + diag))
+    for (int e = 0; e < 4; ++e)
+      if (8 * i + (e % 2) > lim[e / 2])
         sacc[4 * i + e] = -INFINITY;
-    }
 }
 
 // Online softmax of one tile: turns S into unnormalised P = exp2(S * scale_log2 - offset) in place,
