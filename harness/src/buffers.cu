@@ -8,7 +8,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 namespace fb {
 
@@ -102,6 +104,14 @@ void poison(void *dst, size_t bytes, cudaStream_t stream) {
   if (bytes == 0)
     return;
   FB_CUDA_CHECK(cudaMemsetAsync(dst, 0xFF, bytes, stream));
+}
+
+int64_t count_nonzero_bytes(const void *device_src, size_t bytes) {
+  if (bytes == 0)
+    return 0;
+  std::vector<unsigned char> raw(bytes);
+  FB_CUDA_CHECK(cudaMemcpy(raw.data(), device_src, bytes, cudaMemcpyDeviceToHost));
+  return std::count_if(raw.begin(), raw.end(), [](unsigned char x) { return x != 0; });
 }
 
 std::vector<float> download_as_float(const void *device_src, DType t, int64_t n) {

@@ -4,7 +4,6 @@
 #include "flashbench/nvtx.hpp"
 #include "flashbench/reference.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <random>
 #include <thread>
@@ -119,15 +118,10 @@ VerifyResult PointRunner::verify(const Variant& v, const Config& c, double deadl
   VerifyResult r = fb::verify<double>(p, out.data(), lse.data(), ref_o_.data(), ref_lse_.data(),
                                       tolerance_for(p.dtype));
   r.reference = reference_kind_;
-  if (semaphores_.bytes() > 0) {
-    std::vector<unsigned char> sem(semaphores_.bytes());
-    FB_CUDA_CHECK(cudaMemcpy(sem.data(), semaphores_.get(), sem.size(), cudaMemcpyDeviceToHost));
-    const auto nz = std::count_if(sem.begin(), sem.end(), [](unsigned char x) { return x != 0; });
-    if (nz > 0) {
-      r.pass = false;
-      r.detail = std::to_string(nz) + " semaphore bytes left non-zero after the launch (the next launch would "
-                 "read them); " + r.detail;
-    }
+  if (const int64_t nz = count_nonzero_bytes(semaphores_.get(), semaphores_.bytes()); nz > 0) {
+    r.pass = false;
+    r.detail = std::to_string(nz) + " semaphore bytes left non-zero after the launch (the next launch would "
+               "read them); " + r.detail;
   }
   return r;
 }

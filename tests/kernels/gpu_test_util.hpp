@@ -145,10 +145,7 @@ public:
     const auto o = download_as_float(o_.get(), p_.dtype, p_.q_elems());
     const auto lse = download_as_float(lse_.get(), DType::f32, p_.lse_elems());
     VerifyResult r = verify_against_reference(o, lse, tolerance_for(p_.dtype));
-    std::vector<unsigned char> left(sem.bytes());
-    if (!left.empty())
-      FB_CUDA_CHECK(cudaMemcpy(left.data(), sem.get(), left.size(), cudaMemcpyDeviceToHost));
-    const auto nonzero = std::count_if(left.begin(), left.end(), [](unsigned char x) { return x != 0; });
+    const int64_t nonzero = count_nonzero_bytes(sem.get(), sem.bytes());
     if (nonzero > 0) {
       r.pass = false;
       r.detail = std::to_string(nonzero) + " semaphore bytes left non-zero; " + r.detail;

@@ -42,6 +42,9 @@ std::vector<float> to_float(const void* host_src, DType t, int64_t n);
 float half_bits_to_float(uint16_t bits);
 float bf16_bits_to_float(uint16_t bits);
 
+// Bytes of a device buffer that are not zero (semaphores must come back all zero: LaunchArgs::semaphores).
+int64_t count_nonzero_bytes(const void* device_src, size_t bytes);
+
 // Copies n elements of type t from the device and converts them to float.
 std::vector<float> download_as_float(const void* device_src, DType t, int64_t n);
 
