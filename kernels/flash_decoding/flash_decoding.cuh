@@ -54,6 +54,7 @@ template <class T> struct KArgs {
   float *o_part;   // [groups, splits, 16, D]
   float *lse_part; // [groups, splits, 16], log2 units
   unsigned int *counters; // [groups]: arrivals; zero on entry, reset to zero by each group's last CTA
+  unsigned int *tickets;  // [groups]: the tail pool's tickets; zero on entry, reset likewise (v7)
   const int *seqlens;           // [batch] or null (every entry has seqlen_kv keys)
   const int *page_table;        // [batch, pages_per_seq] or null (contiguous)
   int64_t q_batch, q_seq, q_head; // element strides of Q and O
@@ -61,6 +62,7 @@ template <class T> struct KArgs {
   int page_size, pages_per_seq;
   int seqlen_q, seqlen_kv, heads_q, heads_kv, group, rows, m_blocks;
   int splits, keys_per_split, stages;
+  int pool; // 0: fixed shares; n: the last 1/n of every split's steps go to the group's tail pool (v7)
   float scale_log2;
   bool causal, fused;
 };
@@ -222,6 +224,19 @@ __device__ void write_empty_group(const KArgs<T> &a, int b, int hkv, int mb) {
 // Warp w owns keys [k_begin + t * BN + w * KW, + KW) of every step t and streams them through its own
 // `stages`-deep cp.async ring (cp.async.wait_group + __syncwarp): no CTA barrier in the loop, so a
 // warp refills a stage as soon as it has used it, and a slow warp never holds the others' copies.
+//
+// Tail pool (v7, pool = n > 0, groups of >= 2 splits): the last ps = steps / n steps of every split
+// are not fixed to their CTA. Each warp streams its fixed steps, then takes sub-tiles (KW keys) from
+// the group's pool by ticket (one atomicAdd by lane 0, asked kTicketAhead sub-tiles before it is
+// needed) until the pool is empty; softmax is order-free, so a stolen sub-tile just joins the warp's
+// (m, l, O) and the CTA still writes one partial. Why: ncu showed the busiest SM of a B=1 L=128k
+// launch active 3% longer than the mean (22% at 8k) although every CTA had the same keys: DRAM does
+// not serve all SMs alike, and the kernel ends with its slowest CTA. v6's fully dynamic schedule
+// (every key by ticket, 32-key chunks) was 15-40% slower even with no ticket taken, from its key
+// order; here every CTA still streams one contiguous range, and pool item i is sub-tile i % W of
+// pooled step i / (W * n_active) of split (i / W) % n_active, so the stolen reads at any moment are
+// spread over every split's range, as the fixed ones are. Items past the group's end (the last split
+// may be short) are skipped.
 template <class T, int D, int KW, int W>
 __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   using namespace fb::kernels;
@@ -254,9 +269,42 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   const int row0 = mb * kRowsPerCta;
   const int rows_here = min(kRowsPerCta, a.rows - row0);
   const int k_begin = split * kps, k_end = min(kv_end, k_begin + kps);
-  const int kw_first = k_begin + warp * KW; // this warp's first key
-  const int n_w = kw_first < k_end ? (k_end - kw_first + BN - 1) / BN : 0; // this warp's sub-tiles
   T *ring = reinterpret_cast<T *>(smem_raw) + int64_t(warp) * a.stages * 2 * SUB;
+  __shared__ int sub_key[W][kMaxStages]; // first key of the sub-tile in each ring stage (-1: none)
+
+  // The schedule: this warp's fixed sub-tiles, then pool items.
+  const int tps = kps / BN;                                  // steps of a full split
+  const int ps = a.pool > 0 && n_active >= 2 ? max(1, tps / a.pool) : 0; // pooled steps a split
+  const int n_items = ps * n_active * W;
+  const int k_fix_end = min(k_end, k_begin + (tps - ps) * BN);
+  const int kw_first = k_begin + warp * KW; // this warp's first key
+  const int n_fix = kw_first < k_fix_end ? (k_fix_end - kw_first + BN - 1) / BN : 0;
+  // First key of this warp's sub-tile t, or -1 once it has no more (monotonic in t); a key >= kv_end
+  // is a pool item past the group's end (skipped). Called once per t, in order, warp converged. Lane
+  // 0 holds the tickets asked for sub-tiles t .. t + kTicketAhead - 1, oldest first: v6 measured one
+  // sub-tile ahead as too little (an atomic under full DRAM load took ~2 us to return).
+  unsigned tk[kTicketAhead];
+  bool pool_open = ps > 0;
+#pragma unroll
+  for (int i = 0; i < kTicketAhead; ++i)
+    tk[i] = lane == 0 && pool_open && i >= n_fix ? atomicAdd(a.tickets + grp, 1u) : 0u;
+  auto key_of = [&](int t) -> int {
+    const unsigned mine = tk[0];
+#pragma unroll
+    for (int i = 0; i + 1 < kTicketAhead; ++i)
+      tk[i] = tk[i + 1];
+    tk[kTicketAhead - 1] = lane == 0 && pool_open && t + kTicketAhead >= n_fix
+                               ? atomicAdd(a.tickets + grp, 1u) : 0u;
+    if (t < n_fix)
+      return kw_first + t * BN;
+    const int item = pool_open ? int(__shfl_sync(0xffffffffu, mine, 0)) : n_items;
+    if (item >= n_items) {
+      pool_open = false; // tickets only grow: every later one is past the pool too
+      return -1;
+    }
+    const int s = (item / W) % n_active, j = item / (W * n_active);
+    return s * kps + (tps - ps + j) * BN + (item % W) * KW;
+  };
 
   // ---- K/V producer (this warp's lanes): lane copies chunks lane + 32 * it of the sub-tile's K and
   // V rows (row e / CH, chunk e % CH), XOR-swizzled by row so the ldmatrix reads are conflict-free.
@@ -272,19 +320,20 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   const int64_t pool_row = int64_t(a.heads_kv) * D; // elements per token in a page pool
   // Paged: lane l holds the page of row l % KW of a sub-tile, loaded one sub-tile ahead of its copies
   // (the page table is known), so a copy never waits on a page-table load; shuffled to the copier.
-  auto page_of = [&](int t) -> int {
-    const int j = kw_first + t * BN + lane % KW;
-    return (ptab && t < n_w && j < k_end) ? __ldg(ptab + j / a.page_size) : 0;
+  auto page_of = [&](int k0) -> int {
+    const int j = k0 + lane % KW;
+    return (ptab && k0 >= 0 && j < kv_end) ? __ldg(ptab + j / a.page_size) : 0;
   };
-  auto load_sub = [&](int t, int st, int pg) {
-    const int k0 = kw_first + t * BN;
+  // Rows past the group's end are zero-filled, not read (a pool item past the end is skipped before
+  // its load: see the main loop).
+  auto load_sub = [&](int k0, int st, int pg) {
     T *kd = ring + st * 2 * SUB, *vd = kd + SUB;
     if (ptab) {
 #pragma unroll
       for (int it = 0; it < CPL; ++it) {
         const int e = lane + it * 32, r = e / CH, c = e % CH, j = k0 + r;
         const int page = __shfl_sync(0xffffffffu, pg, r % 32);
-        const bool valid = j < k_end;
+        const bool valid = j < kv_end;
         const int64_t off =
             (valid ? (int64_t(page) * a.page_size + j % a.page_size) * pool_row : 0) + c * 8;
         const int dst = r * D + ((c ^ (r & 7)) * 8);
@@ -295,7 +344,7 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
 #pragma unroll
       for (int it = 0; it < CPL; ++it) {
         const int e = lane + it * 32, r = e / CH, c = e % CH, j = k0 + r;
-        const bool valid = j < k_end;
+        const bool valid = j < kv_end;
         const int64_t off = (valid ? int64_t(j) * a.k_seq : 0) + c * 8;
         const int dst = r * D + ((c ^ (r & 7)) * 8);
         cp_async_16(smem_u32(kd + dst), kbase + off, valid);
@@ -306,11 +355,13 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
 
   // Start the copies before anything else: the ring's first stages are in flight while Q loads.
   for (int t = 0; t < a.stages - 1; ++t) {
-    if (t < n_w)
-      load_sub(t, t, page_of(t));
+    const int k0 = key_of(t);
+    if (lane == 0)
+      sub_key[warp][t] = k0;
+    if (k0 >= 0 && k0 < kv_end)
+      load_sub(k0, t, page_of(k0));
     cp_async_commit();
   }
-  int pg_next = page_of(a.stages - 1);
 
   // ---- Q as m16n8k16 A fragments, once: rows lane/4 and lane/4 + 8, columns (lane%4)*2 (+8).
   uint32_t qa[KD][4];
@@ -320,12 +371,12 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
     for (int h = 0; h < 2; ++h) {
       const int rr = lane / 4 + 8 * h, r = row0 + rr;
       const T *qrow = nullptr;
-      lim[h] = k_end;
+      lim[h] = kv_end; // the group's end, not the split's: pool items come from every split
       if (rr < rows_here) {
         const int i = r / a.group, hq = hkv * a.group + r % a.group;
         qrow = a.q + int64_t(b) * a.q_batch + int64_t(i) * a.q_seq + int64_t(hq) * a.q_head;
         if (a.causal)
-          lim[h] = min(k_end, i + 1 + len - a.seqlen_q);
+          lim[h] = min(kv_end, i + 1 + len - a.seqlen_q);
       }
 #pragma unroll
       for (int kk = 0; kk < KD; ++kk) {
@@ -342,17 +393,25 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
     oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
-  for (int t = 0; t < n_w; ++t) {
+  int k_next = key_of(a.stages - 1), pg_next = page_of(k_next);
+  for (int t = 0;; ++t) {
     cp_async_wait_dynamic(a.stages - 2);
     __syncwarp(); // sub-tile t landed for every lane; every lane is done with sub-tile t-1's stage
+    const int kw0 = sub_key[warp][t % a.stages]; // the sub-tile's first key
     {
-      const int tn = t + a.stages - 1;
-      if (tn < n_w)
-        load_sub(tn, tn % a.stages, pg_next);
+      const int sn = (t + a.stages - 1) % a.stages; // sub-tile t-1's stage, free now
+      if (lane == 0)
+        sub_key[warp][sn] = k_next;
+      if (k_next >= 0 && k_next < kv_end)
+        load_sub(k_next, sn, pg_next);
       cp_async_commit();
-      pg_next = page_of(tn + 1); // in flight behind this sub-tile's math
+      k_next = key_of(t + a.stages);
+      pg_next = page_of(k_next); // in flight behind this sub-tile's math
     }
-    const int kw0 = kw_first + t * BN; // the sub-tile's first key
+    if (kw0 < 0)
+      break;
+    if (kw0 >= kv_end)
+      continue; // a pool item past the group's end: nothing was loaded
     const T *kt = ring + (t % a.stages) * 2 * SUB, *vt = kt + SUB;
 
     // S = Q Kᵀ for the warp's KW keys (SC independent chains over head_dim, summed at the end).
@@ -513,7 +572,7 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
     }
   }
   if (direct || !a.fused)
-    return;
+    return; // direct: no pool; two_kernels: the combine kernel resets the tickets
 
   // ---- Fused combine: the last CTA of the group to arrive merges every split's partial.
   __shared__ int is_last;
@@ -521,8 +580,11 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   __syncthreads(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
   if (threadIdx.x == 0) {
     is_last = atomicAdd(a.counters + grp, 1u) + 1 == unsigned(n_active);
-    if (is_last) // every CTA of the group has taken its ticket: the next launch finds 0
+    if (is_last) { // every CTA (and every warp's tickets) of the group is done: the next launch finds 0
       a.counters[grp] = 0u;
+      if (ps > 0)
+        a.tickets[grp] = 0u;
+    }
   }
   __syncthreads();
   if (!is_last)
@@ -542,6 +604,8 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const KArgs<T>
   if (n_active < 2)
     return; // written by the split kernel
   const int64_t grp = (int64_t(b) * a.heads_kv + hkv) * a.m_blocks + mb;
+  if (a.pool > 0 && threadIdx.x == 0)
+    a.tickets[grp] = 0u; // the split kernel is done with them (stream order)
   combine_group<T, D, kCombineThreads>(a, b, hkv, mb, n_active, grp, wbuf);
 }
 
@@ -563,6 +627,8 @@ KArgs<T> make_args(const AttentionProblem &p, const Params &c, const SplitPlan &
   a.o_part = reinterpret_cast<float *>(ws + w.o_offset);
   a.lse_part = reinterpret_cast<float *>(ws + w.lse_offset);
   a.counters = static_cast<unsigned int *>(args.semaphores);
+  a.tickets = a.counters ? a.counters + num_groups(p) : nullptr;
+  a.pool = plan.splits > 1 ? c.pool : 0;
   a.seqlens = p.kv_lens.empty() ? nullptr : args.cache_seqlens;
   a.page_table = p.paged() ? args.page_table : nullptr;
   const Strides qs = p.q_strides(), ks = p.kv_strides();
@@ -643,7 +709,7 @@ void launch_typed(const AttentionProblem &p, const Params &c, const SplitPlan &p
     return e && std::atoi(e) == 1;
   }();
   if (a.splits > 1 && a.fused && memset_first)
-    FB_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, size_t(num_groups(p)) * sizeof(unsigned int), stream));
+    FB_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, 2 * size_t(num_groups(p)) * sizeof(unsigned int), stream));
   switch (p.head_dim) {
   case 64: launch_d<T, 64>(a, p, c, stream); break;
   case 128: launch_d<T, 128>(a, p, c, stream); break;
