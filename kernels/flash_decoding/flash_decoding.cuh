@@ -41,6 +41,7 @@
 
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdlib>
 
 namespace fb::fdec {
@@ -75,6 +76,12 @@ __device__ __forceinline__ int group_kv_end(const KArgs<T> &a, int len, int mb) 
   const int last_row = min(a.rows, (mb + 1) * kRowsPerCta) - 1;
   const int i = last_row / a.group;
   return max(0, min(len, i + 1 + len - a.seqlen_q));
+}
+
+// A barrier of the first NTH threads (named barrier 1): the split kernel's ticket warp, which leaves
+// early, takes no part (the combine kernel's block is exactly NTH threads).
+template <int NTH> __device__ __forceinline__ void compute_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(NTH) : "memory");
 }
 
 // Final outputs of packed row r: O element offset of column 0 and the LSE index.
@@ -161,7 +168,7 @@ __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_a
       a.lse[lse_idx] = lse2 * 0.69314718055994531f;
     }
   }
-  __syncthreads();
+  compute_sync<NTH>();
   for (int base = 0; base < items * P; base += NTH) { // block-uniform bounds: every lane shuffles
     const int idx = base + threadIdx.x;
     const int item = idx / P, sub = idx % P;
@@ -226,19 +233,26 @@ __device__ void write_empty_group(const KArgs<T> &a, int b, int hkv, int mb) {
 // warp refills a stage as soon as it has used it, and a slow warp never holds the others' copies.
 //
 // Tail pool (v7, pool = n > 0, groups of >= 2 splits): the last ps = steps / n steps of every split
-// are not fixed to their CTA. Each warp streams its fixed steps, then takes sub-tiles (KW keys) from
-// the group's pool by ticket (one atomicAdd by lane 0, asked kTicketAhead sub-tiles before it is
-// needed) until the pool is empty; softmax is order-free, so a stolen sub-tile just joins the warp's
-// (m, l, O) and the CTA still writes one partial. Why: ncu showed the busiest SM of a B=1 L=128k
-// launch active 3% longer than the mean (22% at 8k) although every CTA had the same keys: DRAM does
-// not serve all SMs alike, and the kernel ends with its slowest CTA. v6's fully dynamic schedule
-// (every key by ticket, 32-key chunks) was 15-40% slower even with no ticket taken, from its key
-// order; here every CTA still streams one contiguous range, and pool item i is sub-tile i % W of
-// pooled step i / (W * n_active) of split (i / W) % n_active, so the stolen reads at any moment are
-// spread over every split's range, as the fixed ones are. Items past the group's end (the last split
-// may be short) are skipped.
+// are not fixed to their CTA. The CTA streams its fixed steps, then takes whole steps (BN keys, one
+// sub-tile a warp, as its own) from the group's pool until it is empty; softmax is order-free, so a
+// stolen step just joins each warp's (m, l, O) and the CTA still writes one partial. Why: ncu showed
+// the busiest SM of a B=1 L=128k launch active 3% longer than the mean (22% at 8k) although every
+// CTA had the same keys: DRAM does not serve all SMs alike, and the kernel ends with its slowest CTA.
+// Pool step i is step i / n_active of the pooled tail of split i % n_active, so the stolen reads at
+// any moment are spread over every split's range, as the fixed ones are (v6's schedule, every key by
+// ticket in 32-key chunks, was 15-40% slower). Steps past the group's end (the last split may be
+// short) are skipped.
+// Tickets are taken by one extra warp (the ticket warp, warp W), not by the compute warps: an atomic
+// under full DRAM load takes microseconds to return, and a compute warp holding tickets in a
+// register queue waits for each one at the queue's shift (a register move waits for its source, and
+// the loop is not unrolled), so v7's first build, with the queue in the compute warps, ran the pooled
+// steps at half speed (B=1 L=128k: 147 us against 132 with fixed shares). The ticket warp paces itself
+// on the fastest compute warp (a step is taken when that warp is kPoolAhead ring calls from needing
+// it, so a CTA does not hoard steps while its own are left) and publishes each step in a shared ring.
+constexpr int kPoolRing = 8, kPoolAhead = 3;
+
 template <class T, int D, int KW, int W>
-__global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
+__global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a) {
   using namespace fb::kernels;
   constexpr int NTH = W * 32;
   constexpr int BN = KW * W;      // keys per CTA step
@@ -259,7 +273,7 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   const int kps = a.keys_per_split;
   const int n_active = (kv_end + kps - 1) / kps;
   if (n_active == 0) {
-    if (split == 0)
+    if (split == 0 && warp < W)
       write_empty_group<T, D, NTH>(a, b, hkv, mb);
     return;
   }
@@ -270,40 +284,76 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   const int rows_here = min(kRowsPerCta, a.rows - row0);
   const int k_begin = split * kps, k_end = min(kv_end, k_begin + kps);
   T *ring = reinterpret_cast<T *>(smem_raw) + int64_t(warp) * a.stages * 2 * SUB;
-  __shared__ int sub_key[W][kMaxStages]; // first key of the sub-tile in each ring stage (-1: none)
 
-  // The schedule: this warp's fixed sub-tiles, then pool items.
-  const int tps = kps / BN;                                  // steps of a full split
+  // The schedule: this warp's fixed sub-tiles, then the pool's steps (ps > 0 only).
+  const int tps = kps / BN;                                             // steps of a full split
   const int ps = a.pool > 0 && n_active >= 2 ? max(1, tps / a.pool) : 0; // pooled steps a split
-  const int n_items = ps * n_active * W;
   const int k_fix_end = min(k_end, k_begin + (tps - ps) * BN);
   const int kw_first = k_begin + warp * KW; // this warp's first key
   const int n_fix = kw_first < k_fix_end ? (k_fix_end - kw_first + BN - 1) / BN : 0;
+  __shared__ int pool_step[kPoolRing]; // first key of the step in ring slot c % kPoolRing; -1: empty
+  __shared__ int pool_pub;             // ring slots published
+  __shared__ int pool_pos[W];          // compute warp w's key_of calls so far minus its n_fix
+  volatile int *v_step = pool_step, *v_pub = &pool_pub, *v_pos = pool_pos;
+  if (ps > 0) {
+    if (threadIdx.x == 0)
+      pool_pub = 0;
+    if (warp < W && lane == 0)
+      pool_pos[warp] = -n_fix - 1;
+    __syncthreads();
+  }
+  if (warp == W) { // the ticket warp: blockDim has it where pool > 0; it leaves before the merge
+    if (lane == 0 && ps > 0) {
+      const int n_steps = ps * n_active;
+      for (int c = 0;; ++c) {
+        for (;;) {
+          int lo = INT_MAX, hi = INT_MIN;
+#pragma unroll
+          for (int w = 0; w < W; ++w) {
+            const int p = v_pos[w];
+            lo = min(lo, p);
+            hi = max(hi, p);
+          }
+          if (hi >= c - kPoolAhead && lo > c - kPoolRing)
+            break; // the fastest warp is close to needing slot c, and slot c's last use is read
+          __nanosleep(64);
+        }
+        const int item = int(atomicAdd(a.tickets + grp, 1u));
+        const int sp = item % n_active, j = item / n_active;
+        v_step[c % kPoolRing] = item < n_steps ? sp * kps + (tps - ps + j) * BN : -1;
+        __threadfence_block();
+        *v_pub = c + 1;
+        if (item >= n_steps)
+          break;
+      }
+    }
+    return;
+  }
+  __shared__ int sub_key[W][kMaxStages]; // first key of the sub-tile in each ring stage (-1: none)
+  bool pool_done = ps == 0;
   // First key of this warp's sub-tile t, or -1 once it has no more (monotonic in t); a key >= kv_end
-  // is a pool item past the group's end (skipped). Called once per t, in order, warp converged. Lane
-  // 0 holds the tickets asked for sub-tiles t .. t + kTicketAhead - 1, oldest first: v6 measured one
-  // sub-tile ahead as too little (an atomic under full DRAM load took ~2 us to return).
-  unsigned tk[kTicketAhead];
-  bool pool_open = ps > 0;
-#pragma unroll
-  for (int i = 0; i < kTicketAhead; ++i)
-    tk[i] = lane == 0 && pool_open && i >= n_fix ? atomicAdd(a.tickets + grp, 1u) : 0u;
+  // is a pooled step past the group's end (skipped). Called once per t, in order, warp converged.
   auto key_of = [&](int t) -> int {
-    const unsigned mine = tk[0];
-#pragma unroll
-    for (int i = 0; i + 1 < kTicketAhead; ++i)
-      tk[i] = tk[i + 1];
-    tk[kTicketAhead - 1] = lane == 0 && pool_open && t + kTicketAhead >= n_fix
-                               ? atomicAdd(a.tickets + grp, 1u) : 0u;
+    if (ps > 0 && lane == 0)
+      v_pos[warp] = t - n_fix;
     if (t < n_fix)
       return kw_first + t * BN;
-    const int item = pool_open ? int(__shfl_sync(0xffffffffu, mine, 0)) : n_items;
-    if (item >= n_items) {
-      pool_open = false; // tickets only grow: every later one is past the pool too
+    if (pool_done)
+      return -1;
+    const int c = t - n_fix;
+    int step = 0;
+    if (lane == 0) {
+      while (*v_pub <= c)
+        ;
+      __threadfence_block();
+      step = v_step[c % kPoolRing];
+    }
+    step = __shfl_sync(0xffffffffu, step, 0);
+    if (step < 0) {
+      pool_done = true;
       return -1;
     }
-    const int s = (item / W) % n_active, j = item / (W * n_active);
-    return s * kps + (tps - ps + j) * BN + (item % W) * KW;
+    return step + warp * KW;
   };
 
   // ---- K/V producer (this warp's lanes): lane copies chunks lane + 32 * it of the sub-tile's K and
@@ -508,9 +558,10 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
     }
   }
 
-  // ---- Merge the W warps' (m, l, O) through shared memory (the drained rings).
+  // ---- Merge the W warps' (m, l, O) through shared memory (the drained rings). The ticket warp has
+  // left: from here on the compute warps meet at a named barrier of NTH threads.
   cp_async_wait<0>();
-  __syncthreads();
+  compute_sync<NTH>();
   float *obuf = reinterpret_cast<float *>(smem_raw); // [W][16][D]
   float *mbuf = obuf + W * kRowsPerCta * D;           // [W][16]
   float *lbuf = mbuf + W * kRowsPerCta;               // [W][16]
@@ -530,7 +581,7 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
       *reinterpret_cast<float2 *>(obuf + (warp * kRowsPerCta + rr) * D + col) =
           make_float2(oacc[n][2 * h], oacc[n][2 * h + 1]);
     }
-  __syncthreads();
+  compute_sync<NTH>();
 
   const bool direct = n_active == 1;
   float *opart = a.o_part + ((grp * a.splits + split) * kRowsPerCta) * D;
@@ -577,7 +628,7 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   // ---- Fused combine: the last CTA of the group to arrive merges every split's partial.
   __shared__ int is_last;
   __threadfence(); // this thread's partials are visible device-wide before the ticket is taken
-  __syncthreads(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
+  compute_sync<NTH>(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
   if (threadIdx.x == 0) {
     is_last = atomicAdd(a.counters + grp, 1u) + 1 == unsigned(n_active);
     if (is_last) { // every CTA (and every warp's tickets) of the group is done: the next launch finds 0
@@ -586,7 +637,7 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
         a.tickets[grp] = 0u;
     }
   }
-  __syncthreads();
+  compute_sync<NTH>();
   if (!is_last)
     return;
   __threadfence();
@@ -663,7 +714,7 @@ void launch_split(const KArgs<T> &a, const AttentionProblem &p, const Params &c,
   FB_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D, KW, W>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned(a.splits), unsigned(p.heads_kv * a.m_blocks), unsigned(p.batch));
-  split_kernel<T, D, KW, W><<<grid, W * 32, size_t(smem), stream>>>(a);
+  split_kernel<T, D, KW, W><<<grid, threads_of(c), size_t(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 }
 

@@ -24,7 +24,6 @@ constexpr int kRowsPerCta = 16;
 constexpr int kMaxSplits = 128;
 constexpr int kCombineThreads = 128; // the non-fused combine kernel's block
 constexpr int kMaxStages = 4;
-constexpr int kTicketAhead = 4; // tail pool: sub-tiles between asking for a ticket and using it
 
 struct Params {
   int block_n = 64;   // keys per CTA step (per pipeline stage), block_n / warps per warp
@@ -36,7 +35,8 @@ struct Params {
 };
 
 inline int keys_per_warp(const Params &c) { return c.block_n / c.warps; }
-inline int threads_of(const Params &c) { return 32 * c.warps; }
+// The compute warps, and the tail pool's ticket warp where pool > 0.
+inline int threads_of(const Params &c) { return 32 * (c.warps + (c.pool > 0 ? 1 : 0)); }
 
 inline std::optional<std::string> config_problem(const Params &c) {
   if (c.block_n != 64 && c.block_n != 128)
