@@ -41,7 +41,6 @@
 
 #include <cuda_runtime.h>
 
-#include <climits>
 #include <cstdlib>
 
 namespace fb::fdec {
@@ -55,7 +54,6 @@ template <class T> struct KArgs {
   float *o_part;   // [groups, splits, 16, D]
   float *lse_part; // [groups, splits, 16], log2 units
   unsigned int *counters; // [groups]: arrivals; zero on entry, reset to zero by each group's last CTA
-  unsigned int *tickets;  // [groups]: the tail pool's tickets; zero on entry, reset likewise (v7)
   const int *seqlens;           // [batch] or null (every entry has seqlen_kv keys)
   const int *page_table;        // [batch, pages_per_seq] or null (contiguous)
   int64_t q_batch, q_seq, q_head; // element strides of Q and O
@@ -63,7 +61,6 @@ template <class T> struct KArgs {
   int page_size, pages_per_seq;
   int seqlen_q, seqlen_kv, heads_q, heads_kv, group, rows, m_blocks;
   int splits, keys_per_split, stages;
-  int pool; // 0: fixed shares; n: the last 1/n of every split's steps go to the group's tail pool (v7)
   float scale_log2;
   bool causal, fused;
 };
@@ -76,12 +73,6 @@ __device__ __forceinline__ int group_kv_end(const KArgs<T> &a, int len, int mb) 
   const int last_row = min(a.rows, (mb + 1) * kRowsPerCta) - 1;
   const int i = last_row / a.group;
   return max(0, min(len, i + 1 + len - a.seqlen_q));
-}
-
-// A barrier of the first NTH threads (named barrier 1): the split kernel's ticket warp, which leaves
-// early, takes no part (the combine kernel's block is exactly NTH threads).
-template <int NTH> __device__ __forceinline__ void compute_sync() {
-  asm volatile("bar.sync 1, %0;" ::"n"(NTH) : "memory");
 }
 
 // Final outputs of packed row r: O element offset of column 0 and the LSE index.
@@ -168,7 +159,7 @@ __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_a
       a.lse[lse_idx] = lse2 * 0.69314718055994531f;
     }
   }
-  compute_sync<NTH>();
+  __syncthreads();
   for (int base = 0; base < items * P; base += NTH) { // block-uniform bounds: every lane shuffles
     const int idx = base + threadIdx.x;
     const int item = idx / P, sub = idx % P;
@@ -231,28 +222,8 @@ __device__ void write_empty_group(const KArgs<T> &a, int b, int hkv, int mb) {
 // Warp w owns keys [k_begin + t * BN + w * KW, + KW) of every step t and streams them through its own
 // `stages`-deep cp.async ring (cp.async.wait_group + __syncwarp): no CTA barrier in the loop, so a
 // warp refills a stage as soon as it has used it, and a slow warp never holds the others' copies.
-//
-// Tail pool (v7, pool = n > 0, groups of >= 2 splits): the last ps = steps / n steps of every split
-// are not fixed to their CTA. The CTA streams its fixed steps, then takes whole steps (BN keys, one
-// sub-tile a warp, as its own) from the group's pool until it is empty; softmax is order-free, so a
-// stolen step just joins each warp's (m, l, O) and the CTA still writes one partial. Why: ncu showed
-// the busiest SM of a B=1 L=128k launch active 3% longer than the mean (22% at 8k) although every
-// CTA had the same keys: DRAM does not serve all SMs alike, and the kernel ends with its slowest CTA.
-// Pool step i is step i / n_active of the pooled tail of split i % n_active, so the stolen reads at
-// any moment are spread over every split's range, as the fixed ones are (v6's schedule, every key by
-// ticket in 32-key chunks, was 15-40% slower). Steps past the group's end (the last split may be
-// short) are skipped.
-// Tickets are taken by one extra warp (the ticket warp, warp W), not by the compute warps: an atomic
-// under full DRAM load takes microseconds to return, and a compute warp holding tickets in a
-// register queue waits for each one at the queue's shift (a register move waits for its source, and
-// the loop is not unrolled), so v7's first build, with the queue in the compute warps, ran the pooled
-// steps at half speed (B=1 L=128k: 147 us against 132 with fixed shares). The ticket warp paces itself
-// on the fastest compute warp (a step is taken when that warp is kPoolAhead ring calls from needing
-// it, so a CTA does not hoard steps while its own are left) and publishes each step in a shared ring.
-constexpr int kPoolRing = 8, kPoolAhead = 3;
-
 template <class T, int D, int KW, int W>
-__global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a) {
+__global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   using namespace fb::kernels;
   constexpr int NTH = W * 32;
   constexpr int BN = KW * W;      // keys per CTA step
@@ -273,7 +244,7 @@ __global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a)
   const int kps = a.keys_per_split;
   const int n_active = (kv_end + kps - 1) / kps;
   if (n_active == 0) {
-    if (split == 0 && warp < W)
+    if (split == 0)
       write_empty_group<T, D, NTH>(a, b, hkv, mb);
     return;
   }
@@ -283,78 +254,9 @@ __global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a)
   const int row0 = mb * kRowsPerCta;
   const int rows_here = min(kRowsPerCta, a.rows - row0);
   const int k_begin = split * kps, k_end = min(kv_end, k_begin + kps);
-  T *ring = reinterpret_cast<T *>(smem_raw) + int64_t(warp) * a.stages * 2 * SUB;
-
-  // The schedule: this warp's fixed sub-tiles, then the pool's steps (ps > 0 only).
-  const int tps = kps / BN;                                             // steps of a full split
-  const int ps = a.pool > 0 && n_active >= 2 ? max(1, tps / a.pool) : 0; // pooled steps a split
-  const int k_fix_end = min(k_end, k_begin + (tps - ps) * BN);
   const int kw_first = k_begin + warp * KW; // this warp's first key
-  const int n_fix = kw_first < k_fix_end ? (k_fix_end - kw_first + BN - 1) / BN : 0;
-  __shared__ int pool_step[kPoolRing]; // first key of the step in ring slot c % kPoolRing; -1: empty
-  __shared__ int pool_pub;             // ring slots published
-  __shared__ int pool_pos[W];          // compute warp w's key_of calls so far minus its n_fix
-  volatile int *v_step = pool_step, *v_pub = &pool_pub, *v_pos = pool_pos;
-  if (ps > 0) {
-    if (threadIdx.x == 0)
-      pool_pub = 0;
-    if (warp < W && lane == 0)
-      pool_pos[warp] = -n_fix - 1;
-    __syncthreads();
-  }
-  if (warp == W) { // the ticket warp: blockDim has it where pool > 0; it leaves before the merge
-    if (lane == 0 && ps > 0) {
-      const int n_steps = ps * n_active;
-      for (int c = 0;; ++c) {
-        for (;;) {
-          int lo = INT_MAX, hi = INT_MIN;
-#pragma unroll
-          for (int w = 0; w < W; ++w) {
-            const int p = v_pos[w];
-            lo = min(lo, p);
-            hi = max(hi, p);
-          }
-          if (hi >= c - kPoolAhead && lo > c - kPoolRing)
-            break; // the fastest warp is close to needing slot c, and slot c's last use is read
-          __nanosleep(64);
-        }
-        const int item = int(atomicAdd(a.tickets + grp, 1u));
-        const int sp = item % n_active, j = item / n_active;
-        v_step[c % kPoolRing] = item < n_steps ? sp * kps + (tps - ps + j) * BN : -1;
-        __threadfence_block();
-        *v_pub = c + 1;
-        if (item >= n_steps)
-          break;
-      }
-    }
-    return;
-  }
-  __shared__ int sub_key[W][kMaxStages]; // first key of the sub-tile in each ring stage (-1: none)
-  bool pool_done = ps == 0;
-  // First key of this warp's sub-tile t, or -1 once it has no more (monotonic in t); a key >= kv_end
-  // is a pooled step past the group's end (skipped). Called once per t, in order, warp converged.
-  auto key_of = [&](int t) -> int {
-    if (ps > 0 && lane == 0)
-      v_pos[warp] = t - n_fix;
-    if (t < n_fix)
-      return kw_first + t * BN;
-    if (pool_done)
-      return -1;
-    const int c = t - n_fix;
-    int step = 0;
-    if (lane == 0) {
-      while (*v_pub <= c)
-        ;
-      __threadfence_block();
-      step = v_step[c % kPoolRing];
-    }
-    step = __shfl_sync(0xffffffffu, step, 0);
-    if (step < 0) {
-      pool_done = true;
-      return -1;
-    }
-    return step + warp * KW;
-  };
+  const int n_w = kw_first < k_end ? (k_end - kw_first + BN - 1) / BN : 0; // this warp's sub-tiles
+  T *ring = reinterpret_cast<T *>(smem_raw) + int64_t(warp) * a.stages * 2 * SUB;
 
   // ---- K/V producer (this warp's lanes): lane copies chunks lane + 32 * it of the sub-tile's K and
   // V rows (row e / CH, chunk e % CH), XOR-swizzled by row so the ldmatrix reads are conflict-free.
@@ -370,20 +272,19 @@ __global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a)
   const int64_t pool_row = int64_t(a.heads_kv) * D; // elements per token in a page pool
   // Paged: lane l holds the page of row l % KW of a sub-tile, loaded one sub-tile ahead of its copies
   // (the page table is known), so a copy never waits on a page-table load; shuffled to the copier.
-  auto page_of = [&](int k0) -> int {
-    const int j = k0 + lane % KW;
-    return (ptab && k0 >= 0 && j < kv_end) ? __ldg(ptab + j / a.page_size) : 0;
+  auto page_of = [&](int t) -> int {
+    const int j = kw_first + t * BN + lane % KW;
+    return (ptab && t < n_w && j < k_end) ? __ldg(ptab + j / a.page_size) : 0;
   };
-  // Rows past the group's end are zero-filled, not read (a pool item past the end is skipped before
-  // its load: see the main loop).
-  auto load_sub = [&](int k0, int st, int pg) {
+  auto load_sub = [&](int t, int st, int pg) {
+    const int k0 = kw_first + t * BN;
     T *kd = ring + st * 2 * SUB, *vd = kd + SUB;
     if (ptab) {
 #pragma unroll
       for (int it = 0; it < CPL; ++it) {
         const int e = lane + it * 32, r = e / CH, c = e % CH, j = k0 + r;
         const int page = __shfl_sync(0xffffffffu, pg, r % 32);
-        const bool valid = j < kv_end;
+        const bool valid = j < k_end;
         const int64_t off =
             (valid ? (int64_t(page) * a.page_size + j % a.page_size) * pool_row : 0) + c * 8;
         const int dst = r * D + ((c ^ (r & 7)) * 8);
@@ -394,7 +295,7 @@ __global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a)
 #pragma unroll
       for (int it = 0; it < CPL; ++it) {
         const int e = lane + it * 32, r = e / CH, c = e % CH, j = k0 + r;
-        const bool valid = j < kv_end;
+        const bool valid = j < k_end;
         const int64_t off = (valid ? int64_t(j) * a.k_seq : 0) + c * 8;
         const int dst = r * D + ((c ^ (r & 7)) * 8);
         cp_async_16(smem_u32(kd + dst), kbase + off, valid);
@@ -405,13 +306,11 @@ __global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a)
 
   // Start the copies before anything else: the ring's first stages are in flight while Q loads.
   for (int t = 0; t < a.stages - 1; ++t) {
-    const int k0 = key_of(t);
-    if (lane == 0)
-      sub_key[warp][t] = k0;
-    if (k0 >= 0 && k0 < kv_end)
-      load_sub(k0, t, page_of(k0));
+    if (t < n_w)
+      load_sub(t, t, page_of(t));
     cp_async_commit();
   }
+  int pg_next = page_of(a.stages - 1);
 
   // ---- Q as m16n8k16 A fragments, once: rows lane/4 and lane/4 + 8, columns (lane%4)*2 (+8).
   uint32_t qa[KD][4];
@@ -421,12 +320,12 @@ __global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a)
     for (int h = 0; h < 2; ++h) {
       const int rr = lane / 4 + 8 * h, r = row0 + rr;
       const T *qrow = nullptr;
-      lim[h] = kv_end; // the group's end, not the split's: pool items come from every split
+      lim[h] = k_end;
       if (rr < rows_here) {
         const int i = r / a.group, hq = hkv * a.group + r % a.group;
         qrow = a.q + int64_t(b) * a.q_batch + int64_t(i) * a.q_seq + int64_t(hq) * a.q_head;
         if (a.causal)
-          lim[h] = min(kv_end, i + 1 + len - a.seqlen_q);
+          lim[h] = min(k_end, i + 1 + len - a.seqlen_q);
       }
 #pragma unroll
       for (int kk = 0; kk < KD; ++kk) {
@@ -443,25 +342,17 @@ __global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a)
     oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
   float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
 
-  int k_next = key_of(a.stages - 1), pg_next = page_of(k_next);
-  for (int t = 0;; ++t) {
+  for (int t = 0; t < n_w; ++t) {
     cp_async_wait_dynamic(a.stages - 2);
     __syncwarp(); // sub-tile t landed for every lane; every lane is done with sub-tile t-1's stage
-    const int kw0 = sub_key[warp][t % a.stages]; // the sub-tile's first key
     {
-      const int sn = (t + a.stages - 1) % a.stages; // sub-tile t-1's stage, free now
-      if (lane == 0)
-        sub_key[warp][sn] = k_next;
-      if (k_next >= 0 && k_next < kv_end)
-        load_sub(k_next, sn, pg_next);
+      const int tn = t + a.stages - 1;
+      if (tn < n_w)
+        load_sub(tn, tn % a.stages, pg_next);
       cp_async_commit();
-      k_next = key_of(t + a.stages);
-      pg_next = page_of(k_next); // in flight behind this sub-tile's math
+      pg_next = page_of(tn + 1); // in flight behind this sub-tile's math
     }
-    if (kw0 < 0)
-      break;
-    if (kw0 >= kv_end)
-      continue; // a pool item past the group's end: nothing was loaded
+    const int kw0 = kw_first + t * BN; // the sub-tile's first key
     const T *kt = ring + (t % a.stages) * 2 * SUB, *vt = kt + SUB;
 
     // S = Q Kᵀ for the warp's KW keys (SC independent chains over head_dim, summed at the end).
@@ -558,10 +449,9 @@ __global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a)
     }
   }
 
-  // ---- Merge the W warps' (m, l, O) through shared memory (the drained rings). The ticket warp has
-  // left: from here on the compute warps meet at a named barrier of NTH threads.
+  // ---- Merge the W warps' (m, l, O) through shared memory (the drained rings).
   cp_async_wait<0>();
-  compute_sync<NTH>();
+  __syncthreads();
   float *obuf = reinterpret_cast<float *>(smem_raw); // [W][16][D]
   float *mbuf = obuf + W * kRowsPerCta * D;           // [W][16]
   float *lbuf = mbuf + W * kRowsPerCta;               // [W][16]
@@ -581,7 +471,7 @@ __global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a)
       *reinterpret_cast<float2 *>(obuf + (warp * kRowsPerCta + rr) * D + col) =
           make_float2(oacc[n][2 * h], oacc[n][2 * h + 1]);
     }
-  compute_sync<NTH>();
+  __syncthreads();
 
   const bool direct = n_active == 1;
   float *opart = a.o_part + ((grp * a.splits + split) * kRowsPerCta) * D;
@@ -623,21 +513,18 @@ __global__ void __launch_bounds__(W * 32 + 32, 1) split_kernel(const KArgs<T> a)
     }
   }
   if (direct || !a.fused)
-    return; // direct: no pool; two_kernels: the combine kernel resets the tickets
+    return;
 
   // ---- Fused combine: the last CTA of the group to arrive merges every split's partial.
   __shared__ int is_last;
   __threadfence(); // this thread's partials are visible device-wide before the ticket is taken
-  compute_sync<NTH>(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
+  __syncthreads(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
   if (threadIdx.x == 0) {
     is_last = atomicAdd(a.counters + grp, 1u) + 1 == unsigned(n_active);
-    if (is_last) { // every CTA (and every warp's tickets) of the group is done: the next launch finds 0
+    if (is_last) // every CTA of the group has taken its ticket: the next launch finds 0
       a.counters[grp] = 0u;
-      if (ps > 0)
-        a.tickets[grp] = 0u;
-    }
   }
-  compute_sync<NTH>();
+  __syncthreads();
   if (!is_last)
     return;
   __threadfence();
@@ -655,8 +542,6 @@ __global__ void __launch_bounds__(kCombineThreads) combine_kernel(const KArgs<T>
   if (n_active < 2)
     return; // written by the split kernel
   const int64_t grp = (int64_t(b) * a.heads_kv + hkv) * a.m_blocks + mb;
-  if (a.pool > 0 && threadIdx.x == 0)
-    a.tickets[grp] = 0u; // the split kernel is done with them (stream order)
   combine_group<T, D, kCombineThreads>(a, b, hkv, mb, n_active, grp, wbuf);
 }
 
@@ -678,8 +563,6 @@ KArgs<T> make_args(const AttentionProblem &p, const Params &c, const SplitPlan &
   a.o_part = reinterpret_cast<float *>(ws + w.o_offset);
   a.lse_part = reinterpret_cast<float *>(ws + w.lse_offset);
   a.counters = static_cast<unsigned int *>(args.semaphores);
-  a.tickets = a.counters ? a.counters + num_groups(p) : nullptr;
-  a.pool = plan.splits > 1 ? c.pool : 0;
   a.seqlens = p.kv_lens.empty() ? nullptr : args.cache_seqlens;
   a.page_table = p.paged() ? args.page_table : nullptr;
   const Strides qs = p.q_strides(), ks = p.kv_strides();
@@ -714,7 +597,7 @@ void launch_split(const KArgs<T> &a, const AttentionProblem &p, const Params &c,
   FB_CUDA_CHECK(cudaFuncSetAttribute(split_kernel<T, D, KW, W>,
                                      cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned(a.splits), unsigned(p.heads_kv * a.m_blocks), unsigned(p.batch));
-  split_kernel<T, D, KW, W><<<grid, threads_of(c), size_t(smem), stream>>>(a);
+  split_kernel<T, D, KW, W><<<grid, W * 32, size_t(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 }
 
@@ -760,7 +643,7 @@ void launch_typed(const AttentionProblem &p, const Params &c, const SplitPlan &p
     return e && std::atoi(e) == 1;
   }();
   if (a.splits > 1 && a.fused && memset_first)
-    FB_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, 2 * size_t(num_groups(p)) * sizeof(unsigned int), stream));
+    FB_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, size_t(num_groups(p)) * sizeof(unsigned int), stream));
   switch (p.head_dim) {
   case 64: launch_d<T, 64>(a, p, c, stream); break;
   case 128: launch_d<T, 128>(a, p, c, stream); break;

@@ -23,7 +23,6 @@ namespace fb::fdec {
 constexpr int kRowsPerCta = 16;
 constexpr int kMaxSplits = 128;
 constexpr int kCombineThreads = 128; // the non-fused combine kernel's block
-constexpr int kMaxStages = 4;
 
 struct Params {
   int block_n = 64;   // keys per CTA step (per pipeline stage), block_n / warps per warp
@@ -31,12 +30,10 @@ struct Params {
   int num_splits = 0; // CTAs per (entry, KV head, row block); 0 = heuristic (split_plan)
   int fused = 1;      // 1: the last CTA of a group combines (one launch); 0: a combine kernel
   int warps = 4;      // warps per CTA (4 or 8)
-  int pool = 0;       // 0: fixed shares; n: the last 1/n of each split's steps form the group's tail pool
 };
 
 inline int keys_per_warp(const Params &c) { return c.block_n / c.warps; }
-// The compute warps, and the tail pool's ticket warp where pool > 0.
-inline int threads_of(const Params &c) { return 32 * (c.warps + (c.pool > 0 ? 1 : 0)); }
+inline int threads_of(const Params &c) { return 32 * c.warps; }
 
 inline std::optional<std::string> config_problem(const Params &c) {
   if (c.block_n != 64 && c.block_n != 128)
@@ -52,8 +49,6 @@ inline std::optional<std::string> config_problem(const Params &c) {
     return "num_splits must be 0 (heuristic) .. " + std::to_string(kMaxSplits);
   if (c.fused != 0 && c.fused != 1)
     return "fused must be 0 or 1";
-  if (c.pool != 0 && c.pool != 4 && c.pool != 8)
-    return "pool must be 0 (fixed shares), 4 or 8 (the last quarter or eighth of every split is shared)";
   return std::nullopt;
 }
 
@@ -63,8 +58,7 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("stages", d.stages)),
                 static_cast<int>(c.get_or("num_splits", d.num_splits)),
                 static_cast<int>(c.get_or("fused", d.fused)),
-                static_cast<int>(c.get_or("warps", d.warps)),
-                static_cast<int>(c.get_or("pool", d.pool))};
+                static_cast<int>(c.get_or("warps", d.warps))};
 }
 
 inline ConfigSpace make_space() {
@@ -80,18 +74,12 @@ inline ConfigSpace make_space() {
             {0, 1},
             {"two_kernels", "last_cta"},
             "combine in a second kernel, or in the last CTA of each group (one launch)"},
-       Axis{"warps", {4, 8}, {}, "warps per CTA, each with its own K/V ring (block_n / warps keys each)"},
-       Axis{"pool",
-            {0, 4, 8},
-            {},
-            "0: every CTA streams a fixed share; n: the last 1/n of every split goes to a pool that the "
-            "group's warps take by ticket once their own share is done (balances uneven DRAM service)"}},
+       Axis{"warps", {4, 8}, {}, "warps per CTA, each with its own K/V ring (block_n / warps keys each)"}},
       Config({{"block_n", d.block_n},
               {"stages", d.stages},
               {"num_splits", d.num_splits},
               {"fused", d.fused},
-              {"warps", d.warps},
-              {"pool", d.pool}}),
+              {"warps", d.warps}}),
       [](const Config &c) { return config_problem(params_of(c)); });
 }
 
@@ -233,13 +221,12 @@ inline WorkspaceLayout workspace_layout(const AttentionProblem &p, const SplitPl
   return w;
 }
 
-// Semaphores (LaunchArgs::semaphores, zero on entry and on exit), 32 bits per group each: the fused
-// combine's arrival counters, then the tail pool's tickets. The last CTA of a group to arrive resets
-// both (two_kernels: the combine kernel resets the tickets).
+// Semaphores (LaunchArgs::semaphores, zero on entry and on exit): the fused combine's arrival counter of
+// every group, 32 bits each; the last CTA of a group to arrive resets its counter to 0.
 inline size_t semaphore_bytes(const AttentionProblem &p, const Params &c, const SplitPlan &plan) {
-  if (plan.splits <= 1 || (c.fused == 0 && c.pool == 0))
+  if (plan.splits <= 1 || c.fused == 0)
     return 0;
-  return round_up_256(2 * size_t(num_groups(p)) * sizeof(unsigned int));
+  return round_up_256(size_t(num_groups(p)) * sizeof(unsigned int));
 }
 
 // HBM bytes the kernels move: each group reads K and V up to its kv_end once (row blocks beyond the

@@ -70,23 +70,6 @@ TEST(FlashDecoding, RepeatedLaunchesShareTheWorkspace) {
       c.expect_pass(fdv(), fdv().space().make({{"num_splits", splits}, {"fused", fused}}), 3);
   // 8 warps, each with its own ring, and the 128-split combine (more splits than one warp's lanes).
   c.expect_pass(fdv(), fdv().space().make({{"block_n", "128"}, {"warps", "8"}, {"num_splits", "32"}}), 3);
-  // The tail pool's tickets live in the semaphores too: fused and two_kernels must both leave them zero.
-  for (const char *pool : {"4", "8"})
-    for (const char *fused : {"0", "1"})
-      c.expect_pass(fdv(), fdv().space().make({{"num_splits", "8"}, {"fused", fused}, {"pool", pool}}), 3);
-}
-
-TEST(FlashDecoding, TailPoolCoversEveryKeyOnce) {
-  // Pool items come from every split of a group, the last split may be short (items past the group's
-  // end are skipped), and a causal row block ends before the entry does: a sub-tile taken twice or
-  // never would show in O. Long enough that every warp takes pool items (16 splits x 4 warps).
-  FB_SKIP_WITHOUT_GPU();
-  for (const bool causal : {false, true}) {
-    Case c(DecodeShape{"pool", 2, 32, 8, 5, 20000, 128, causal, DType::bf16, {20000, 9001}}.problem());
-    for (const char *splits : {"2", "4", "16", "64"})
-      for (const char *pool : {"4", "8"})
-        c.expect_pass(fdv(), fdv().space().make({{"num_splits", splits}, {"pool", pool}}), 2);
-  }
 }
 
 TEST(FlashDecoding, ManySplitsCombineInParallel) {
