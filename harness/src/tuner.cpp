@@ -62,7 +62,8 @@ void write_atomically(const std::string& path, const std::string& text) {
 
 bool TuningEntry::same_key(const TuningEntry& o) const {
   return variant == o.variant && dtype == o.dtype && head_dim == o.head_dim && causal == o.causal &&
-         seqlen_q_bucket == o.seqlen_q_bucket && seqlen_kv_bucket == o.seqlen_kv_bucket && bh_bucket == o.bh_bucket;
+         seqlen_q_bucket == o.seqlen_q_bucket && seqlen_kv_bucket == o.seqlen_kv_bucket && bh_bucket == o.bh_bucket &&
+         group_bucket == o.group_bucket;
 }
 
 TuningEntry make_entry_key(const std::string& variant, const AttentionProblem& p) {
@@ -74,6 +75,7 @@ TuningEntry make_entry_key(const std::string& variant, const AttentionProblem& p
   e.seqlen_q_bucket = bucket_of(p.seqlen_q);
   e.seqlen_kv_bucket = bucket_of(p.seqlen_kv);
   e.bh_bucket = bucket_of(p.batch * p.heads_q);
+  e.group_bucket = bucket_of(std::max<int64_t>(1, p.group_size()));
   e.problem = p;
   return e;
 }
@@ -86,7 +88,8 @@ const TuningEntry* TuningTable::lookup(const std::string& variant, const Attenti
     if (e.variant != k.variant || e.dtype != k.dtype || e.head_dim != k.head_dim || e.causal != k.causal) continue;
     const int d = std::abs(log2_of(e.seqlen_q_bucket) - log2_of(k.seqlen_q_bucket)) +
                   std::abs(log2_of(e.seqlen_kv_bucket) - log2_of(k.seqlen_kv_bucket)) +
-                  std::abs(log2_of(e.bh_bucket) - log2_of(k.bh_bucket));
+                  std::abs(log2_of(e.bh_bucket) - log2_of(k.bh_bucket)) +
+                  std::abs(log2_of(e.group_bucket) - log2_of(k.group_bucket));
     if (!best || d < best_d) {
       best = &e;
       best_d = d;
@@ -120,6 +123,7 @@ nlohmann::json to_json(const TuningTable& t) {
                             {"seqlen_q_bucket", e.seqlen_q_bucket},
                             {"seqlen_kv_bucket", e.seqlen_kv_bucket},
                             {"bh_bucket", e.bh_bucket},
+                            {"group_bucket", e.group_bucket},
                             {"config", e.config.params()},
                             {"config_str", e.config_str},
                             {"tflops", e.tflops},
@@ -149,6 +153,7 @@ TuningTable tuning_table_from_json(const nlohmann::json& j, const std::string& p
       e.seqlen_q_bucket = x.at("seqlen_q_bucket").get<int64_t>();
       e.seqlen_kv_bucket = x.at("seqlen_kv_bucket").get<int64_t>();
       e.bh_bucket = x.at("bh_bucket").get<int64_t>();
+      e.group_bucket = x.value("group_bucket", int64_t{1});
       e.config = Config(x.at("config").get<std::map<std::string, int64_t>>());
       e.config_str = x.value("config_str", "");
       e.tflops = x.value("tflops", 0.0);
@@ -216,7 +221,8 @@ std::pair<Config, std::string> tuned_config(const Variant& v, const AttentionPro
     return {fallback, "default: tuned config unsupported here (" + s.reason + ")"};
   return {e->config, std::string("tuned: ") + (exact ? "" : "nearest ") + "bucket sq<=" +
                          std::to_string(e->seqlen_q_bucket) + " skv<=" + std::to_string(e->seqlen_kv_bucket) +
-                         " b*h<=" + std::to_string(e->bh_bucket) + " of " + tuning_path_for(dev)};
+                         " b*h<=" + std::to_string(e->bh_bucket) + " group<=" + std::to_string(e->group_bucket) +
+                         " of " + tuning_path_for(dev)};
 }
 
 // ---- search ----

@@ -207,6 +207,42 @@ TEST(Tuner, TableBucketsLookupAndRoundTrip) {
   EXPECT_THROW(load_tuning_table((d / "bad.json").string()), UserError);
 }
 
+TEST(Tuner, GqaGroupIsPartOfTheKey) {
+  // Decode: GQA 32/8 and MHA 32/32 at the same batch and length share every other bucket; each keeps its own
+  // entry, and a table written before the group key (no group_bucket) reads as group 1.
+  AttentionProblem gqa;
+  gqa.batch = 1, gqa.heads_q = 32, gqa.heads_kv = 8, gqa.seqlen_q = 1, gqa.seqlen_kv = 32768, gqa.head_dim = 128;
+  AttentionProblem mha = gqa;
+  mha.heads_kv = 32;
+  TuningTable t;
+  TuningEntry g = make_entry_key("flash_decoding", gqa);
+  g.config = Config({{"stages", 3}});
+  TuningEntry m = make_entry_key("flash_decoding", mha);
+  m.config = Config({{"stages", 2}});
+  t.upsert(g);
+  t.upsert(m);
+  ASSERT_EQ(t.entries.size(), 2u);
+  EXPECT_EQ(g.group_bucket, 4);
+  EXPECT_EQ(m.group_bucket, 1);
+  bool exact = false;
+  ASSERT_TRUE(t.lookup("flash_decoding", gqa, &exact));
+  EXPECT_TRUE(exact);
+  EXPECT_EQ(t.lookup("flash_decoding", gqa)->config, g.config);
+  EXPECT_EQ(t.lookup("flash_decoding", mha)->config, m.config);
+  AttentionProblem gqa6 = gqa; // 48/8: group 6, bucket 8, nearest is the group-4 entry
+  gqa6.heads_q = 48;
+  EXPECT_EQ(t.lookup("flash_decoding", gqa6, &exact)->config, g.config);
+  EXPECT_FALSE(exact);
+
+  nlohmann::json j = to_json(t);
+  for (auto& e : j["entries"])
+    e.erase("group_bucket");
+  const TuningTable old = tuning_table_from_json(j, "old.json");
+  ASSERT_EQ(old.entries.size(), 2u);
+  EXPECT_EQ(old.entries[0].group_bucket, 1);
+  EXPECT_EQ(old.entries[1].group_bucket, 1);
+}
+
 TEST(Tuner, DispatcherUsesTheTableThenTheHeuristic) {
   const DeviceInfo dev = nominal_device();
   const AttentionProblem p = prefill(2048, 128, true);

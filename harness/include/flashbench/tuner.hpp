@@ -49,6 +49,10 @@ struct TuningEntry {
   int64_t head_dim = 0;
   bool causal = false;
   int64_t seqlen_q_bucket = 1, seqlen_kv_bucket = 1, bh_bucket = 1;
+  // Query heads per KV head (power-of-two bucket): decode packs a GQA group into one row block, so GQA
+  // 32/8 and MHA 32/32 at the same batch and length want different configs. Tables written before
+  // this key read as 1.
+  int64_t group_bucket = 1;
   Config config;
   std::string config_str;
   double tflops = 0, median_us = 0;
