@@ -15,7 +15,8 @@
 //   * the 4 warps split each tile's keys (split-K inside the CTA) and merge their (m, l, O) through
 //     shared memory once, at the end;
 //   * fused = 1 combines in the same launch: each CTA writes its partial, then takes a ticket on the
-//     group's arrival counter (one atomicAdd), and the last one to arrive merges the group. The
+//     group's arrival counter (one acq_rel atomic by one thread), and the last one to arrive merges
+//     the group. The
 //     counters live in the caller's semaphores (zero on entry); the last arrival resets its group's
 //     counter to 0, so no memset runs in front of the launch (v6; v4-v5 queued one, which cost a
 //     second graph node on every call). Version 2 had a per-launch tag in the counter instead, taken
@@ -44,6 +45,35 @@
 #include <cstdlib>
 
 namespace fb::fdec {
+
+// Diagnostics (off unless FDEC_TRACE is defined, as scripts/dev/fdec_trace.cu does): thread 0 / lane 0
+// stamp %globaltimer at fixed points of every CTA's life into fdec_trace[cta][32], so a launch's start,
+// per-CTA progress, spread and combine tail can be read off one launch (NOTES.md, version 8). Slots:
+//   29 first instruction, 1 past the early exits, 30 before the first K/V copies, 0 the SM id,
+//   2-9 warp FDEC_TRACE_WARP (0) at each eighth of its sub-tiles (FDEC_TRACE_NOLOOP leaves them out:
+//   the stamps slow that warp's loop), 10+w warp w's loop end, 18 warps merged, 23 partial stored,
+//   19/20 before/after the ticket, and in the CTA that combines: 24 start, 25 partial loads issued,
+//   26 LSE pass done, 27 weights shared, 28 before the O stores, 21 end, 22 = 1.
+#ifdef FDEC_TRACE
+#ifndef FDEC_TRACE_WARP
+#define FDEC_TRACE_WARP 0
+#endif
+__device__ unsigned long long fdec_trace[2048 * 32];
+__device__ __forceinline__ unsigned long long fdec_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned fdec_smid() {
+  unsigned s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+#define FDEC_MARK(slot, value)                                                                      \
+  fdec_trace[(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) * 32 + (slot)] = (value)
+#else
+#define FDEC_MARK(slot, value) ((void)0)
+#endif
 
 template <class T> struct KArgs {
   const T *q;
@@ -129,6 +159,8 @@ __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_a
                                         : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
+  if (threadIdx.x == 0)
+    FDEC_MARK(25, fdec_now());
   for (int rr = warp; rr < rows_here; rr += NW) {
     float l[kMaxSplits / 32];
     float mx = -INFINITY;
@@ -159,7 +191,11 @@ __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_a
       a.lse[lse_idx] = lse2 * 0.69314718055994531f;
     }
   }
+  if (threadIdx.x == 0)
+    FDEC_MARK(26, fdec_now());
   __syncthreads();
+  if (threadIdx.x == 0)
+    FDEC_MARK(27, fdec_now());
   for (int base = 0; base < items * P; base += NTH) { // block-uniform bounds: every lane shuffles
     const int idx = base + threadIdx.x;
     const int item = idx / P, sub = idx % P;
@@ -196,6 +232,8 @@ __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_a
       acc.z += __shfl_xor_sync(0xffffffffu, acc.z, o);
       acc.w += __shfl_xor_sync(0xffffffffu, acc.w, o);
     }
+    if (threadIdx.x == 0)
+      FDEC_MARK(28, fdec_now());
     if (active && sub == 0) {
       int64_t o_off, lse_idx;
       row_outputs(a, b, hkv, mb * kRowsPerCta + rr, o_off, lse_idx);
@@ -225,6 +263,10 @@ __device__ void write_empty_group(const KArgs<T> &a, int b, int hkv, int mb) {
 template <class T, int D, int KW, int W>
 __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   using namespace fb::kernels;
+#ifdef FDEC_TRACE
+  if (threadIdx.x == 0)
+    FDEC_MARK(29, fdec_now());
+#endif
   constexpr int NTH = W * 32;
   constexpr int BN = KW * W;      // keys per CTA step
   constexpr int CH = D / 8;       // 16-byte chunks per row
@@ -250,6 +292,10 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   }
   if (split >= n_active)
     return;
+  if (threadIdx.x == 0) {
+    FDEC_MARK(1, fdec_now());
+    FDEC_MARK(0, fdec_smid());
+  }
   const int64_t grp = (int64_t(b) * a.heads_kv + hkv) * a.m_blocks + mb;
   const int row0 = mb * kRowsPerCta;
   const int rows_here = min(kRowsPerCta, a.rows - row0);
@@ -305,6 +351,8 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   };
 
   // Start the copies before anything else: the ring's first stages are in flight while Q loads.
+  if (threadIdx.x == 0)
+    FDEC_MARK(30, fdec_now());
   for (int t = 0; t < a.stages - 1; ++t) {
     if (t < n_w)
       load_sub(t, t, page_of(t));
@@ -345,6 +393,10 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   for (int t = 0; t < n_w; ++t) {
     cp_async_wait_dynamic(a.stages - 2);
     __syncwarp(); // sub-tile t landed for every lane; every lane is done with sub-tile t-1's stage
+#if defined(FDEC_TRACE) && !defined(FDEC_TRACE_NOLOOP)
+    if (warp == FDEC_TRACE_WARP && lane == 0 && (t == 0 || (t * 8) / n_w != ((t - 1) * 8) / n_w))
+      FDEC_MARK(2 + (t * 8) / n_w, fdec_now());
+#endif
     {
       const int tn = t + a.stages - 1;
       if (tn < n_w)
@@ -450,6 +502,9 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   }
 
   // ---- Merge the W warps' (m, l, O) through shared memory (the drained rings).
+  if (lane == 0) {
+    FDEC_MARK(10 + warp, fdec_now());
+  }
   cp_async_wait<0>();
   __syncthreads();
   float *obuf = reinterpret_cast<float *>(smem_raw); // [W][16][D]
@@ -468,10 +523,13 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int rr = lane / 4 + 8 * h, col = n * 8 + (lane % 4) * 2;
-      *reinterpret_cast<float2 *>(obuf + (warp * kRowsPerCta + rr) * D + col) =
+      if (h == 0 || rows_here > 8) // rows 8-15 only where they exist (GQA 4 decode has 4 rows)
+        *reinterpret_cast<float2 *>(obuf + (warp * kRowsPerCta + rr) * D + col) =
           make_float2(oacc[n][2 * h], oacc[n][2 * h + 1]);
     }
   __syncthreads();
+  if (threadIdx.x == 0)
+    FDEC_MARK(18, fdec_now());
 
   const bool direct = n_active == 1;
   float *opart = a.o_part + ((grp * a.splits + split) * kRowsPerCta) * D;
@@ -512,23 +570,43 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
         __stcg(lpart + rr, lse2);
     }
   }
+  if (threadIdx.x == 0)
+    FDEC_MARK(23, fdec_now());
   if (direct || !a.fused)
     return;
 
   // ---- Fused combine: the last CTA of the group to arrive merges every split's partial.
   __shared__ int is_last;
-  __threadfence(); // this thread's partials are visible device-wide before the ticket is taken
+  // Release and acquire in one atomic by one thread (v8): the barrier orders every thread's partial
+  // stores before thread 0's acq_rel atomic, whose release then covers them (cumulativity), and its
+  // acquire covers the other CTAs' partials for the threads that read them after the next barrier.
+  // Until v7 every thread ran __threadfence() (fence.sc) first and the last CTA a second one.
   __syncthreads(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
   if (threadIdx.x == 0) {
-    is_last = atomicAdd(a.counters + grp, 1u) + 1 == unsigned(n_active);
+    FDEC_MARK(19, fdec_now());
+    unsigned arrived;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;"
+                 : "=r"(arrived)
+                 : "l"(a.counters + grp)
+                 : "memory");
+    is_last = arrived + 1 == unsigned(n_active);
+    FDEC_MARK(20, fdec_now());
     if (is_last) // every CTA of the group has taken its ticket: the next launch finds 0
       a.counters[grp] = 0u;
   }
   __syncthreads();
   if (!is_last)
     return;
-  __threadfence();
+  if (threadIdx.x == 0)
+    FDEC_MARK(24, fdec_now());
   combine_group<T, D, NTH>(a, b, hkv, mb, n_active, grp, reinterpret_cast<float *>(smem_raw));
+#ifdef FDEC_TRACE
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    FDEC_MARK(21, fdec_now());
+    FDEC_MARK(22, 1);
+  }
+#endif
 }
 
 // Non-fused path: one CTA per group with at least two active splits.
