@@ -4,15 +4,16 @@
 For each file: medians over its runs of the launch (stamp kernel -> first instruction), the streaming (loop end of
 the median and of the last CTA, counted from the first CTA's first instruction) and the tail of the CTA that
 combined last (warp merge, partial stores, ticket, combine phases). Slot numbers are those of flash_decoding.cuh.
-    python3 scripts/dev/fdec_trace.py out1.txt [out2.txt ...]
+    python3 scripts/dev/fdec_trace.py out1.txt [out2.txt.gz ...]
 """
+import gzip
 import statistics as st
 import sys
 
 
 def load(path):
     head, runs = {}, []
-    for line in open(path):
+    for line in (gzip.open(path, "rt") if path.endswith(".gz") else open(path)):
         w = line.split()
         if w[0] == "#":
             head = {w[i]: int(w[i + 1]) for i in range(1, len(w) - 1, 2)}
@@ -30,7 +31,7 @@ def summarise(run):
     lend = [max(x[10:14]) for x in c]
     last = max((x for x in c if x[22]), key=lambda x: x[21])
     le = max(last[10:14])
-    d = lambda a, b: (b - a) / 1e3
+    d = lambda a, b: (b - a) / 1e3 if a and b else float("nan")  # older traces lack some slots
     return {
         "event": run["us"],
         "launch": (t0 - run["stamp"]) / 1e3 if run["stamp"] else float("nan"),
