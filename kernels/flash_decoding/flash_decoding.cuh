@@ -16,12 +16,11 @@
 //     shared memory once, at the end;
 //   * fused = 1 combines in the same launch: each CTA writes its partial, then takes a ticket on the
 //     group's arrival counter (one acq_rel atomic by one thread), and the last one to arrive merges
-//     the group. The
-//     counters live in the caller's semaphores (zero on entry); the last arrival resets its group's
-//     counter to 0, so no memset runs in front of the launch (v6; v4-v5 queued one, which cost a
-//     second graph node on every call). Version 2 had a per-launch tag in the counter instead, taken
-//     with an atomicCAS loop; when a group's 26-64 CTAs arrive together every failed CAS costs an L2
-//     round trip, which serialised the arrivals (NOTES.md: ~10 us at B=1 L=8k).
+//     the group. The counters live in the caller's semaphores (zero on entry); the last arrival
+//     resets its group's counter to 0, so no memset runs in front of the launch (v6; v4-v5 queued
+//     one, which cost a second graph node on every call). Version 2 had a per-launch tag in the
+//     counter instead, taken with an atomicCAS loop; when a group's 26-64 CTAs arrive together every
+//     failed CAS costs an L2 round trip, which serialised the arrivals (NOTES.md: ~10 us at B=1 L=8k).
 // A group whose keys fit one split writes its final O directly (no partials at all).
 //
 // Variable lengths (cache_seqlens) and causal alignment: row r of a group is query i = r / group of
@@ -70,7 +69,11 @@ __device__ __forceinline__ unsigned fdec_smid() {
   return s;
 }
 #define FDEC_MARK(slot, value)                                                                      \
-  fdec_trace[(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)) * 32 + (slot)] = (value)
+  do {                                                                                              \
+    const unsigned fdec_cta_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);      \
+    if (fdec_cta_ < 2048) /* the first 2048 CTAs of a larger grid */                              \
+      fdec_trace[fdec_cta_ * 32 + (slot)] = (value);                                                \
+  } while (0)
 #else
 #define FDEC_MARK(slot, value) ((void)0)
 #endif
