@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 namespace fb {
 
@@ -92,12 +93,37 @@ KernelChoice choose_kernel(const AttentionProblem& p, const DeviceInfo& dev, con
 
 namespace {
 
-struct DeviceState {
-  std::mutex mu;
-  DeviceInfo info;
+// Scratch of one stream: the partials a split kernel writes and the semaphores it counts on. Calls on one stream
+// run in order, so they can share it; calls on two streams may run at the same time on the GPU, so each stream has
+// its own (a shared buffer let one launch's combine read another's partials and tickets).
+struct StreamScratch {
   DeviceBuffer workspace;
   DeviceBuffer semaphores; // zeroed when allocated; every launch leaves them zero
 };
+
+struct DeviceState {
+  std::mutex mu;
+  DeviceInfo info;
+  // Keyed by handle and stream id: the handles 0 (under --default-stream per-thread) and cudaStreamPerThread name a
+  // different stream in each host thread, and a destroyed stream's handle can come back for a new stream.
+  std::map<std::pair<cudaStream_t, unsigned long long>, StreamScratch> scratch; // guarded by mu
+};
+
+bool shared_handle(cudaStream_t s) { return s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread; }
+
+// This stream's scratch. A handle seen before with another id belonged to a stream that has been destroyed: its
+// buffers go (freeing waits for the device, so work still queued on the old stream finishes first).
+StreamScratch& scratch_for(DeviceState& s, cudaStream_t stream) {
+  unsigned long long id = 0;
+  FB_CUDA_CHECK(cudaStreamGetId(stream, &id));
+  const auto key = std::make_pair(stream, id);
+  auto it = s.scratch.find(key);
+  if (it != s.scratch.end()) return it->second;
+  if (!shared_handle(stream))
+    for (auto e = s.scratch.begin(); e != s.scratch.end();)
+      e = e->first.first == stream ? s.scratch.erase(e) : std::next(e);
+  return s.scratch[key];
+}
 
 DeviceState& device_state(int device) {
   static std::mutex mu;
@@ -109,6 +135,23 @@ DeviceState& device_state(int device) {
     s->info = query_device(device);
   }
   return *s;
+}
+
+// Replaces `buf` by one of `need` bytes (zeroed if `zero`) once the stream's earlier calls, which may still use it,
+// are done. Not while the stream is being captured into a graph: the synchronisation is not allowed there, and a
+// graph would keep the old address.
+void grow(DeviceBuffer& buf, size_t need, bool zero, cudaStream_t stream, const char* what) {
+  if (need <= buf.bytes()) return;
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FB_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  if (capture != cudaStreamCaptureStatusNone)
+    throw UserError(std::string("attention_forward: this stream's ") + what + " must grow to " +
+                    std::to_string(need) + " bytes while the stream is being captured into a CUDA graph; make one "
+                    "call with the largest problem on this stream before the capture");
+  FB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  buf = DeviceBuffer();
+  buf = DeviceBuffer(need);
+  if (zero) FB_CUDA_CHECK(cudaMemset(buf.get(), 0, need));
 }
 
 } // namespace
@@ -124,29 +167,19 @@ void attention_forward(const AttentionProblem& p, const void* q, const void* k, 
   DeviceState& s = device_state(device);
   const KernelChoice choice = choose_kernel(p, s.info, variant);
   std::lock_guard<std::mutex> lock(s.mu);
-  const size_t need = choice.variant->workspace_bytes(p, choice.config);
-  if (need > s.workspace.bytes()) {
-    FB_CUDA_CHECK(cudaDeviceSynchronize()); // in-flight calls may still use the old buffer
-    s.workspace = DeviceBuffer();
-    s.workspace = DeviceBuffer(need);
-  }
-  const size_t sem = choice.variant->semaphore_bytes(p, choice.config);
-  if (sem > s.semaphores.bytes()) {
-    FB_CUDA_CHECK(cudaDeviceSynchronize());
-    s.semaphores = DeviceBuffer();
-    s.semaphores = DeviceBuffer(sem);
-    FB_CUDA_CHECK(cudaMemset(s.semaphores.get(), 0, sem));
-  }
+  StreamScratch& scratch = scratch_for(s, stream);
+  grow(scratch.workspace, choice.variant->workspace_bytes(p, choice.config), false, stream, "workspace");
+  grow(scratch.semaphores, choice.variant->semaphore_bytes(p, choice.config), true, stream, "semaphores");
   LaunchArgs args;
   args.q = q;
   args.k = k;
   args.v = v;
   args.o = o;
   args.lse = lse;
-  args.workspace = s.workspace.get();
-  args.workspace_bytes = s.workspace.bytes();
-  args.semaphores = s.semaphores.get();
-  args.semaphore_bytes = s.semaphores.bytes();
+  args.workspace = scratch.workspace.get();
+  args.workspace_bytes = scratch.workspace.bytes();
+  args.semaphores = scratch.semaphores.get();
+  args.semaphore_bytes = scratch.semaphores.bytes();
   choice.variant->launch(p, choice.config, args, stream);
 }
 

@@ -3,6 +3,11 @@
 #include "flashbench/dispatch.hpp"
 #include "gpu_test_util.hpp"
 
+#include <atomic>
+#include <memory>
+#include <thread>
+#include <vector>
+
 namespace fb::test {
 namespace {
 
@@ -31,6 +36,72 @@ TEST(Dispatch, AttentionForwardMatchesTheReference) {
                           << choice.variant->space().to_string(choice.config) << "] (" << choice.source
                           << "): " << r.summary();
     }
+}
+
+// Calls on several streams at once must not share scratch: before each stream had its own, one launch's combine
+// could read another's partials and tickets. Small decode problems (one KV group, a few splits, under half the
+// SMs each) so that the launches of all streams are resident at the same time; fresh inputs per stream.
+TEST(Dispatch, ConcurrentStreamsKeepTheirOwnScratch) {
+  FB_SKIP_WITHOUT_GPU();
+  const Shape s{"decode_small", 1, 4, 1, 1, 2000, 128, false, DType::bf16};
+  const AttentionProblem p = s.problem();
+  constexpr int kStreams = 8, kRounds = 4;
+  const KernelChoice choice = choose_kernel(p, test_device(), "flash_decoding");
+  ASSERT_GT(choice.variant->workspace_bytes(p, choice.config), 0u) << "the chosen config has no partials to share";
+  std::vector<std::unique_ptr<Case>> cases;
+  std::vector<DeviceBuffer> o, lse;
+  std::vector<cudaStream_t> streams(kStreams);
+  for (int i = 0; i < kStreams; ++i) {
+    cases.push_back(std::make_unique<Case>(p));
+    o.emplace_back(size_t(p.q_elems() * dtype_bytes(p.dtype)));
+    lse.emplace_back(size_t(p.lse_elems()) * sizeof(float));
+    FB_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking));
+  }
+  // Round 0 allocates each stream's scratch (growing it waits for the stream, so not behind the gate).
+  for (int i = 0; i < kStreams; ++i)
+    flashbench::attention_forward(p, cases[i]->q(), cases[i]->k(), cases[i]->v(), o[i].get(), lse[i].as<float>(),
+                                  streams[i], "flash_decoding");
+  FB_CUDA_CHECK(cudaDeviceSynchronize());
+  // Then every stream waits on one event until all its launches are queued, so that they start together rather
+  // than one host call apart. The gate is a host function that spins until the test opens it (also on failure).
+  std::atomic<bool> open{false};
+  struct Opener {
+    std::atomic<bool> &f;
+    ~Opener() { f = true; }
+  } opener{open};
+  cudaStream_t gate;
+  cudaEvent_t gate_open;
+  FB_CUDA_CHECK(cudaStreamCreateWithFlags(&gate, cudaStreamNonBlocking));
+  FB_CUDA_CHECK(cudaEventCreateWithFlags(&gate_open, cudaEventDisableTiming));
+  FB_CUDA_CHECK(cudaLaunchHostFunc(
+      gate,
+      [](void *f) {
+        while (!static_cast<std::atomic<bool> *>(f)->load())
+          std::this_thread::yield();
+      },
+      &open));
+  FB_CUDA_CHECK(cudaEventRecord(gate_open, gate));
+  for (int i = 0; i < kStreams; ++i)
+    FB_CUDA_CHECK(cudaStreamWaitEvent(streams[i], gate_open));
+  for (int r = 0; r < kRounds; ++r)
+    for (int i = 0; i < kStreams; ++i) {
+      poison(o[i].get(), o[i].bytes(), streams[i]);
+      poison(lse[i].get(), lse[i].bytes(), streams[i]);
+      flashbench::attention_forward(p, cases[i]->q(), cases[i]->k(), cases[i]->v(), o[i].get(), lse[i].as<float>(),
+                                    streams[i], "flash_decoding");
+    }
+  open = true;
+  FB_CUDA_CHECK(cudaDeviceSynchronize());
+  FB_CUDA_CHECK(cudaEventDestroy(gate_open));
+  FB_CUDA_CHECK(cudaStreamDestroy(gate));
+  for (int i = 0; i < kStreams; ++i) {
+    const VerifyResult r = cases[i]->verify_against_reference(download_as_float(o[i].get(), p.dtype, p.q_elems()),
+                                                              download_as_float(lse[i].get(), DType::f32, p.lse_elems()),
+                                                              tolerance_for(p.dtype));
+    EXPECT_TRUE(r.pass) << "stream " << i << " [" << choice.variant->space().to_string(choice.config) << "] (seed "
+                        << cases[i]->seed() << "): " << r.summary();
+    FB_CUDA_CHECK(cudaStreamDestroy(streams[i]));
+  }
 }
 
 } // namespace

@@ -38,9 +38,12 @@ KernelChoice choose_kernel(const AttentionProblem& p, const DeviceInfo& dev, con
 KernelChoice choose_kernel(const AttentionProblem& p, const DeviceInfo& dev, const std::string& variant = "auto");
 
 // Enqueues the forward pass on `stream` for the current device (cudaGetDevice). q, k, v, o in p.dtype and
-// p.layout; lse fp32 [batch, heads_q, seqlen_q]. Workspace, when the chosen kernel needs one, comes from a
-// per-device buffer that only grows (growing it synchronises the device once); calls on one device from several
-// host threads are serialised on it.
+// p.layout; lse fp32 [batch, heads_q, seqlen_q]. Workspace and semaphores, when the chosen kernel needs them, come
+// from buffers of this (device, stream) that only grow: growing one waits for the stream's earlier calls, and is
+// refused (UserError) while the stream is being captured into a graph, so make one call with the largest problem
+// first. Calls on different streams never share them and may run concurrently; host threads are serialised on a
+// per-device lock while they enqueue. A destroyed stream's buffers are freed when its handle comes back for a new
+// stream, else kept until the process ends.
 void attention_forward(const AttentionProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
                        cudaStream_t stream, const std::string& variant = "auto");
 
