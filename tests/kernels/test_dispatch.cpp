@@ -3,7 +3,10 @@
 #include "flashbench/dispatch.hpp"
 #include "gpu_test_util.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <string>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -38,9 +41,13 @@ TEST(Dispatch, AttentionForwardMatchesTheReference) {
     }
 }
 
-// Calls on several streams at once must not share scratch: before each stream had its own, one launch's combine
-// could read another's partials and tickets. Small decode problems (one KV group, a few splits, under half the
-// SMs each) so that the launches of all streams are resident at the same time; fresh inputs per stream.
+// Calls on several streams: each stream has its own scratch (partials, semaphores), because launches on two streams
+// may run at the same time and a shared buffer would let one launch's combine read another's partials and tickets.
+// Small decode problems (one KV group, a few splits each) and fresh inputs per stream; all streams are gated on one
+// event so that their launches are queued before any runs, and their windows must overlap. What it does not show:
+// on the H200 this was written on, the queued kernels still ran one after another (~1 us per queued operation, the
+// windows ~100 us long), so the code before the per-stream scratch passed it too. It guards the results of
+// multi-stream use; it did not reproduce the race there.
 TEST(Dispatch, ConcurrentStreamsKeepTheirOwnScratch) {
   FB_SKIP_WITHOUT_GPU();
   const Shape s{"decode_small", 1, 4, 1, 1, 2000, 128, false, DType::bf16};
@@ -65,10 +72,6 @@ TEST(Dispatch, ConcurrentStreamsKeepTheirOwnScratch) {
   // Then every stream waits on one event until all its launches are queued, so that they start together rather
   // than one host call apart. The gate is a host function that spins until the test opens it (also on failure).
   std::atomic<bool> open{false};
-  struct Opener {
-    std::atomic<bool> &f;
-    ~Opener() { f = true; }
-  } opener{open};
   cudaStream_t gate;
   cudaEvent_t gate_open;
   FB_CUDA_CHECK(cudaStreamCreateWithFlags(&gate, cudaStreamNonBlocking));
@@ -80,20 +83,51 @@ TEST(Dispatch, ConcurrentStreamsKeepTheirOwnScratch) {
           std::this_thread::yield();
       },
       &open));
-  FB_CUDA_CHECK(cudaEventRecord(gate_open, gate));
-  for (int i = 0; i < kStreams; ++i)
-    FB_CUDA_CHECK(cudaStreamWaitEvent(streams[i], gate_open));
-  for (int r = 0; r < kRounds; ++r)
+  // Each stream's window (first launch to last) is timed: if the windows did not overlap, the test proves nothing.
+  std::vector<cudaEvent_t> begin(kStreams), end(kStreams);
+  std::string failure; // anything thrown while the gate is closed: open it and wait before reporting
+  try {
+    FB_CUDA_CHECK(cudaEventRecord(gate_open, gate));
     for (int i = 0; i < kStreams; ++i) {
-      poison(o[i].get(), o[i].bytes(), streams[i]);
-      poison(lse[i].get(), lse[i].bytes(), streams[i]);
-      flashbench::attention_forward(p, cases[i]->q(), cases[i]->k(), cases[i]->v(), o[i].get(), lse[i].as<float>(),
-                                    streams[i], "flash_decoding");
+      FB_CUDA_CHECK(cudaEventCreate(&begin[i]));
+      FB_CUDA_CHECK(cudaEventCreate(&end[i]));
+      FB_CUDA_CHECK(cudaStreamWaitEvent(streams[i], gate_open));
+      FB_CUDA_CHECK(cudaEventRecord(begin[i], streams[i]));
     }
+    for (int r = 0; r < kRounds; ++r)
+      for (int i = 0; i < kStreams; ++i) {
+        poison(o[i].get(), o[i].bytes(), streams[i]);
+        poison(lse[i].get(), lse[i].bytes(), streams[i]);
+        flashbench::attention_forward(p, cases[i]->q(), cases[i]->k(), cases[i]->v(), o[i].get(),
+                                      lse[i].as<float>(), streams[i], "flash_decoding");
+      }
+    for (int i = 0; i < kStreams; ++i)
+      FB_CUDA_CHECK(cudaEventRecord(end[i], streams[i]));
+  } catch (const std::exception &e) {
+    failure = e.what();
+  }
   open = true;
   FB_CUDA_CHECK(cudaDeviceSynchronize());
+  ASSERT_TRUE(failure.empty()) << failure;
+  float last_begin = 0.f, first_end = 1e30f;
+  std::string windows;
+  for (int i = 0; i < kStreams; ++i) {
+    float b = 0.f, e = 0.f;
+    FB_CUDA_CHECK(cudaEventElapsedTime(&b, begin[0], begin[i]));
+    FB_CUDA_CHECK(cudaEventElapsedTime(&e, begin[0], end[i]));
+    last_begin = std::max(last_begin, b);
+    first_end = std::min(first_end, e);
+    windows += " [" + std::to_string(int(b * 1e3f)) + ", " + std::to_string(int(e * 1e3f)) + "] us";
+  }
+  for (int i = 0; i < kStreams; ++i) { // after the loop above: every window is timed from stream 0's start
+    FB_CUDA_CHECK(cudaEventDestroy(begin[i]));
+    FB_CUDA_CHECK(cudaEventDestroy(end[i]));
+  }
   FB_CUDA_CHECK(cudaEventDestroy(gate_open));
   FB_CUDA_CHECK(cudaStreamDestroy(gate));
+  EXPECT_LT(last_begin, first_end) << "the streams' launches did not overlap, so this run tests nothing:" << windows;
+  std::printf("stream windows (from stream 0's start):%s; config %s\n", windows.c_str(),
+              choice.variant->space().to_string(choice.config).c_str());
   for (int i = 0; i < kStreams; ++i) {
     const VerifyResult r = cases[i]->verify_against_reference(download_as_float(o[i].get(), p.dtype, p.q_elems()),
                                                               download_as_float(lse[i].get(), DType::f32, p.lse_elems()),
