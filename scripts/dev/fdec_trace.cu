@@ -8,22 +8,13 @@
 //   ./fdec_trace L splits stages runs out.txt     (env: FDEC_WARM=1 runs the kernel once with no keys
 //   before each timed launch; FDEC_STAMP_SMEM=1 gives the stamp kernel the split kernel's shared memory)
 #include "kernels/flash_decoding/flash_decoding.cuh"
+#include "scripts/dev/dev_probe.cuh"
 
 #include <cstdio>
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <vector>
-
-// Standalone (one nvcc line, no CMake target): FB_CUDA_CHECK needs libflashbench_core, so a local check that exits.
-#define CK(x)                                                                                       \
-  do {                                                                                              \
-    cudaError_t e = (x);                                                                            \
-    if (e != cudaSuccess) {                                                                         \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));               \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
-  } while (0)
 
 __global__ void fill(__nv_bfloat16 *p, size_t n, unsigned seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
@@ -56,17 +47,6 @@ __global__ void entry_args(const fb::fdec::KArgs<__nv_bfloat16> a) {
     probe_entry[blockIdx.x + gridDim.x * blockIdx.y] = v + (a.splits == 12345 ? 1 : 0);
 }
 
-// The harness's read flush (harness/src/timer.cu keeps its copy in an anonymous namespace): 16-byte loads over
-// 2x L2, nothing written.
-__global__ void read_flush(const uint4 *buf, size_t n, unsigned *sink) {
-  unsigned acc = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint4 v = __ldcg(buf + i);
-    acc += v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0xdeadbeefu)
-    *sink = acc;
-}
 
 int main(int argc, char **argv) {
   if (argc < 6) {

@@ -7,7 +7,7 @@
 //   tma    the decode layout: CTA (split, kv head) reads its keys' K and V rows (256 B, 2 KB apart in bshd)
 //          as 3D TMA boxes of box_n tokens into a shared ring;
 // and prints the median of `runs` launches of each.
-//   nvcc -std=c++20 -O3 -arch=sm_90a scripts/dev/read_probe.cu -o read_probe -lcuda
+//   nvcc -std=c++20 -O3 -arch=sm_90a -I. scripts/dev/read_probe.cu -o read_probe -lcuda
 //   ./read_probe L runs          (env PROBE_ONLY=prefix: only the modes whose names start with it)
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -20,26 +20,9 @@
 #include <functional>
 #include <vector>
 
-// Standalone (one nvcc line, no CMake target), as scripts/dev/fdec_trace.cu: a local check that exits.
-#define CK(x)                                                                                       \
-  do {                                                                                              \
-    cudaError_t e = (x);                                                                            \
-    if (e != cudaSuccess) {                                                                         \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));               \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
-  } while (0)
+#include "scripts/dev/dev_probe.cuh"
 
-__global__ void read_flush(const uint4 *buf, size_t n, unsigned *sink) {
-  unsigned acc = 0;
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const uint4 v = __ldcg(buf + i);
-    acc += v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0xdeadbeefu)
-    *sink = acc;
-}
-
+// The same kernel as the harness's read floor (harness/src/probe.cu, which this standalone build cannot link).
 template <int U> __global__ void ldcs_kernel(const uint4 *__restrict__ src, size_t n, unsigned *sink) {
   const size_t stride = size_t(gridDim.x) * blockDim.x;
   unsigned acc = 0;
@@ -77,6 +60,18 @@ __device__ __forceinline__ void bar_wait(uint64_t *b, unsigned parity) {
                : "memory");
 }
 
+// One thread's ring of `stages` slots, one mbarrier each (one arrival: the issuing thread's expect_tx).
+__device__ __forceinline__ void init_ring(uint64_t *bar, int stages) {
+  for (int s = 0; s < stages; ++s)
+    bar_init(&bar[s]);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Waits for the last min(n, stages) copies of a ring that issued n (the earlier ones were waited on before reuse).
+__device__ __forceinline__ void drain_ring(uint64_t *bar, long n, int stages) {
+  for (long i = (n > stages ? n - stages : 0); i < n; ++i)
+    bar_wait(&bar[i % stages], unsigned((i / stages) & 1));
+}
+
 // One thread issues; the ring's slot s is reused once its previous copy has landed (nothing reads the data:
 // the copies complete into shared memory whether or not anyone looks).
 __global__ void bulk_kernel(const char *src, size_t bytes_per_cta, int chunk, int stages) {
@@ -84,9 +79,7 @@ __global__ void bulk_kernel(const char *src, size_t bytes_per_cta, int chunk, in
   __shared__ uint64_t bar[8];
   if (threadIdx.x != 0)
     return;
-  for (int s = 0; s < stages; ++s)
-    bar_init(&bar[s]);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  init_ring(bar, stages);
   const char *base = src + blockIdx.x * bytes_per_cta;
   const long n = long(bytes_per_cta / chunk);
   for (long i = 0; i < n; ++i) {
@@ -100,8 +93,7 @@ __global__ void bulk_kernel(const char *src, size_t bytes_per_cta, int chunk, in
                  "l"(base + i * chunk), "r"(chunk), "r"(smem_addr(&bar[s]))
                  : "memory");
   }
-  for (long i = (n > stages ? n - stages : 0); i < n; ++i)
-    bar_wait(&bar[i % stages], unsigned((i / stages) & 1));
+  drain_ring(bar, n, stages);
 }
 
 // bhsd = 0: map dims (d, head, token), box (128, hc, box_n), CTA (split, head block of hc);
@@ -112,9 +104,7 @@ __global__ void tma_kernel(const __grid_constant__ CUtensorMap mk, const __grid_
   __shared__ uint64_t bar[8];
   if (threadIdx.x != 0)
     return;
-  for (int s = 0; s < stages; ++s)
-    bar_init(&bar[s]);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  init_ring(bar, stages);
   const int head = blockIdx.y * hc, t0 = blockIdx.x * tokens_per_split;
   const int n = tokens_per_split / box_n;
   const unsigned box_bytes = unsigned(box_n) * 256 * hc;
@@ -135,8 +125,7 @@ __global__ void tma_kernel(const __grid_constant__ CUtensorMap mk, const __grid_
                  "l"(&mv), "r"(0), "r"(c1), "r"(c2), "r"(smem_addr(&bar[s]))
                  : "memory");
   }
-  for (int i = (n > stages ? n - stages : 0); i < n; ++i)
-    bar_wait(&bar[i % stages], unsigned((i / stages) & 1));
+  drain_ring(bar, n, stages);
 }
 
 // The decode kernel's loads without its math: 128 threads copy a tile of bn tokens x hc heads of K and of V
@@ -191,11 +180,8 @@ __global__ void bulkrows_kernel(const char *k, const char *v, int tokens_per_spl
   const int rs = row_bytes + pad, sub = 2 * kw * rs;
   char *wring = ring + size_t(warp) * stages * sub;
   const int n = tokens_per_split / (W * kw);
-  if (lane == 0) {
-    for (int s = 0; s < stages; ++s)
-      bar_init(&bar[warp][s]);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  if (lane == 0)
+    init_ring(bar[warp], stages);
   __syncwarp();
   auto issue = [&](int t) {
     const int s = t % stages;
