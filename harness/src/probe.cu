@@ -5,6 +5,7 @@
 #include "flashbench/nvtx.hpp"
 #include "flashbench/probe.hpp"
 #include "flashbench/timing.hpp"
+#include "read_floor_kernel.cuh"
 
 #include <cublas_v2.h>
 #include <nlohmann/json.hpp>
@@ -20,26 +21,6 @@ namespace {
 __global__ void copy_probe_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
     dst[i] = src[i];
-}
-// Read-only stream: U independent 16-byte loads per thread in flight per step (the strided layout keeps each warp's
-// loads coalesced), folded into a value that is stored only if it equals one the data cannot give, so the loads stay.
-template <int U>
-__global__ void read_floor_kernel(const uint4* __restrict__ src, size_t n, unsigned* sink) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  unsigned acc = 0;
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  for (; i + (U - 1) * stride < n; i += U * stride) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) v[u] = __ldcs(src + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < U; ++u) acc += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 v = __ldcs(src + i);
-    acc += v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0xdeadbeefu) *sink = acc;
 }
 __global__ void empty_probe_kernel() {}
 } // namespace

@@ -2,7 +2,7 @@
 // by which kind of load? flashbench's read floor (harness/src/probe.cu) uses 16-byte ld.global.cs only; the
 // decode kernel streams with cp.async. This compares, under the harness's timing (read flush of 2x L2, then
 // events around one launch), for the bytes of GQA 32/8 d128 bf16 K+V at a given L:
-//   ldcs   G blocks of 512 threads, U 16-byte loads in flight per thread (the read floor's kernel);
+//   ldcs   G blocks of 512 threads, U 16-byte loads in flight per thread (the read floor's kernel itself);
 //   bulk   one thread per CTA streams a contiguous range through cp.async.bulk (1D TMA) into a shared ring;
 //   tma    the decode layout: CTA (split, kv head) reads its keys' K and V rows (256 B, 2 KB apart in bshd)
 //          as 3D TMA boxes of box_n tokens into a shared ring;
@@ -20,29 +20,9 @@
 #include <functional>
 #include <vector>
 
+#include "harness/src/read_floor_kernel.cuh"
 #include "scripts/dev/dev_probe.cuh"
 
-// The same kernel as the harness's read floor (harness/src/probe.cu, which this standalone build cannot link).
-template <int U> __global__ void ldcs_kernel(const uint4 *__restrict__ src, size_t n, unsigned *sink) {
-  const size_t stride = size_t(gridDim.x) * blockDim.x;
-  unsigned acc = 0;
-  size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x;
-  for (; i + (U - 1) * stride < n; i += U * stride) {
-    uint4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      v[u] = __ldcs(src + i + u * stride);
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      acc += v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
-  }
-  for (; i < n; i += stride) {
-    const uint4 v = __ldcs(src + i);
-    acc += v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0xdeadbeefu)
-    *sink = acc;
-}
 
 __device__ __forceinline__ unsigned smem_addr(const void *p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -282,9 +262,9 @@ int main(int argc, char **argv) {
         std::snprintf(name, sizeof name, "ldcs G%d U%d", g, u);
         time(name, [&] {
           if (u == 4)
-            ldcs_kernel<4><<<g, 512>>>(reinterpret_cast<const uint4 *>(kv), bytes / 16, sink);
+            fb::read_floor_kernel<4><<<g, 512>>>(reinterpret_cast<const uint4 *>(kv), bytes / 16, sink);
           else
-            ldcs_kernel<8><<<g, 512>>>(reinterpret_cast<const uint4 *>(kv), bytes / 16, sink);
+            fb::read_floor_kernel<8><<<g, 512>>>(reinterpret_cast<const uint4 *>(kv), bytes / 16, sink);
         });
       }
     for (int g : {128, 256, 512})
