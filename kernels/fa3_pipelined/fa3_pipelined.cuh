@@ -57,16 +57,19 @@
 //   q_empty         (v4) count 4 * consumers: every consumer warp after the last Q K^T of a work tile
 //                   retired; the producer waits on it before loading the next work tile's Q.
 //
-// Work tiles (v4): a work tile is one (Q tile, head, batch). They are numbered in one order for
-// both schedulers (tile_at): (b, h) pairs are cut into L2 sections (as many heads as keep their
-// K/V within half the L2, so the CTAs in flight share K/V through L2), and inside a section the
-// Q tiles go heaviest first (causal: the last Q tiles see the most keys), the heads of a section
-// interleaved. one_shot launches one CTA per work tile in that order; persistent launches as many
-// CTAs as fit on the device at once and each walks tiles blockIdx.x, + gridDim.x, ... (static
-// round robin: heaviest first within each section, so the tail of the grid holds the lightest
-// tiles). What persistent buys: the producer loads the next tile's first K tile and Q (after
-// q_empty) while the consumers still run the last P V and write O, so the pipeline fill of every
-// tile but the first is hidden; the K/V ring and the turn ring run on across tiles.
+// Work tiles (v4, v7): a work tile is one (Q tile, head, batch). They are numbered in one order for
+// every scheduler (traits.hpp, tile_coord): (b, h) pairs are cut into L2 sections of whole GQA
+// groups (as many as keep their K/V within half the L2, spread evenly over the sections), and
+// inside a section the Q tiles go heaviest first (causal: the last Q tiles see the most keys), the
+// heads of a section interleaved. one_shot launches one CTA per work tile in that order; persistent
+// and dynamic launch as many CTAs as fit on the device at once. A persistent CTA walks tiles
+// blockIdx.x, + gridDim.x, ... (a fixed round robin); a dynamic CTA (v7) takes blockIdx.x and then
+// claims each next tile from a counter in global memory, so a CTA that drew short causal tiles
+// takes more of them and all finish together. What both buy: the producer loads the next tile's
+// first K tile and Q (after q_empty) while the consumers still run the last P V and write O, so the
+// pipeline fill of every tile but the first is hidden; the K/V ring and the turn ring run on
+// across tiles. The producer decides the tiles and hands each to the consumers with its Q slot
+// (tile_info, published before the arrive on q_full), so the consumers never decode a tile index.
 //
 // Causal: tiles past a Q tile's last visible key are never loaded; only tiles straddling the
 // diagonal or the sequence end are masked. Rows that see no key keep m = -inf, l = 0 and give
@@ -89,6 +92,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <stdexcept>
+#include <string>
 
 namespace fb::fa3 {
 namespace detail {
@@ -102,16 +107,15 @@ struct KernelArgs {
   int seqlen_q, seqlen_kv;
   int heads_q, group;
   float scale_log2;
-  int num_q_tiles;
+  TileOrder order;   // the work order (traits.hpp: tile_coord)
   int total_tiles;   // num_q_tiles x heads_q x batch
-  int section_heads; // (b, h) pairs per L2 section of the work order (tile_at)
+  int *claims;       // dynamic scheduler (v7): [0] tiles claimed past the first wave, [1] CTAs done
   int stages;
   int consumers;
   int pingpong;
   int causal;
   int o_tma; // O through shared memory and TMA stores (o_staged), else 4-byte stores from registers
   int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
-  int cross_tile; // overlap kernels: the next tile's Q K^T(0) goes out with this tile's last P V
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
 };
 
@@ -197,6 +201,11 @@ template <int D, int BN> struct Smem {
   __device__ __forceinline__ uint32_t q_empty(int slot) const {
     return bars + 8 * (slot == 0 ? 1 + 4 * kMaxStages : 3 + 4 * kMaxStages);
   }
+  // v7: the work tile the producer hands over with Q slot `slot` ({q0, h, b, n_tiles}; n_tiles -1:
+  // no more work), written before the arrive on q_full(slot), read by the consumers after their wait.
+  __device__ __forceinline__ uint32_t tile_info(int slot) const {
+    return bars + 192 + 16 * uint32_t(slot);
+  }
   // One 4-byte slot per consumer thread (tid 128..511), written and never read: see pin_softmax.
   __device__ __forceinline__ uint32_t pin_slot(int tid) const {
     return bars + 256 + 4 * uint32_t(tid - 128);
@@ -207,28 +216,23 @@ template <int D, int BN> struct Smem {
 struct WorkTile {
   int q0, h, b, n_tiles;
 };
-// Work tile t in the order described at the top of the file.
+// Work tile t in the order described at the top of the file (traits.hpp: tile_coord).
 template <int BN>
 __device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int block_m) {
-  const int nq = a.num_q_tiles, bh_total = a.total_tiles / nq;
-  const int per_section = a.section_heads * nq;
-  const int sec = t / per_section;
-  const int heads_here = min(a.section_heads, bh_total - sec * a.section_heads);
-  const int r = t - sec * per_section;
-  const int qt = nq - 1 - r / heads_here;
-  const int bh = sec * a.section_heads + r % heads_here;
+  const TileCoord tc = tile_coord(a.order, t);
   WorkTile w;
-  w.q0 = qt * block_m;
-  w.h = bh % a.heads_q;
-  w.b = bh / a.heads_q;
-  w.n_tiles = int(kv_tiles_for(qt, block_m, BN, a.seqlen_q, a.seqlen_kv, a.causal != 0));
+  w.q0 = tc.qt * block_m;
+  w.h = tc.bh % a.heads_q;
+  w.b = tc.bh / a.heads_q;
+  w.n_tiles = int(kv_tiles_for(tc.qt, block_m, BN, a.seqlen_q, a.seqlen_kv, a.causal != 0));
   return w;
 }
 
 // Loads of one work tile: Q once, K/V tiles 0..n_tiles-1 through the ring.
-template <int D, int BN>
+template <int D, int BN, class Claim>
 __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, BN> &sm,
-                                             const WorkTile &w, int kv_base, int q_use) {
+                                             const WorkTile &w, int kv_base, int q_use,
+                                             Claim &&claim_next) {
   using S = Smem<D, BN>;
   const int n_tiles = w.n_tiles, hkv = w.h / a.group;
   // Order K(0), K(1), V(0), K(2), V(1), ..., V(n-1): the order in which the overlapped consumer
@@ -261,6 +265,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
   const int slot = q_use % sm.q_bufs, n = q_use / sm.q_bufs;
   if (n > 0)
     mbar_wait(sm.q_empty(slot), (n - 1) & 1);
+  st_shared_v4(sm.tile_info(slot), make_int4(w.q0, w.h, w.b, w.n_tiles));
   mbar_arrive_expect_tx(sm.q_full(slot), uint32_t(sm.block_m) * D * 2);
 #pragma unroll
   for (int c = 0; c < S::kChunks; ++c)
@@ -270,6 +275,10 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
     load_k(j);
     load_v(j - 1);
   }
+  // The next work tile is claimed here, about a K/V tile before the consumers finish this one (the
+  // V slot's wait below): late enough that a CTA never holds a tile it could have left to an idle
+  // one, early enough that the claim's round trip hides under that wait.
+  claim_next();
   load_v(n_tiles - 1);
 }
 
@@ -280,14 +289,45 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
   tma_prefetch_desc(&a.tm_q);
   tma_prefetch_desc(&a.tm_k);
   tma_prefetch_desc(&a.tm_v);
-  int kv_base = 0, q_use = 0; // K/V tiles and Q tiles this CTA loaded before this work tile
-  for (int t = int(blockIdx.x); t < a.total_tiles; t += int(gridDim.x)) {
-    const WorkTile w = tile_at<BN>(a, t, sm.block_m);
-    if (w.n_tiles == 0)
-      continue; // the consumers write O = 0 and LSE = -inf, nothing to load
-    produce_tile<D, BN>(a, sm, w, kv_base, q_use);
-    kv_base += w.n_tiles;
+  // Work tiles: blockIdx.x first; then blockIdx.x + gridDim.x, ... (one_shot, persistent) or, with
+  // the dynamic scheduler, whatever the claim counter gives: gridDim.x + (claims before this one).
+  const bool dynamic = a.claims != nullptr;
+  auto next_of = [&](int t) {
+    return dynamic ? int(gridDim.x) + atomicAdd(a.claims, 1) : t + int(gridDim.x);
+  };
+  // Every tile, empty or not, and the end, go to the consumers through a Q slot (tile_info): an
+  // empty tile (no row sees a key) and the end come with a plain arrive and no load.
+  int t = int(blockIdx.x), kv_base = 0, q_use = 0; // K/V tiles and Q slots used before this tile
+  while (true) {
+    const bool done = t >= a.total_tiles;
+    const WorkTile w = done ? WorkTile{0, 0, 0, -1} : tile_at<BN>(a, t, sm.block_m);
+    if (w.n_tiles > 0) {
+      int next = 0;
+      produce_tile<D, BN>(a, sm, w, kv_base, q_use, [&] { next = next_of(t); });
+      kv_base += w.n_tiles;
+      ++q_use;
+      t = next;
+      continue;
+    }
+    const int slot = q_use % sm.q_bufs, n = q_use / sm.q_bufs;
+    if (n > 0)
+      mbar_wait(sm.q_empty(slot), (n - 1) & 1);
+    st_shared_v4(sm.tile_info(slot), make_int4(w.q0, w.h, w.b, w.n_tiles));
+    mbar_arrive(sm.q_full(slot));
+    if (done)
+      break;
     ++q_use;
+    t = next_of(t);
+  }
+  // Dynamic: this CTA made its last claim. The last CTA to get here resets both counters, so the
+  // next launch finds them zero (LaunchArgs::semaphores); every other CTA's last claim came before
+  // its count (the fence), so nothing touches the claim counter after the reset.
+  if (dynamic) {
+    __threadfence();
+    if (atomicAdd(a.claims + 1, 1) == int(gridDim.x) - 1) {
+      atomicExch(a.claims, 0);
+      atomicExch(a.claims + 1, 0);
+    }
   }
 }
 
@@ -298,7 +338,11 @@ template <class T, int D, int BN>
 __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const Smem<D, BN> &sm, int wg,
                                          int q_slot, int s) {
   using Tag = typename TypeOps<T>::Tag;
-  const uint32_t q_base = sm.q_tile(q_slot) + uint32_t(wg) * kRowsPerWarpgroup * 128;
+  uint32_t q_base = sm.q_tile(q_slot) + uint32_t(wg) * kRowsPerWarpgroup * 128;
+  // Q's address is the same for every K/V tile of a work tile, so ptxas would hoist its D/16 64-bit
+  // descriptors out of the loop and keep them live across it: at d128 block_n 192 (R235 of 240)
+  // that spilled (v7). Recomputing them is a few integer ops per k-step.
+  asm volatile("" : "+r"(q_base));
   const uint32_t k_base = sm.k_tile(s);
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
@@ -475,10 +519,10 @@ struct TileCtx {
   WorkTile w;
   int row0;       // this thread's half-0 row; half 1 is row0 + 8
   int first_mask; // first K/V tile whose keys need masking for some row of this warpgroup
-  int q_slot, q_parity;
+  int q_slot;
 };
 __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile &w, int wg,
-                                            int q_use, int q_bufs, int bn) {
+                                            int q_slot, int bn) {
   const int t = threadIdx.x % 128;
   TileCtx c;
   c.w = w;
@@ -490,8 +534,7 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
     const int x = w.q0 + wg * kRowsPerWarpgroup + (a.seqlen_kv - a.seqlen_q) + 1;
     c.first_mask = min(c.first_mask, x <= 0 ? 0 : x / bn);
   }
-  c.q_slot = q_bufs == 2 ? q_use & 1 : 0;
-  c.q_parity = q_bufs == 2 ? (q_use >> 1) & 1 : q_use & 1;
+  c.q_slot = q_slot;
   return c;
 }
 
@@ -522,18 +565,29 @@ __device__ __forceinline__ void write_empty_tile(const KernelArgs &a, const Work
     lse[r0 + tid] = -INFINITY;
 }
 
-// The CTA's next work tile with keys to visit, from t on (t advances by gridDim.x); empty tiles on
-// the way are written here. False when the CTA has no more.
+// The CTA's next work tile with keys to visit, as the producer hands it over with Q slot use
+// `q_use` (tile_info, after q_full: Q has landed too); empty tiles on the way are written here and
+// their slot handed back. False at the end of the CTA's work.
 template <class T, int D, int BN>
-__device__ __forceinline__ bool next_work(const KernelArgs &a, int wg, int block_m, int &t,
-                                          WorkTile &w) {
-  for (; t < a.total_tiles; t += int(gridDim.x)) {
-    w = tile_at<BN>(a, t, block_m);
-    if (w.n_tiles > 0)
+__device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
+                                           int &q_use, TileCtx &c) {
+  while (true) {
+    const int slot = q_use % sm.q_bufs, parity = (q_use / sm.q_bufs) & 1;
+    mbar_wait(sm.q_full(slot), parity);
+    const int4 info = ld_shared_v4(sm.tile_info(slot));
+    const WorkTile w{info.x, info.y, info.z, info.w};
+    if (w.n_tiles < 0)
+      return false;
+    if (w.n_tiles > 0) {
+      c = make_ctx(a, w, wg, slot, BN);
       return true;
+    }
     write_empty_tile<T, D>(a, w, wg);
+    __syncwarp(); // every lane has read tile_info before the slot goes back
+    if (threadIdx.x % 32 == 0)
+      mbar_arrive(sm.q_empty(slot));
+    ++q_use;
   }
-  return false;
 }
 
 // O / l and LSE = (m * scale_log2 + log2 l) * ln 2 of a finished work tile. Every multiply and
@@ -581,13 +635,9 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
 //
 // intra_wg_overlap on. Inside a tile, Q K^T(j) and P V(j-1) are issued together and softmax(j)
 // runs while P V(j-1) is in flight. A tile starts on its own (Q K^T(0), wait, softmax(0)) and ends
-// with its last P V alone, then O.
-// cross_tile (v5 experiment, off by default): at a tile boundary the next work tile's Q K^T(0)
-// goes out with this tile's last P V, the next tile's first softmax runs under it, and only then
-// is this tile finished (m and l of the finished tile kept aside). The ncu profile of d128 N512 put
-// the per-tile start and end at ~16% + ~7% of the consumer warps' stall samples, but the other
-// consumer's GEMMs already fill the tensor cores there (ping-pong): measured, it gained nothing and
-// lost up to 7% at d64 (NOTES.md, v5).
+// with its last P V alone, then O. (v5 tried issuing the next work tile's Q K^T(0) with this
+// tile's last P V: no gain, up to 7% lost at d64, removed in v7; NOTES.md.)
+// The work tiles come from the producer (fetch_tile), whatever the scheduler.
 //
 // intra_wg_overlap off: one tile at a time, each GEMM waited for (the ablation).
 template <class T, int D, int BN, bool OVERLAP>
@@ -648,17 +698,14 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       rescale<D>(o, alpha);
   };
 
-  const int block_m = kRowsPerWarpgroup * nwg;
-  int t = int(blockIdx.x), q_use = 0;
-  RingPos r; // K/V tile j of the current work tile
-  WorkTile w;
-  if (next_work<T, D, BN>(a, wg, block_m, t, w)) {
-    TileCtx c = make_ctx(a, w, wg, q_use, sm.q_bufs, BN);
+  int q_use = 0; // Q slot uses (work tiles, empty ones included) before the current tile
+  RingPos r;     // K/V tile j of the current work tile
+  TileCtx c;
+  if (fetch_tile<T, D, BN>(a, sm, wg, q_use, c)) {
     if constexpr (!OVERLAP) {
-      while (true) {
+      do {
         reset_stats();
         zero_o();
-        mbar_wait(sm.q_full(c.q_slot), c.q_parity);
         for (int j = 0; j < c.w.n_tiles; ++j) {
           mbar_wait(sm.k_full(r.s), r.use & 1);
           qk_turn_begin();
@@ -683,11 +730,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           r.next(sm.stages);
         }
         finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
-        t += int(gridDim.x);
-        if (!next_work<T, D, BN>(a, wg, block_m, t, w))
-          break;
-        c = make_ctx(a, w, wg, ++q_use, sm.q_bufs, BN);
-      }
+      } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c));
     } else {
       RingPos rp; // the K/V tile whose P is in pa
       // Q K^T into S (Q from q_slot, K from ring slot r) and, on top, O *= alpha then P V (V from rp):
@@ -715,40 +758,23 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         fence_operands(m);
         pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
       };
-      // A tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
-      auto start_tile = [&](const TileCtx &x) {
+      do {
+        // The tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
         reset_stats();
         zero_o();
-        mbar_wait(sm.q_full(x.q_slot), x.q_parity);
         mbar_wait(sm.k_full(r.s), r.use & 1);
         qk_turn_begin();
         wgmma_fence();
-        issue_qk<T, D, BN>(sacc, sm, wg, x.q_slot, r.s);
+        issue_qk<T, D, BN>(sacc, sm, wg, c.q_slot, r.s);
         wgmma_commit();
         qk_turn_end();
         wgmma_wait<0>();
         fence_operands(sacc);
-        release_k(r.s, 0, x);
-        mask_and_softmax(x, 0);
+        release_k(r.s, 0, c);
+        mask_and_softmax(c, 0);
         pack_p<T, BN>(pa, sacc);
         rp = r;
         r.next(sm.stages);
-      };
-      // The last P V alone, then the tile's O.
-      auto drain_and_finish = [&](const TileCtx &x) {
-        mbar_wait(sm.v_full(rp.s), rp.use & 1);
-        rescale_o();
-        wgmma_fence();
-        issue_pv<T, D, BN>(o, pa, sm, rp.s);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_operands(o);
-        fence_operands(pa);
-        release_v(rp.s);
-        finish_tile<T, D, BN>(a, sm, wg, x, o, m, l);
-      };
-      start_tile(c);
-      while (true) {
         for (int j = 1; j < c.w.n_tiles; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
           // GEMMs in flight.
@@ -768,41 +794,18 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           rp = r;
           r.next(sm.stages);
         }
-        t += int(gridDim.x);
-        WorkTile wn;
-        const bool more = next_work<T, D, BN>(a, wg, block_m, t, wn);
-        if (!more || !a.cross_tile) {
-          drain_and_finish(c);
-          if (!more)
-            break;
-          c = make_ctx(a, wn, wg, ++q_use, sm.q_bufs, BN);
-          start_tile(c);
-          continue;
-        }
-        // Tile boundary: the next tile's Q K^T(0) with this tile's last P V.
-        const TileCtx nc = make_ctx(a, wn, wg, ++q_use, sm.q_bufs, BN);
+        // The last P V alone, then the tile's O.
         mbar_wait(sm.v_full(rp.s), rp.use & 1);
-        mbar_wait(sm.q_full(nc.q_slot), nc.q_parity);
-        mbar_wait(sm.k_full(r.s), r.use & 1);
-        issue_qk_and_pv(nc.q_slot); // the next tile's Q K^T(0), this tile's last P V
-        wgmma_wait<1>();
-        fence_operands(sacc);
-        release_k(r.s, 0, nc);
-        const float mf[2] = {m[0], m[1]}, lf[2] = {l[0], l[1]}; // the finished tile's
-        reset_stats();
-        mask_and_softmax(nc, 0);
-        pin_above_wait();
+        rescale_o();
+        wgmma_fence();
+        issue_pv<T, D, BN>(o, pa, sm, rp.s);
+        wgmma_commit();
         wgmma_wait<0>();
         fence_operands(o);
         fence_operands(pa);
         release_v(rp.s);
-        finish_tile<T, D, BN>(a, sm, wg, c, o, mf, lf);
-        zero_o();
-        pack_p<T, BN>(pa, sacc);
-        rp = r;
-        r.next(sm.stages);
-        c = nc;
-      }
+        finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
+      } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c));
     }
   }
   // The last consumer opened consumer 0's turn after its last Q K^T (and at the start): consumer 0
@@ -877,13 +880,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   // second; the launch then asks for one Q tile less shared memory than launch_smem_bytes).
   if (const char *e = std::getenv("FLASHBENCH_FA3_Q_BUFS"); e && std::atoi(e) == 1)
     a.q_bufs = 1;
-  // Experiment knob (NOTES.md, v5): FLASHBENCH_FA3_CROSS_TILE=1 issues the next work tile's
-  // Q K^T(0) with this tile's last P V. Off by default: measured in the same build, it was 0-7%
-  // slower than draining each tile first (d64 N512 bm192: 323 vs 347 TF/s), nowhere faster beyond
-  // the clock noise.
-  a.cross_tile = 0;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_CROSS_TILE"); e && std::atoi(e) == 1)
-    a.cross_tile = 1;
   // Lazy rescale (v6, softmax_tile): a row's offset moves only when its max passes it by more than 8
   // (log2 units), so P <= 256. Experiment knob: FLASHBENCH_FA3_EXACT_RESCALE=1 moves it on every new
   // max and rescales O after every tile, as v1-v5 did (the same-build ablation).
@@ -901,13 +897,20 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.heads_q = static_cast<int>(p.heads_q);
   a.group = static_cast<int>(p.group_size());
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
-  a.num_q_tiles = static_cast<int>(num_q_tiles(p, c));
+  a.order = tile_order(p, c.block_m, D, l2_bytes());
   a.total_tiles = static_cast<int>(total_work_tiles(p, c));
-  a.section_heads = static_cast<int>(section_heads(p, D, l2_bytes()));
-  // Experiment knob (NOTES.md, v4): FLASHBENCH_FA3_SECTION_HEADS=n fixes the section size (1 = the
-  // version-3 order: one head's Q tiles after another's).
-  if (const char *e = std::getenv("FLASHBENCH_FA3_SECTION_HEADS"); e && std::atoi(e) > 0)
-    a.section_heads = std::min(std::atoi(e), static_cast<int>(p.heads_q * p.batch));
+  // Experiment knob (NOTES.md, v4): FLASHBENCH_FA3_SECTIONS=n fixes the number of L2 sections (at
+  // most one per GQA group; n = groups is close to the version-3 order: one group after another).
+  if (const char *e = std::getenv("FLASHBENCH_FA3_SECTIONS"); e && std::atoi(e) > 0)
+    a.order.sections = std::min(std::atoi(e), a.order.groups);
+  a.claims = nullptr;
+  if (c.scheduler == kSchedDynamic) {
+    if (args.semaphores == nullptr || args.semaphore_bytes < kDynamicSemaphoreBytes)
+      throw std::invalid_argument("fa3_pipelined: scheduler dynamic needs " +
+                                  std::to_string(kDynamicSemaphoreBytes) +
+                                  " bytes of zeroed semaphores (LaunchArgs::semaphores)");
+    a.claims = static_cast<int *>(args.semaphores);
+  }
   a.stages = c.stages;
   a.consumers = c.consumers;
   a.pingpong = c.pingpong;
@@ -920,7 +923,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
                                      static_cast<int>(smem)));
   const int threads = 128 * (1 + c.consumers);
   int grid = a.total_tiles;
-  if (c.scheduler == kSchedPersistent) {
+  if (persistent_sched(c)) {
     int per_sm = 0, dev = 0, sms = 0;
     FB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
                                                                 static_cast<size_t>(smem)));

@@ -160,6 +160,11 @@ public:
                        fa3::num_q_tiles(p, params) * p.heads_q * p.batch}};
   }
 
+  // The dynamic scheduler's claim counter and done count (zero on entry, reset by the last CTA).
+  size_t semaphore_bytes(const AttentionProblem &, const Config &c) const override {
+    return fa3::params_of(c).scheduler == fa3::kSchedDynamic ? fa3::kDynamicSemaphoreBytes : 0;
+  }
+
   void launch(const AttentionProblem &p, const Config &c, const LaunchArgs &args,
               cudaStream_t stream) const override {
     fa3::launch(p, fa3::params_of(c), args, stream);

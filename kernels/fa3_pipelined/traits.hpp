@@ -22,6 +22,15 @@ constexpr int kRowsPerWarpgroup = 64;
 constexpr int kMaxStages = 4;
 constexpr int kSchedOneShot = 0;
 constexpr int kSchedPersistent = 1;
+// v7: persistent grid whose CTAs claim work tiles from a global counter (LaunchArgs::semaphores) as
+// their producer gets to them, instead of the fixed round robin of kSchedPersistent. Causal work
+// tiles differ in length (the last Q tile visits every K/V tile, the first one or two), and a fixed
+// assignment leaves some CTAs with more work than others: simulated on the acceptance shapes, round
+// robin reaches 0.76-0.95 of the even share at d128 causal, claiming 0.98-0.99 (NOTES.md, v7).
+constexpr int kSchedDynamic = 2;
+// Bytes of LaunchArgs::semaphores the dynamic scheduler counts on: the claim counter and the count of
+// CTAs that have made their last claim (the last one resets both to zero).
+constexpr size_t kDynamicSemaphoreBytes = 2 * sizeof(int);
 // How O leaves the CTA (v5): `auto` stages it in shared memory and writes it with TMA bulk stores
 // (one thread per warpgroup, asynchronous: the warpgroup moves on to its next work tile while the
 // copy engine writes) wherever the staging buffer fits next to the ring, else falls back to
@@ -88,8 +97,9 @@ inline std::optional<std::string> config_problem(const Params &c) {
   if (c.consumers == 3 && c.block_n > kMaxWideBlockN)
     return "3 consumer warpgroups get 160 registers each (64K / 512 threads): S + P of block_n 192 "
            "do not fit; block_n <= 128";
-  if (c.scheduler != kSchedOneShot && c.scheduler != kSchedPersistent)
-    return "scheduler must be one_shot (0) or persistent (1)";
+  if (c.scheduler != kSchedOneShot && c.scheduler != kSchedPersistent &&
+      c.scheduler != kSchedDynamic)
+    return "scheduler must be one_shot (0), persistent (1) or dynamic (2)";
   if (c.o_store != kOStoreDirect && c.o_store != kOStoreAuto)
     return "o_store must be direct (0) or auto (1)";
   return std::nullopt;
@@ -129,9 +139,10 @@ inline ConfigSpace make_space() {
             {"off", "on"},
             "issue tile j+1's Q K^T and tile j's P V together, softmax j+1 while P V runs"},
        Axis{"scheduler",
-            {kSchedOneShot, kSchedPersistent},
-            {"one_shot", "persistent"},
-            "one CTA per work tile, or one per resident slot walking the tiles (longest first)"},
+            {kSchedOneShot, kSchedPersistent, kSchedDynamic},
+            {"one_shot", "persistent", "dynamic"},
+            "one CTA per work tile; or one per resident slot walking the tiles (longest first) in a "
+            "fixed round robin (persistent) or claiming each next tile from a counter (dynamic)"},
        Axis{"o_store",
             {kOStoreDirect, kOStoreAuto},
             {"direct", "auto"},
@@ -170,8 +181,9 @@ constexpr bool o_staged(int64_t head_dim, const Params &c, int64_t limit = kSmem
 // current one is in use, so that the next tile's first Q K^T can go out with this tile's last P V;
 // where the second buffer does not fit (after the O staging), one (the Q load then waits for the
 // last Q K^T of the tile before). A one-shot CTA has one tile: one buffer.
+constexpr bool persistent_sched(const Params &c) { return c.scheduler != kSchedOneShot; }
 constexpr int q_buffers(int64_t head_dim, const Params &c, int64_t limit = kSmemOptinHopper) {
-  if (c.scheduler != kSchedPersistent)
+  if (!persistent_sched(c))
     return 1;
   const int64_t q = 2 * head_dim * int64_t(c.block_m);
   const int64_t used = smem_bytes(head_dim, c) + (o_staged(head_dim, c, limit) ? o_stage_bytes(head_dim, c) : 0);
@@ -194,13 +206,54 @@ inline int64_t total_work_tiles(const AttentionProblem &p, const Params &c) {
   return num_q_tiles(p, c) * p.heads_q * p.batch;
 }
 
-// (b, h) pairs per L2 section of the work order (fa3_pipelined.cuh, tile_at): as many whole GQA
-// groups as keep their K/V within half the L2, at least one group. The CTAs in flight then share
-// K/V through L2 instead of streaming every head's K/V from DRAM at once.
-inline int64_t section_heads(const AttentionProblem &p, int64_t head_dim, int64_t l2_bytes) {
+// The work order (v4, sections evened out in v7). A work tile is one (Q tile, head, batch). The
+// (b, h) pairs are cut into L2 sections of whole GQA groups, as many groups as keep their K/V within
+// half the L2, so the CTAs in flight share K/V through L2 instead of streaming every head's K/V from
+// DRAM at once. Inside a section the Q tiles go heaviest first (causal: the last Q tiles see the most
+// keys), the heads of the section interleaved. v7: the groups are spread evenly over the sections
+// (sizes differ by at most one group); v4 filled every section but the last, whose few heads then
+// started their heaviest tiles at the very end of the launch (simulated: 4-8% of a causal launch).
+struct TileOrder {
+  int num_q_tiles = 1;  // Q tiles per (b, h)
+  int groups = 1;       // (b, KV head) pairs: batch x heads_kv
+  int group = 1;        // query heads per KV head
+  int sections = 1;     // L2 sections, 1..groups
+  int64_t tiles() const { return int64_t(num_q_tiles) * groups * group; }
+};
+inline TileOrder tile_order(const AttentionProblem &p, int64_t block_m, int64_t head_dim,
+                            int64_t l2_bytes) {
+  TileOrder o;
+  o.num_q_tiles = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
+  o.group = static_cast<int>(p.group_size());
+  o.groups = static_cast<int>(p.batch * p.heads_kv);
   const int64_t kv_per_group = 2 * p.seqlen_kv * head_dim * dtype_bytes(p.dtype);
-  const int64_t groups = std::max<int64_t>(1, (l2_bytes / 2) / std::max<int64_t>(1, kv_per_group));
-  return std::min<int64_t>(groups * p.group_size(), p.heads_q * p.batch);
+  const int64_t per_section =
+      std::max<int64_t>(1, (l2_bytes / 2) / std::max<int64_t>(1, kv_per_group));
+  o.sections = static_cast<int>((o.groups + per_section - 1) / per_section);
+  return o;
+}
+// Work tile t: its Q tile qt and its (b, h) pair bh = b x heads_q + h. The first groups % sections
+// sections hold one group more than the others.
+struct TileCoord {
+  int qt, bh;
+};
+FB_HOST_DEVICE TileCoord tile_coord(const TileOrder &o, int t) {
+  const int small = o.groups / o.sections, big = o.groups % o.sections;
+  const int nq = o.num_q_tiles;
+  const int big_tiles = big * (small + 1) * o.group * nq;
+  int first_group, heads_here, r;
+  if (t < big_tiles) {
+    heads_here = (small + 1) * o.group;
+    const int s = t / (heads_here * nq);
+    first_group = s * (small + 1);
+    r = t - s * heads_here * nq;
+  } else {
+    heads_here = small * o.group;
+    const int s = (t - big_tiles) / (heads_here * nq);
+    first_group = big * (small + 1) + s * small;
+    r = t - big_tiles - s * heads_here * nq;
+  }
+  return TileCoord{nq - 1 - r / heads_here, first_group * o.group + r % heads_here};
 }
 
 // CTAs of a persistent launch: every resident slot of the device, never more than the tiles.

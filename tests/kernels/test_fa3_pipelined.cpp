@@ -14,7 +14,11 @@
 #include "gpu_test_util.hpp"
 #include "kernels/fa3_pipelined/traits.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <queue>
+#include <tuple>
+#include <vector>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -311,7 +315,8 @@ INSTANTIATE_TEST_SUITE_P(LazyRescale, Fa3GrowingMax, ::testing::ValuesIn(kGrowin
 
 // v4: more work tiles than an H100/H200 has SMs, so that persistent CTAs walk several tiles each
 // (the K/V ring, the Q buffer and the turn ring run on across tiles, causal tiles of different
-// lengths, and tiles whose rows see no key in between). Every persistent config runs on them.
+// lengths, and tiles whose rows see no key in between). Every persistent and dynamic config runs
+// on them, twice in a row: the dynamic scheduler's counters must come back zero for the second.
 const std::vector<Shape> kManyTileShapes = {
     {"gqa_causal_b3_h48_q300_kv400_d64", 3, 48, 12, 300, 400, 64, true, DType::bf16},
     {"gqa_causal_b2_h40_q700_kv150_d128", 2, 40, 8, 700, 150, 128, true, DType::f16},
@@ -323,7 +328,7 @@ TEST_P(Fa3Persistent, EveryPersistentConfigMatchesCpuReference) {
   Case c(GetParam().problem());
   int ran = 0;
   for (const auto &e : fa3().space().expand()) {
-    if (e.invalid_reason || e.config.get_or("scheduler", 0) != fb::fa3::kSchedPersistent ||
+    if (e.invalid_reason || e.config.get_or("scheduler", 0) == fb::fa3::kSchedOneShot ||
         duplicate_direct(e.config, c.problem().head_dim))
       continue;
     if (!fa3().supports(c.problem(), e.config, fb::test::test_device()))
@@ -350,6 +355,13 @@ TEST(Fa3Pipelined, ConfigSpaceSaysWhy) {
   ASSERT_TRUE(sp.check(cfg(192, 192, 2, 3, 1, 1)).has_value());
   EXPECT_NE(sp.check(cfg(192, 192, 2, 3, 1, 1))->find("160 registers"), std::string::npos);
   EXPECT_FALSE(sp.check(sp.make({{"scheduler", "persistent"}})).has_value());
+  EXPECT_FALSE(sp.check(sp.make({{"scheduler", "dynamic"}})).has_value());
+  // Only the dynamic scheduler counts on semaphores (its claim counter and done count).
+  const AttentionProblem p = Shape{"x", 1, 2, 2, 64, 64, 64, false, DType::bf16}.problem();
+  EXPECT_EQ(fa3().semaphore_bytes(p, sp.make({{"scheduler", "dynamic"}})),
+            fb::fa3::kDynamicSemaphoreBytes);
+  EXPECT_EQ(fa3().semaphore_bytes(p, sp.make({{"scheduler", "persistent"}})), 0u);
+  EXPECT_EQ(fa3().semaphore_bytes(p, sp.make({{"scheduler", "one_shot"}})), 0u);
 }
 
 TEST(Fa3Pipelined, OStagedWhereItFits) {
@@ -386,7 +398,7 @@ TEST(Fa3Pipelined, OStagedWhereItFits) {
     for (int bn : {64, 128, 192})
       for (int st : {2, 3, 4})
         for (int wgs : {1, 2, 3})
-          for (int sched : {kSchedOneShot, kSchedPersistent}) {
+          for (int sched : {kSchedOneShot, kSchedPersistent, kSchedDynamic}) {
             Params q = params(64 * wgs, bn, st, wgs, kOStoreAuto);
             q.scheduler = sched;
             if (smem_bytes(d, q) <= kSmemOptinHopper)
@@ -399,15 +411,94 @@ TEST(Fa3Pipelined, PersistentGridAndL2Sections) {
   EXPECT_EQ(fb::fa3::persistent_grid(5000, 132, 1), 132);
   EXPECT_EQ(fb::fa3::persistent_grid(40, 132, 1), 40);
   EXPECT_EQ(fb::fa3::persistent_grid(5000, 132, 0), 132);
-  // d128 bf16, N = 8192: one group's K+V is 4 MiB per KV head; half of a 50 MiB L2 holds 6 groups.
+  // d128 bf16, N = 8192, GQA 4: a group's K+V is 4 MiB; half of a 50 MiB L2 holds 6 groups, so the
+  // 16 groups (2 batches x 8 KV heads) take 3 sections, of 6, 5 and 5 groups (v4: 6, 6 and 4).
   AttentionProblem p = Shape{"x", 2, 32, 8, 8192, 8192, 128, true, DType::bf16}.problem();
-  EXPECT_EQ(fb::fa3::section_heads(p, 128, 50ll << 20), 6 * 4);
+  fb::fa3::TileOrder o = fb::fa3::tile_order(p, 128, 128, 50ll << 20);
+  EXPECT_EQ(o.groups, 16);
+  EXPECT_EQ(o.group, 4);
+  EXPECT_EQ(o.sections, 3);
+  EXPECT_EQ(o.num_q_tiles, 64);
   // Longer than half the L2: one whole GQA group per section.
   p.seqlen_kv = 131072;
-  EXPECT_EQ(fb::fa3::section_heads(p, 128, 50ll << 20), 4);
+  EXPECT_EQ(fb::fa3::tile_order(p, 128, 128, 50ll << 20).sections, 16);
   // Short: the whole problem is one section.
   p.seqlen_kv = 512;
-  EXPECT_EQ(fb::fa3::section_heads(p, 128, 50ll << 20), 64);
+  EXPECT_EQ(fb::fa3::tile_order(p, 128, 128, 50ll << 20).sections, 1);
+}
+
+// The work order visits every (Q tile, head) once, keeps each section to whole GQA groups, and
+// goes heaviest Q tile first inside a section.
+TEST(Fa3Pipelined, WorkOrderIsAPermutationOfWholeGroupSections) {
+  for (const auto &[batch, hq, hkv, n, sections] :
+       std::vector<std::tuple<int, int, int, int, int>>{
+           {2, 32, 8, 8192, 3}, {3, 48, 12, 300, 7}, {1, 8, 8, 1000, 8}, {5, 6, 2, 77, 4}, {2, 4, 1, 64, 1}}) {
+    AttentionProblem p = Shape{"x", batch, hq, hkv, n, n, 128, true, DType::bf16}.problem();
+    fb::fa3::TileOrder o = fb::fa3::tile_order(p, 128, 128, 50ll << 20);
+    o.sections = sections;
+    const int nq = o.num_q_tiles, bh_total = batch * hq;
+    std::vector<int> seen(size_t(nq) * bh_total, 0);
+    // Walk the sections in order: section s holds `size` whole groups, the first groups % sections
+    // sections one more than the rest; its tiles come heaviest Q tile first.
+    int t = 0, first_group = 0;
+    for (int sec = 0; sec < o.sections; ++sec) {
+      const int size = o.groups / o.sections + (sec < o.groups % o.sections ? 1 : 0);
+      ASSERT_GE(size, 1);
+      int prev_qt = nq - 1;
+      for (int i = 0; i < size * o.group * nq; ++i, ++t) {
+        const fb::fa3::TileCoord c = fb::fa3::tile_coord(o, t);
+        ASSERT_GE(c.qt, 0);
+        ASSERT_LE(c.qt, prev_qt) << "t " << t << ": a lighter Q tile came before a heavier one";
+        ASSERT_GE(c.bh / o.group, first_group) << "t " << t << " left its section";
+        ASSERT_LT(c.bh / o.group, first_group + size) << "t " << t << " left its section";
+        ++seen[size_t(c.bh) * nq + c.qt];
+        prev_qt = c.qt;
+      }
+      first_group += size;
+    }
+    ASSERT_EQ(t, int(o.tiles()));
+    for (size_t i = 0; i < seen.size(); ++i)
+      ASSERT_EQ(seen[i], 1) << "tile (bh " << i / nq << ", qt " << i % nq << ") of " << batch << "x"
+                            << hq << " N " << n;
+  }
+}
+
+// What the dynamic scheduler is for (NOTES.md, v7). Each work tile costs its K/V tiles plus one (a
+// tile's start and O); 132 CTAs. Claiming tiles in the work order as CTAs free up (the dynamic
+// scheduler) stays within 3% of an even share on the causal acceptance shapes; the fixed round robin
+// (persistent) is what v4-v6 ran, and is measured next to it.
+TEST(Fa3Pipelined, DynamicClaimsBalanceCausalWork) {
+  const int ctas = 132;
+  for (const auto &[n, d, bm, bn] : std::vector<std::tuple<int, int, int, int>>{
+           {1024, 128, 128, 128}, {2048, 128, 128, 192}, {4096, 128, 128, 128}, {8192, 128, 128, 128},
+           {16384, 128, 128, 128}, {2048, 64, 128, 128}, {8192, 64, 192, 128}}) {
+    const int heads = 2048 / d, batch = 16384 / n;
+    const AttentionProblem p = Shape{"x", batch, heads, heads, n, n, d, true, DType::bf16}.problem();
+    const fb::fa3::TileOrder o = fb::fa3::tile_order(p, bm, d, 50ll << 20);
+    std::vector<double> cost;
+    for (int t = 0; t < int(o.tiles()); ++t)
+      cost.push_back(1.0 + double(fb::fa3::kv_tiles_for(fb::fa3::tile_coord(o, t).qt, bm, bn, n, n, true)));
+    double total = 0;
+    for (double c : cost)
+      total += c;
+    std::priority_queue<double, std::vector<double>, std::greater<>> free_at;
+    for (int i = 0; i < ctas; ++i)
+      free_at.push(0.0);
+    std::vector<double> fixed(ctas, 0.0);
+    for (size_t t = 0; t < cost.size(); ++t) {
+      const double at = free_at.top();
+      free_at.pop();
+      free_at.push(at + cost[t]);
+      fixed[t % ctas] += cost[t];
+    }
+    double dyn_end = 0;
+    while (!free_at.empty())
+      dyn_end = free_at.top(), free_at.pop();
+    const double even = total / ctas, fixed_end = *std::max_element(fixed.begin(), fixed.end());
+    std::printf("d%d N%d bm%d bn%d causal: even share / makespan: dynamic %.3f, round robin %.3f\n", d, n, bm, bn,
+                even / dyn_end, even / fixed_end);
+    EXPECT_GE(even / dyn_end, 0.97) << "d" << d << " N" << n;
+  }
 }
 
 TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
