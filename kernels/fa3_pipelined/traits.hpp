@@ -76,7 +76,7 @@ struct Params {
   int consumers = 2;     // consumer warpgroups (each owns 64 rows of the Q tile)
   int pingpong = 1;      // consumer warpgroups take turns to issue S = Q K^T (named barriers)
   int intra_overlap = 1; // issue the next tile's Q K^T before this tile's softmax is done
-  int scheduler = kSchedOneShot;
+  int scheduler = kSchedDynamic; // v7: the fastest or within noise of it on every acceptance shape
   int o_store = kOStoreAuto;
 };
 

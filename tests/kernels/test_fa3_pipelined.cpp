@@ -369,6 +369,7 @@ TEST(Fa3Pipelined, OStagedWhereItFits) {
   auto params = [](int bm, int bn, int st, int wgs, int o_store) {
     Params q;
     q.block_m = bm, q.block_n = bn, q.stages = st, q.consumers = wgs, q.o_store = o_store;
+    q.scheduler = kSchedOneShot;
     return q;
   };
   // d128 block_n 128, 2 stages: 162.8 KB ring + 32 KB staging fits 227 KB.
