@@ -331,29 +331,17 @@ class Timer:
             self.flush_buf.sum(dtype=self.torch.int32)
 
     def settle(self, limit_s: float = 2.0) -> float:
-        """Waits (up to limit_s) until NVML reports no power or thermal slowdown and the power draw is below
-        --settle-power of the enforced limit, as the harness does before each point (timing.settle_s and
-        timing.settle_power), so that a peer does not inherit the power cap of the previous point or of its own
-        verification."""
+        """Waits (up to limit_s) until NVML reports no power or thermal slowdown, as the harness does before each
+        point (timing.settle_s), so that a peer does not inherit the power cap of the previous point."""
         try:
             import pynvml
         except ImportError:
             return 0.0
-        frac = self.args.settle_power
         try:
             pynvml.nvmlInit()
             h = pynvml.nvmlDeviceGetHandleByIndex(self.torch.cuda.current_device())
-
-            def hot():
-                if pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h) & (0x4 | 0x8 | 0x20 | 0x40 | 0x80):
-                    return True
-                if frac > 0:
-                    limit = pynvml.nvmlDeviceGetEnforcedPowerLimit(h)
-                    return limit > 0 and pynvml.nvmlDeviceGetPowerUsage(h) > frac * limit
-                return False
-
             t0 = time.perf_counter()
-            while hot():
+            while pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h) & (0x4 | 0x8 | 0x20 | 0x40 | 0x80):
                 if time.perf_counter() - t0 > limit_s:
                     break
                 time.sleep(0.02)
@@ -521,9 +509,6 @@ def main(argv=None) -> int:
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds")
     ap.add_argument("--timeout", type=float, default=15.0, help="seconds per point")
     ap.add_argument("--max-noise", type=float, default=0.005, help="relative stdev target")
-    ap.add_argument("--settle-power", type=float, default=0.5,
-                    help="before each point, wait (up to 2 s) until the power draw is below this fraction of the "
-                         "power limit, as the harness's timing.settle_power (0: off)")
     ap.add_argument("--warm", dest="cold", action="store_false", help="do not flush L2 before each sample")
     ap.add_argument("--flush", choices=("read", "write"), default="read",
                     help="L2 flush: read a 2x-L2 buffer (clean lines, default) or write it (as do_bench)")

@@ -22,8 +22,6 @@ struct Nvml {
   nvmlReturn (*max_clock)(nvmlDevice, int, unsigned*) = nullptr;
   nvmlReturn (*driver)(char*, unsigned) = nullptr;
   nvmlReturn (*reasons)(nvmlDevice, unsigned long long*) = nullptr; // optional
-  nvmlReturn (*power)(nvmlDevice, unsigned*) = nullptr;             // optional, mW
-  nvmlReturn (*power_limit)(nvmlDevice, unsigned*) = nullptr;       // optional, mW
   bool ok = false;
 };
 
@@ -42,9 +40,6 @@ const Nvml& nvml() {
     n.driver = reinterpret_cast<nvmlReturn (*)(char*, unsigned)>(dlsym(n.lib, "nvmlSystemGetDriverVersion"));
     n.reasons = reinterpret_cast<nvmlReturn (*)(nvmlDevice, unsigned long long*)>(
         dlsym(n.lib, "nvmlDeviceGetCurrentClocksThrottleReasons"));
-    n.power = reinterpret_cast<nvmlReturn (*)(nvmlDevice, unsigned*)>(dlsym(n.lib, "nvmlDeviceGetPowerUsage"));
-    n.power_limit =
-        reinterpret_cast<nvmlReturn (*)(nvmlDevice, unsigned*)>(dlsym(n.lib, "nvmlDeviceGetEnforcedPowerLimit"));
     n.ok = n.init && n.by_bus_id && n.clock && n.max_clock && n.driver && n.init() == 0;
   });
   return n;
@@ -80,15 +75,6 @@ unsigned long long ClockReader::slowdown_reasons() const {
   unsigned long long r = 0;
   if (device_ && nvml().reasons && nvml().reasons(device_, &r) == 0) return r & kHeatOrPower;
   return 0;
-}
-
-double ClockReader::power_fraction() const {
-  unsigned mw = 0, limit_mw = 0;
-  const Nvml& n = nvml();
-  if (!device_ || !n.power || !n.power_limit || n.power(device_, &mw) != 0 || n.power_limit(device_, &limit_mw) != 0 ||
-      limit_mw == 0)
-    return -1.0;
-  return static_cast<double>(mw) / limit_mw;
 }
 
 std::string ClockReader::driver_version() const {

@@ -408,7 +408,7 @@ void parse_timing(const Ctx& c, const YAML::Node& n, TimingPolicy& t) {
   if (!n.IsMap()) c.fail(n, "timing must be a map (min_samples, max_noise, min_time_s, timeout_s, ...)");
   static const std::vector<std::string> known = {"min_samples", "max_noise",   "min_time_s",       "timeout_s",
                                                  "max_samples", "cold",        "warmup_runs", "throttle_fraction",
-                                                 "point_timeout_s", "flush", "settle_s", "settle_power"};
+                                                 "point_timeout_s", "flush", "settle_s"};
   for (const auto& kv : n) {
     const std::string f = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
@@ -427,14 +427,12 @@ void parse_timing(const Ctx& c, const YAML::Node& n, TimingPolicy& t) {
     else if (f == "throttle_fraction") t.throttle_fraction = as_double(c, v, f);
     else if (f == "point_timeout_s") t.point_timeout_s = as_double(c, v, f);
     else if (f == "settle_s") t.settle_s = as_double(c, v, f);
-    else if (f == "settle_power") t.settle_power = as_double(c, v, f);
     else c.fail(kv.first, "unknown timing field '" + f + "'; known: " + known_list(known));
   }
   if (t.min_samples < 1 || t.max_samples < t.min_samples || t.max_noise <= 0 || t.min_time_s < 0 ||
-      t.timeout_s <= 0 || t.warmup_runs < 0 || t.throttle_fraction < 0 || t.throttle_fraction > 1 ||
-      t.settle_power < 0 || t.settle_power > 1)
+      t.timeout_s <= 0 || t.warmup_runs < 0 || t.throttle_fraction < 0 || t.throttle_fraction > 1)
     c.fail(n, "timing values out of range (need min_samples >= 1, max_samples >= min_samples, max_noise > 0, "
-              "timeout_s > 0, 0 <= throttle_fraction <= 1, 0 <= settle_power <= 1)");
+              "timeout_s > 0, 0 <= throttle_fraction <= 1)");
   if (t.point_timeout_s <= t.timeout_s)
     c.fail(n, "timing.point_timeout_s (" + std::to_string(t.point_timeout_s) + " s) must exceed timeout_s (" +
                   std::to_string(t.timeout_s) + " s): the point deadline covers sampling plus verification");

@@ -12,8 +12,7 @@ void to_json(nlohmann::json& j, const TimingPolicy& t) {
                      {"min_time_s", t.min_time_s},   {"timeout_s", t.timeout_s},
                      {"max_samples", t.max_samples}, {"cold", t.cold}, {"flush", t.flush},
                      {"warmup_runs", t.warmup_runs}, {"throttle_fraction", t.throttle_fraction},
-                     {"point_timeout_s", t.point_timeout_s}, {"settle_s", t.settle_s},
-                     {"settle_power", t.settle_power}};
+                     {"point_timeout_s", t.point_timeout_s}, {"settle_s", t.settle_s}};
 }
 
 double StoppingRule::relative_stddev() const {

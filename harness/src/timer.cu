@@ -161,12 +161,7 @@ TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
   double settle_wait = 0;
   if (m.clocks.available() && policy.settle_s > 0) {
     const double s0 = now_s();
-    auto hot = [&] {
-      if (m.clocks.slowdown_reasons() != 0) return true;
-      const double p = policy.settle_power > 0 ? m.clocks.power_fraction() : -1.0;
-      return p > policy.settle_power;
-    };
-    while (hot() && now_s() - s0 < policy.settle_s)
+    while (m.clocks.slowdown_reasons() != 0 && now_s() - s0 < policy.settle_s)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     settle_wait = now_s() - s0;
   }

@@ -76,7 +76,6 @@ TimingPolicy timing_from_json(const nlohmann::json& j) {
   t.cold = j.value("cold", t.cold);
   t.flush = j.value("flush", t.flush);
   t.settle_s = j.value("settle_s", t.settle_s);
-  t.settle_power = j.value("settle_power", t.settle_power);
   t.warmup_runs = j.value("warmup_runs", t.warmup_runs);
   t.throttle_fraction = j.value("throttle_fraction", t.throttle_fraction);
   t.point_timeout_s = j.value("point_timeout_s", t.point_timeout_s);

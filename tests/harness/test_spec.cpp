@@ -24,7 +24,7 @@ void expect_error(const std::string& yaml, const std::string& pattern) {
 TEST(Spec, ExpandsAxesAndDerivedFields) {
   const SweepSpec s = parse_spec(R"(
 name: t
-timing: {min_samples: 5, timeout_s: 2, flush: write, settle_s: 0.5, settle_power: 0.4}
+timing: {min_samples: 5, timeout_s: 2, flush: write, settle_s: 0.5}
 problems:
   - {tokens: 16384, hidden: 2048, seqlen: [512, 1024], head_dim: [64, 128], causal: [false, true], dtype: bf16}
   - {batch: 1, heads_q: 8, gqa: 4, seqlen_q: 1, seqlen_kv: {pow2: [256, 1024]}, head_dim: 128}
@@ -36,8 +36,6 @@ variants: [naive]
   EXPECT_DOUBLE_EQ(s.timing.timeout_s, 2.0);
   EXPECT_EQ(s.timing.flush, "write");
   EXPECT_DOUBLE_EQ(s.timing.settle_s, 0.5);
-  EXPECT_DOUBLE_EQ(s.timing.settle_power, 0.4);
-  EXPECT_DOUBLE_EQ(TimingPolicy{}.settle_power, 0.5);
   EXPECT_EQ(TimingPolicy{}.flush, "read"); // the default: clean L2 lines (timing.hpp says why)
   ASSERT_EQ(s.problems.size(), 8u + 3u);
   const AttentionProblem& p = s.problems[0];
@@ -114,9 +112,6 @@ TEST(Spec, ErrorsNameFileLineAndWhatToDo) {
   expect_error("timing: {min_samples: 0}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
                "variants: [naive]\n",
                R"(^t\.yaml:1:\d+: timing values out of range)");
-  expect_error("timing: {settle_power: 1.5}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
-               "variants: [naive]\n",
-               R"(^t\.yaml:1:\d+: timing values out of range .*settle_power)");
   expect_error("timing: {flush: erase}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
                "variants: [naive]\n",
                R"(^t\.yaml:1:\d+: timing.flush must be 'read' .* or 'write')");

@@ -68,6 +68,10 @@ Diagnosis self_check(const AttentionProblem &p, const Config &c) {
   poison(lse.get(), lse.bytes(), nullptr);
   LaunchArgs args;
   args.q = cs.q(), args.k = cs.k(), args.v = cs.v(), args.o = o.get(), args.lse = lse.as<float>();
+  // The default scheduler (dynamic) counts claimed tiles in zeroed semaphores.
+  DeviceBuffer sem(std::max<size_t>(1, fa3().semaphore_bytes(p, c)));
+  FB_CUDA_CHECK(cudaMemset(sem.get(), 0, sem.bytes()));
+  args.semaphores = sem.get(), args.semaphore_bytes = fa3().semaphore_bytes(p, c);
   Diagnosis dg;
   try {
     fa3().launch(p, c, args, nullptr);

@@ -39,11 +39,6 @@ struct TimingPolicy {
   // Before a point's warm-up, wait (up to this long) until NVML reports no power or thermal slowdown: a point then
   // does not inherit the power cap that the previous point, or this point's float64 verification, ran into.
   double settle_s = 2.0;
-  // ... and, within the same settle_s, until the board's power draw (NVML; averaged over about a second on Hopper)
-  // is below this fraction of its enforced power limit. The slowdown reasons clear as soon as a hot kernel stops,
-  // but the power controller still remembers it: on an H200 the first config timed after each shape's float64
-  // verification ran at 1710-1785 MHz where the others ran at 1980 (fa3 v7). 0 turns this wait off.
-  double settle_power = 0.5;
   // Whole-point deadline (prepare + verify + time + counters), enforced by the sweep's supervisor: past it the
   // worker process is killed and the point is recorded as a timeout.
   double point_timeout_s = 120.0;
@@ -96,8 +91,6 @@ public:
   int sm_clock_max_mhz() const; // maximum
   // NVML clock-slowdown reasons that come from power or heat (0 when none, or NVML cannot say).
   unsigned long long slowdown_reasons() const;
-  // Power draw over the enforced power limit (NVML), or -1 when NVML cannot say.
-  double power_fraction() const;
   std::string driver_version() const;
 
 private:
