@@ -574,8 +574,15 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
   while (true) {
     const int slot = q_use % sm.q_bufs, parity = (q_use / sm.q_bufs) & 1;
     mbar_wait(sm.q_full(slot), parity);
-    const int4 info = ld_shared_v4(sm.tile_info(slot));
-    const WorkTile w{info.x, info.y, info.z, info.w};
+    // Lane 0 reads the slot and passes it on: lane 0 is also the lane that hands the slot back
+    // (q_empty, release_k), so program order alone puts every read of use n before the producer's
+    // write of use n + q_bufs (racecheck flagged the other lanes' reads, which nothing ordered
+    // with lane 0's arrive).
+    int4 info = make_int4(0, 0, 0, 0);
+    if (threadIdx.x % 32 == 0)
+      info = ld_shared_v4(sm.tile_info(slot));
+    const WorkTile w{__shfl_sync(0xffffffffu, info.x, 0), __shfl_sync(0xffffffffu, info.y, 0),
+                     __shfl_sync(0xffffffffu, info.z, 0), __shfl_sync(0xffffffffu, info.w, 0)};
     if (w.n_tiles < 0)
       return false;
     if (w.n_tiles > 0) {
@@ -583,7 +590,6 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
       return true;
     }
     write_empty_tile<T, D>(a, w, wg);
-    __syncwarp(); // every lane has read tile_info before the slot goes back
     if (threadIdx.x % 32 == 0)
       mbar_arrive(sm.q_empty(slot));
     ++q_use;
