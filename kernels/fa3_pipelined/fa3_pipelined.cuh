@@ -41,7 +41,9 @@
 //  Shared-memory layouts and descriptors: hopper.cuh.
 //
 // Barriers (mbarriers in shared memory; parity of use n is n & 1):
-//   q_full          count 1 (producer's arrive.expect_tx) + Q bytes; used once.
+//   q_full[q]       count 1 (producer's arrive.expect_tx) + Q bytes, once per work tile that uses Q slot q;
+//                   (v7) a plain arrive for an empty tile or the end, which load nothing. Either way the
+//                   arrive publishes the tile in tile_info(q).
 //   k_full[s]       count 1 + K tile bytes; use n of slot s is K/V tile j = n*stages + s.
 //   v_full[s]       count 1 + V tile bytes.
 //   k_empty[s], v_empty[s] (v3: separate; v2 had one kv_empty after P V)
@@ -54,8 +56,9 @@
 // its Q K^T, opens the other's turn, except consumer 1 after its last tile (consumer 0 has no turn
 // left), so every barrier ends with as many arrivals as syncs.
 //
-//   q_empty         (v4) count 4 * consumers: every consumer warp after the last Q K^T of a work tile
-//                   retired; the producer waits on it before loading the next work tile's Q.
+//   q_empty[q]      (v4) count 4 * consumers: lane 0 of every consumer warp after the last Q K^T of a
+//                   work tile retired (or after writing an empty tile); the producer waits on it before
+//                   reusing the slot (tile_info and Q).
 //
 // Work tiles (v4, v7): a work tile is one (Q tile, head, batch). They are numbered in one order for
 // every scheduler (traits.hpp, tile_coord): (b, h) pairs are cut into L2 sections of whole GQA
