@@ -231,6 +231,17 @@ __device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int bloc
   return w;
 }
 
+// Takes Q slot use `q_use` for work tile w (waits until the consumers handed the slot's previous
+// use back) and writes w into its tile_info; the caller's arrive on q_full publishes it.
+template <int D, int BN>
+__device__ __forceinline__ int take_q_slot(const Smem<D, BN> &sm, int q_use, const WorkTile &w) {
+  const int slot = q_use % sm.q_bufs, n = q_use / sm.q_bufs;
+  if (n > 0)
+    mbar_wait(sm.q_empty(slot), (n - 1) & 1);
+  st_shared_v4(sm.tile_info(slot), make_int4(w.q0, w.h, w.b, w.n_tiles));
+  return slot;
+}
+
 // Loads of one work tile: Q once, K/V tiles 0..n_tiles-1 through the ring.
 template <int D, int BN, class Claim>
 __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, BN> &sm,
@@ -265,10 +276,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
   // K(0) before Q: its slot may be free before the consumers retire the last Q K^T that read this
   // Q slot (the previous work tile's with one Q buffer, the one before it with two).
   load_k(0);
-  const int slot = q_use % sm.q_bufs, n = q_use / sm.q_bufs;
-  if (n > 0)
-    mbar_wait(sm.q_empty(slot), (n - 1) & 1);
-  st_shared_v4(sm.tile_info(slot), make_int4(w.q0, w.h, w.b, w.n_tiles));
+  const int slot = take_q_slot(sm, q_use, w);
   mbar_arrive_expect_tx(sm.q_full(slot), uint32_t(sm.block_m) * D * 2);
 #pragma unroll
   for (int c = 0; c < S::kChunks; ++c)
@@ -312,11 +320,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
       t = next;
       continue;
     }
-    const int slot = q_use % sm.q_bufs, n = q_use / sm.q_bufs;
-    if (n > 0)
-      mbar_wait(sm.q_empty(slot), (n - 1) & 1);
-    st_shared_v4(sm.tile_info(slot), make_int4(w.q0, w.h, w.b, w.n_tiles));
-    mbar_arrive(sm.q_full(slot));
+    mbar_arrive(sm.q_full(take_q_slot(sm, q_use, w)));
     if (done)
       break;
     ++q_use;
