@@ -350,11 +350,12 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const Smem<D, BN
   // descriptors out of the loop and keep them live across it: at d128 block_n 192 (R235 of 240)
   // that spilled (v7). Recomputing them is a few integer ops per k-step.
   asm volatile("" : "+r"(q_base));
-  const uint32_t k_base = sm.k_tile(s);
+  const DescBase dq = desc_base(q_base, 16), dk = desc_base(sm.k_tile(s), 16);
+  const uint32_t q_chunk16 = sm.q_chunk_bytes() >> 4;
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk) {
-    const uint64_t da = desc_k_major(q_base + (kk / 4) * sm.q_chunk_bytes() + (kk % 4) * 32);
-    const uint64_t db = desc_k_major(k_base + (kk / 4) * Smem<D, BN>::kKvChunk + (kk % 4) * 32);
+    const uint64_t da = dq.plus16((kk / 4) * q_chunk16).at((kk % 4) * 32);
+    const uint64_t db = dk.at((kk / 4) * Smem<D, BN>::kKvChunk + (kk % 4) * 32);
     wgmma_ss(sacc, da, db, kk > 0 ? 1 : 0, Tag{}, IntC<BN>{});
   }
 }
@@ -364,11 +365,10 @@ template <class T, int D, int BN>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4],
                                          const Smem<D, BN> &sm, int s) {
   using Tag = typename TypeOps<T>::Tag;
-  const uint32_t v_base = sm.v_tile(s);
+  const DescBase dv = desc_base(sm.v_tile(s), Smem<D, BN>::kKvChunk);
 #pragma unroll
   for (int kt = 0; kt < BN / 16; ++kt)
-    wgmma_rs(o, pa[kt], desc_mn_major(v_base + kt * 16 * 128, Smem<D, BN>::kKvChunk), Tag{},
-             IntC<D>{});
+    wgmma_rs(o, pa[kt], dv.at(kt * 16 * 128), Tag{}, IntC<D>{});
 }
 
 // Masks keys past the sequence end or (causal) right of the diagonal. row0 = this thread's half-0
@@ -407,20 +407,41 @@ __device__ __forceinline__ void apply_mask(float (&sacc)[BN / 2], int row0, int 
 // rescale (one per score at d 128) leave the K/V loop and the ping-pong turn. The decision is
 // warp-uniform (__any_sync): a lane that did not grow rescales by exactly 1. slack = -inf restores
 // the exact running max (every tile rescales): the ablation.
+//
+// Both row reductions (max, sum) run as kLanes independent chains folded by a tree at the end
+// (v8): the softmax runs while the other consumer issues its GEMMs, one warp of this warpgroup per
+// scheduler, so it is latency bound; v7's single chains (x = max(x, ...), sum += ...) were 17 and 32
+// dependent steps per row half (ncu: the max phase alone 18% of the consumer warps' time at d 128,
+// mostly `wait` stalls). A full tree needs a temporary per pair and spilled at block_n 128-192.
+template <int BN, class Op>
+__device__ __forceinline__ float half_reduce(const float (&sacc)[BN / 2], int hh, Op op) {
+  constexpr int kN = BN / 4, kLanes = 8; // the BN / 4 scores of row half hh that this thread holds
+  static_assert(kN % kLanes == 0, "half_reduce: block_n must be a multiple of 32");
+  float a[kLanes];
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const float x = sacc[4 * (i / 2) + 2 * hh + i % 2];
+    a[i % kLanes] = i < kLanes ? x : op(a[i % kLanes], x);
+  }
+#pragma unroll
+  for (int w = kLanes / 2; w >= 1; w /= 2)
+#pragma unroll
+    for (int i = 0; i < w; ++i)
+      a[i] = op(a[i], a[i + w]);
+  return a[0];
+}
 template <int BN>
 __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], float sl2, float slack) {
+  const auto max_op = [](float x, float y) { return fmaxf(x, y); };
+  const auto add_op = [](float x, float y) { return x + y; };
   float mx[2];
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    float x = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < BN / 8; ++i)
-      x = fmaxf(x, fmaxf(sacc[4 * i + 2 * hh], sacc[4 * i + 2 * hh + 1]));
-    mx[hh] = quad_max(x);
-  }
+  for (int hh = 0; hh < 2; ++hh)
+    mx[hh] = quad_max(half_reduce<BN>(sacc, hh, max_op));
   // (mx - m) sl2 > slack: true when m = -inf and the tile has a key; NaN (false) when both are -inf.
   const bool grow = __any_sync(0xffffffffu, (mx[0] - m[0]) * sl2 > slack || (mx[1] - m[1]) * sl2 > slack);
+  float off[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     if (grow) {
@@ -430,15 +451,15 @@ __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2
     } else {
       alpha[hh] = 1.f;
     }
-    const float off = row_offset(m[hh] * sl2);
-    float sum = 0.f;
+    off[hh] = row_offset(m[hh] * sl2);
+  }
+  // Both halves' exp2 in one stream (v8): the MUFU queue never waits on a half's sum.
 #pragma unroll
-    for (int i = 0; i < BN / 8; ++i)
+  for (int i = 0; i < BN / 2; ++i)
+    sacc[i] = fast_exp2(fmaf(sacc[i], sl2, -off[(i % 4) / 2]));
 #pragma unroll
-      for (int e = 2 * hh; e < 2 * hh + 2; ++e) {
-        sacc[4 * i + e] = fast_exp2(fmaf(sacc[4 * i + e], sl2, -off));
-        sum += sacc[4 * i + e];
-      }
+  for (int hh = 0; hh < 2; ++hh) {
+    const float sum = half_reduce<BN>(sacc, hh, add_op);
     l[hh] = grow ? l[hh] * alpha[hh] + sum : l[hh] + sum; // lane-partial; the quad's parts are summed once at the end
   }
   return grow;
