@@ -812,8 +812,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         for (int j = 1; j < c.w.n_tiles; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
           // GEMMs in flight.
-          mbar_wait(sm.k_full(r.s), r.use & 1);
-          mbar_wait(sm.v_full(rp.s), rp.use & 1);
+          mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp.s), rp.use & 1);
           issue_qk_and_pv(c.q_slot); // Q K^T(j), P V(j-1)
           wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
           fence_operands(sacc);
