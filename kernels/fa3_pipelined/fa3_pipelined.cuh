@@ -348,7 +348,7 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const Smem<D, BN
   uint32_t q_base = sm.q_tile(q_slot) + uint32_t(wg) * kRowsPerWarpgroup * 128;
   // Q's address is the same for every K/V tile of a work tile, so ptxas would hoist its D/16 64-bit
   // descriptors out of the loop and keep them live across it: at d128 block_n 192 (R235 of 240)
-  // that spilled (v7). Recomputing them is a few integer ops per k-step.
+  // that spilled (v7). Recomputing them costs the base (a few integer ops) and one add per k-step.
   asm volatile("" : "+r"(q_base));
   const DescBase dq = desc_base(q_base, 16), dk = desc_base(sm.k_tile(s), 16);
   const uint32_t q_chunk16 = sm.q_chunk_bytes() >> 4;
