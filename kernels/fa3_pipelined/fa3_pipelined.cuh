@@ -345,11 +345,13 @@ template <class T, int D, int BN>
 __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const Smem<D, BN> &sm, int wg,
                                          int q_slot, int s) {
   using Tag = typename TypeOps<T>::Tag;
-  uint32_t q_base = sm.q_tile(q_slot) + uint32_t(wg) * kRowsPerWarpgroup * 128;
-  // Q's address is the same for every K/V tile of a work tile, so ptxas would hoist its D/16 64-bit
-  // descriptors out of the loop and keep them live across it: at d128 block_n 192 (R235 of 240)
-  // that spilled (v7). Recomputing them costs the base (a few integer ops) and one add per k-step.
-  asm volatile("" : "+r"(q_base));
+  // Every operand of the descriptors (q_slot, wg, s, the Smem fields) is warp-uniform and known so
+  // to ptxas (v9: see the broadcast at the consumer's tile start), so they are built with uniform
+  // instructions (UIADD3, ULEA) straight into the uniform registers HGMMA reads, and Q's, the same
+  // for every K/V tile of a work tile, stay there across the K/V loop. v7-v8 kept them in vector
+  // registers (hoisted Q descriptors spilled at d128 block_n 192 until an empty asm pinned them in
+  // the loop) and moved each into uniform registers with two R2URs right before its HGMMA.
+  const uint32_t q_base = sm.q_tile(q_slot) + uint32_t(wg) * kRowsPerWarpgroup * 128;
   const DescBase dq = desc_base(q_base, 16), dk = desc_base(sm.k_tile(s), 16);
   const uint32_t q_chunk16 = sm.q_chunk_bytes() >> 4;
 #pragma unroll
@@ -574,6 +576,10 @@ struct RingPos {
     if (++s == stages)
       s = 0, ++use;
   }
+  // The position before this one (stages >= 2).
+  __device__ __forceinline__ RingPos prev(int stages) const {
+    return s == 0 ? RingPos{stages - 1, use - 1} : RingPos{s - 1, use};
+  }
 };
 
 // Rows of a tile that sees no key (causal with seqlen_q > seqlen_kv): O = 0 and LSE = -inf,
@@ -766,7 +772,20 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
       } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c));
     } else {
-      RingPos rp; // the K/V tile whose P is in pa
+      // The K/V tile whose P is in pa: always the one before r. Derived rather than carried (v9): a
+      // copy of r carried in the loop was kept in a vector register and its V descriptors with it.
+      auto rp = [&] { return r.prev(sm.stages); };
+      // The ring position and the Q slot are the same in every lane, but ptxas does not prove it
+      // for values carried around the work-tile loop (whose exit goes through fetch_tile), and then
+      // builds every HGMMA descriptor from them in vector registers, with two R2URs per HGMMA right
+      // before it (v8: 44 R2URs in the d128 block_n 128 K/V loop's issue, the HGMMAs waiting on
+      // them). A broadcast from lane 0 at each tile start makes them uniform for the compiler (v9:
+      // one R2UR left there). Not in the ablation path above: its SASS got worse with it.
+      auto broadcast_tile_state = [&]() {
+        r.s = __shfl_sync(0xffffffffu, r.s, 0);
+        r.use = __shfl_sync(0xffffffffu, r.use, 0);
+        c.q_slot = __shfl_sync(0xffffffffu, c.q_slot, 0);
+      };
       // Q K^T into S (Q from q_slot, K from ring slot r) and, on top, O *= alpha then P V (V from rp):
       // both GEMMs in flight, in this consumer's turn. O is not an operand of Q K^T, so the rescale
       // runs while it does.
@@ -777,7 +796,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         wgmma_commit();
         rescale_o();
         wgmma_fence();
-        issue_pv<T, D, BN>(o, pa, sm, rp.s);
+        issue_pv<T, D, BN>(o, pa, sm, rp().s);
         wgmma_commit();
         qk_turn_end();
       };
@@ -794,6 +813,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       };
       do {
         // The tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
+        broadcast_tile_state();
         reset_stats();
         zero_o();
         mbar_wait(sm.k_full(r.s), r.use & 1);
@@ -807,12 +827,11 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         release_k(r.s, 0, c);
         mask_and_softmax(c, 0);
         pack_p<T, BN>(pa, sacc);
-        rp = r;
         r.next(sm.stages);
         for (int j = 1; j < c.w.n_tiles; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
           // GEMMs in flight.
-          mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp.s), rp.use & 1);
+          mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp().s), rp().use & 1);
           issue_qk_and_pv(c.q_slot); // Q K^T(j), P V(j-1)
           wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
           fence_operands(sacc);
@@ -822,21 +841,20 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           wgmma_wait<0>();
           fence_operands(o);
           fence_operands(pa);
-          release_v(rp.s);
+          release_v(rp().s);
           pack_p<T, BN>(pa, sacc);
-          rp = r;
           r.next(sm.stages);
         }
         // The last P V alone, then the tile's O.
-        mbar_wait(sm.v_full(rp.s), rp.use & 1);
+        mbar_wait(sm.v_full(rp().s), rp().use & 1);
         rescale_o();
         wgmma_fence();
-        issue_pv<T, D, BN>(o, pa, sm, rp.s);
+        issue_pv<T, D, BN>(o, pa, sm, rp().s);
         wgmma_commit();
         wgmma_wait<0>();
         fence_operands(o);
         fence_operands(pa);
-        release_v(rp.s);
+        release_v(rp().s);
         finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
       } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c));
     }
