@@ -107,6 +107,10 @@ struct KernelArgs {
   void *o;
   float *lse;
   int64_t o_batch, o_seq, o_head; // O's element strides (Q's)
+  // v10: Q and K in global memory, read only to recompute the scores of a K/V tile whose optimistic
+  // exp2 overflowed (recompute_s; never on the timed path of ordinary inputs).
+  const void *q, *k;
+  int64_t k_batch, k_seq, k_head; // K's element strides
   int seqlen_q, seqlen_kv;
   int heads_q, group;
   float scale_log2;
@@ -134,6 +138,7 @@ template <> struct TypeOps<__nv_bfloat16> {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t *>(&v);
   }
+  static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 };
 template <> struct TypeOps<__half> {
   using Tag = F16Tag;
@@ -141,6 +146,7 @@ template <> struct TypeOps<__half> {
     const __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const uint32_t *>(&v);
   }
+  static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 };
 
 // A wgmma accumulator row is held by the four lanes of a quad, as in mma.sync's m16n8 layout: the same quad
@@ -467,6 +473,114 @@ __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2
   return grow;
 }
 
+// Optimistic softmax of a tile (v10), for a warp whose rows all have a finite offset (they saw a
+// key in an earlier tile): P = exp2(S * scale_log2 - offset) from the offsets as they are, with no
+// row max first. With the lazy rescale a row's offset almost never moves after its first tile, so
+// the max phase in front of the exp2 stream (v9: ~16% of a consumer warp's time, ~450 cycles of
+// latency a tile at d128 block_n 128) only ever confirmed it. The check comes after the exp2s and
+// costs no extra pass: the lane-partial row sums that l needs anyway bound every P they contain, so
+// P <= 2^slack holds while each sum is <= 2^slack (a sum can pass it with no P past it: then the
+// slow path below runs for nothing, and it is still exact).
+// Returns 0: P ready, offsets unchanged (alpha = 1). 1: some P passed the bound; every row of the
+// warp moved its offset to its new max, P and l were multiplied by alpha (O follows before its
+// next P V). 2: some P passed 2^100 or overflowed (a score passed its offset by > 100 log2 units,
+// e.g. keys whose scale grows along the sequence by orders of magnitude): S is lost, P overwrote
+// it, and the caller recomputes S (recompute_s) and runs softmax_tile; m, l and alpha untouched.
+template <int BN>
+__device__ __forceinline__ int softmax_tile_optimistic(float (&sacc)[BN / 2], float (&m)[2],
+                                                       float (&l)[2], float (&alpha)[2], float sl2,
+                                                       float p_bound) {
+  const auto max_op = [](float x, float y) { return fmaxf(x, y); };
+  const auto add_op = [](float x, float y) { return x + y; };
+  const float off[2] = {m[0] * sl2, m[1] * sl2};
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i)
+    sacc[i] = fast_exp2(fmaf(sacc[i], sl2, -off[(i % 4) / 2]));
+  float sum[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+    sum[hh] = half_reduce<BN>(sacc, hh, add_op);
+  // !(x <= bound): NaN counts as past the bound.
+  if (!__any_sync(0xffffffffu, !(sum[0] <= p_bound) || !(sum[1] <= p_bound))) {
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh)
+      l[hh] += sum[hh], alpha[hh] = 1.f;
+    return 0;
+  }
+  // Slow path: the row maxima of P give the new offsets (P >= 0; a row whose keys were all masked
+  // here has max 0, log2 -inf, and keeps its offset).
+  float mp[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh)
+    mp[hh] = quad_max(half_reduce<BN>(sacc, hh, max_op));
+  // Past 2^100 (or inf: an overflowed exp2) the tile goes back to S: alpha ~ 1 / max P must stay a
+  // normal float, since ex2.approx.ftz flushes results below 2^-126 to 0 and a row whose offset
+  // jumped by 126-128 log2 units would lose O and l (a numpy model of this path found such rows
+  // with the x3 key growth of the tests before the GPU did).
+  constexpr float kRedoAbove = 0x1p100f;
+  if (__any_sync(0xffffffffu, !(mp[0] <= kRedoAbove) || !(mp[1] <= kRedoAbove)))
+    return 2;
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    float lg;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lg) : "f"(mp[hh]));
+    const float m_new = fmaxf(m[hh], __fdividef(off[hh] + lg, sl2));
+    alpha[hh] = fast_exp2(off[hh] - m_new * sl2);
+    m[hh] = m_new;
+    l[hh] = (l[hh] + sum[hh]) * alpha[hh];
+  }
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i)
+    sacc[i] *= alpha[(i % 4) / 2];
+  return 1;
+}
+
+// S of K/V tile j again, for the rare tile whose optimistic exp2 overflowed (softmax_tile_optimistic
+// returned 2): each thread computes its own accumulator entries (the layout at the top of the file)
+// as fp32 dot products of Q and K read from global memory, 0 past either sequence end as TMA's fill
+// gives. Per warp, with no warpgroup-wide instruction, since only some warps of a warpgroup may need
+// it; slow (D x block_n / 2 FMAs a thread) but off every path that ordinary inputs take.
+template <class T, int D, int BN>
+__device__ __forceinline__ void recompute_s(float (&sacc)[BN / 2], const KernelArgs &a,
+                                            const WorkTile &w, int row0, int j, int lane) {
+  const T *q = static_cast<const T *>(a.q) + int64_t(w.b) * a.o_batch + int64_t(w.h) * a.o_head;
+  const T *k = static_cast<const T *>(a.k) + int64_t(w.b) * a.k_batch +
+               int64_t(w.h / a.group) * a.k_head;
+  const int key0 = j * BN + 2 * (lane % 4);
+  const T *qr[2];
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int row = row0 + 8 * hh;
+    qr[hh] = row < a.seqlen_q ? q + int64_t(row) * a.o_seq : nullptr;
+  }
+  // One key at a time in a loop that is not unrolled, each a loop over d, the result put in place
+  // by compile-time-indexed selects: a handful of registers and one copy of the loop. Unrolled over
+  // the keys (one d loop each) this path took uniform registers from the HGMMA descriptors of the
+  // K/V loop around it and spilled at block_n 192.
+#pragma unroll 1
+  for (int kk = 0; kk < BN / 4; ++kk) {
+    const int key = key0 + 8 * (kk / 2) + kk % 2;
+    float s0 = 0.f, s1 = 0.f;
+    if (key < a.seqlen_kv) {
+      const T *kr = k + int64_t(key) * a.k_seq;
+#pragma unroll 1
+      for (int d = 0; d < D; ++d) {
+        const float kv = TypeOps<T>::to_float(kr[d]);
+        if (qr[0] != nullptr)
+          s0 = fmaf(TypeOps<T>::to_float(qr[0][d]), kv, s0);
+        if (qr[1] != nullptr)
+          s1 = fmaf(TypeOps<T>::to_float(qr[1][d]), kv, s1);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < BN / 4; ++i)
+      if (i == kk) {
+        sacc[4 * (i / 2) + i % 2] = s0;
+        sacc[4 * (i / 2) + 2 + i % 2] = s1;
+      }
+  }
+}
+
 // Empty asm fences order nothing for ptxas, which hoisted `wgmma.wait_group 0` above the whole
 // softmax (the SASS of v1 and of a v2 with only the fences: WARPGROUP.DEPBAR.LE gsb0, 0x0 right
 // after the mask branch, every MUFU.EX2 below it). ptxas keeps shared-memory stores ordered with
@@ -716,22 +830,47 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   float o[D / 2];
   float m[2], l[2], alpha[2];
   bool grew = true; // the last softmax moved an offset: O needs `alpha` before its next P V
+  // v10: once every row of the warp has an offset (after the tile in which all its rows saw a key),
+  // tiles go through softmax_tile_optimistic; not in the exact-rescale ablation (slack -inf).
+  const bool lazy = a.rescale_slack > 0.f;
+  const float p_bound = lazy ? exp2f(a.rescale_slack) : 0.f;
+  bool settled = false; // warp-uniform
   float sacc[BN / 2];
   uint32_t pa[BN / 16][4];
   auto reset_stats = [&]() {
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh)
       m[hh] = -INFINITY, l[hh] = 0.f;
+    settled = false;
   };
   auto zero_o = [&]() {
 #pragma unroll
     for (int i = 0; i < D / 2; ++i)
       o[i] = 0.f;
   };
+  auto exact_softmax = [&]() {
+    grew = softmax_tile<BN>(sacc, m, l, alpha, sl2, a.rescale_slack);
+    settled = lazy && __all_sync(0xffffffffu, m[0] > -INFINITY && m[1] > -INFINITY);
+  };
+  // True when S was lost to an overflowing exp2 (warp-uniform): the caller then runs redo_softmax
+  // before packing P. In the overlap loop it does so after P V(j-1) retired, so that P of j-1 is
+  // no longer live: with O, S and that P live the recompute's few registers spilled (bn192).
   auto mask_and_softmax = [&](const TileCtx &c, int j) {
     if (j >= c.first_mask)
       apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
-    grew = softmax_tile<BN>(sacc, m, l, alpha, sl2, a.rescale_slack);
+    if (settled) {
+      const int r = softmax_tile_optimistic<BN>(sacc, m, l, alpha, sl2, p_bound);
+      grew = r == 1;
+      return r == 2;
+    }
+    exact_softmax();
+    return false;
+  };
+  auto redo_softmax = [&](const TileCtx &c, int j) {
+    recompute_s<T, D, BN>(sacc, a, c.w, c.row0, j, lane);
+    if (j >= c.first_mask)
+      apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
+    exact_softmax();
   };
   auto rescale_o = [&]() {
     if (grew) // warp-uniform
@@ -756,7 +895,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           wgmma_wait<0>();
           fence_operands(sacc);
           release_k(r.s, j, c);
-          mask_and_softmax(c, j);
+          if (mask_and_softmax(c, j))
+            redo_softmax(c, j);
           rescale_o();
           pack_p<T, BN>(pa, sacc);
           mbar_wait(sm.v_full(r.s), r.use & 1);
@@ -825,7 +965,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         wgmma_wait<0>();
         fence_operands(sacc);
         release_k(r.s, 0, c);
-        mask_and_softmax(c, 0);
+        mask_and_softmax(c, 0); // not settled yet: the exact softmax, never a redo
         pack_p<T, BN>(pa, sacc);
         r.next(sm.stages);
         for (int j = 1; j < c.w.n_tiles; ++j) {
@@ -836,12 +976,14 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
           fence_operands(sacc);
           release_k(r.s, j, c);
-          mask_and_softmax(c, j);
+          const bool redo = mask_and_softmax(c, j);
           pin_above_wait();
           wgmma_wait<0>();
           fence_operands(o);
           fence_operands(pa);
           release_v(rp().s);
+          if (redo)
+            redo_softmax(c, j);
           pack_p<T, BN>(pa, sacc);
           r.next(sm.stages);
         }
@@ -943,6 +1085,9 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.o = args.o;
   a.lse = args.lse;
   a.o_batch = qs.batch, a.o_seq = qs.seq, a.o_head = qs.head;
+  a.q = args.q;
+  a.k = args.k;
+  a.k_batch = ks.batch, a.k_seq = ks.seq, a.k_head = ks.head;
   a.seqlen_q = static_cast<int>(p.seqlen_q);
   a.seqlen_kv = static_cast<int>(p.seqlen_kv);
   a.heads_q = static_cast<int>(p.heads_q);

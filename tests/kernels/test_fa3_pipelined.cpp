@@ -317,6 +317,24 @@ TEST_P(Fa3GrowingMax, EveryConfigMatchesCpuReference) {
 INSTANTIATE_TEST_SUITE_P(LazyRescale, Fa3GrowingMax, ::testing::ValuesIn(kGrowingMaxShapes),
                          fb::test::shape_name);
 
+// v10: the optimistic softmax computes P from the offsets as they are and checks afterwards. Keys
+// whose spread grows 6x per quarter (1, 6, 36, 216) put later scores hundreds of log2 units past a
+// row's offset, so exp2 overflows and the kernel must recompute that tile's S (recompute_s) before
+// the exact softmax; the x3 growth above moves offsets without overflowing (P *= alpha).
+const std::vector<Shape> kJumpingMaxShapes = {
+    {"jump_q200_kv700_d128", 1, 4, 2, 200, 700, 128, false, DType::bf16},
+    {"jump_causal_q300_kv500_d64_f16", 1, 2, 1, 300, 500, 64, true, DType::f16},
+    {"jump_q64_kv500_d256", 1, 2, 2, 64, 500, 256, false, DType::bf16},
+};
+class Fa3JumpingMax : public ::testing::TestWithParam<Shape> {};
+TEST_P(Fa3JumpingMax, EveryConfigMatchesCpuReference) {
+  FB_SKIP_WITHOUT_HOPPER();
+  Case c(GetParam().problem(), std::random_device{}(), /*key_growth=*/6.f);
+  EXPECT_GT(run_all_configs(c), 0);
+}
+INSTANTIATE_TEST_SUITE_P(OverflowRecompute, Fa3JumpingMax, ::testing::ValuesIn(kJumpingMaxShapes),
+                         fb::test::shape_name);
+
 // v4: more work tiles than an H100/H200 has SMs, so that persistent CTAs walk several tiles each
 // (the K/V ring, the Q buffer and the turn ring run on across tiles, causal tiles of different
 // lengths, and tiles whose rows see no key in between). Every persistent and dynamic config runs
