@@ -481,9 +481,9 @@ __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2
 // costs no extra pass: the lane-partial row sums that l needs anyway bound every P they contain, so
 // P <= 2^slack holds while each sum is <= 2^slack (a sum can pass it with no P past it: then the
 // slow path below runs for nothing, and it is still exact).
-// Returns 0: P ready, offsets unchanged (alpha = 1). 1: some P passed the bound; every row of the
-// warp moved its offset to its new max, P and l were multiplied by alpha (O follows before its
-// next P V). 2: some P passed 2^100 or overflowed (a score passed its offset by > 100 log2 units,
+// Returns 0: P ready, offsets unchanged (alpha = 1). 1: some sum passed the bound; every row of the
+// warp whose max grew moved its offset to that max, and P and l were multiplied by alpha (O follows
+// before its next P V). 2: some P passed 2^100 or overflowed (a score passed its offset by > 100 log2 units,
 // e.g. keys whose scale grows along the sequence by orders of magnitude): S is lost, P overwrote
 // it, and the caller recomputes S (recompute_s) and runs softmax_tile; m, l and alpha untouched.
 template <int BN>
