@@ -79,6 +79,7 @@
 // O = 0, LSE = -inf.
 #pragma once
 
+#include "kernels/common/dtype.cuh"
 #include "kernels/common/mma.cuh"
 #include "kernels/fa3_pipelined/hopper.cuh"
 #include "kernels/fa3_pipelined/tensor_map.hpp"
@@ -138,7 +139,6 @@ template <> struct TypeOps<__nv_bfloat16> {
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const uint32_t *>(&v);
   }
-  static __device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
 };
 template <> struct TypeOps<__half> {
   using Tag = F16Tag;
@@ -146,7 +146,6 @@ template <> struct TypeOps<__half> {
     const __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const uint32_t *>(&v);
   }
-  static __device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 };
 
 // A wgmma accumulator row is held by the four lanes of a quad, as in mma.sync's m16n8 layout: the same quad
@@ -565,11 +564,11 @@ __device__ __forceinline__ void recompute_s(float (&sacc)[BN / 2], const KernelA
       const T *kr = k + int64_t(key) * a.k_seq;
 #pragma unroll 1
       for (int d = 0; d < D; ++d) {
-        const float kv = TypeOps<T>::to_float(kr[d]);
+        const float kv = fb::kernels::Elem<T>::to_float(kr[d]);
         if (qr[0] != nullptr)
-          s0 = fmaf(TypeOps<T>::to_float(qr[0][d]), kv, s0);
+          s0 = fmaf(fb::kernels::Elem<T>::to_float(qr[0][d]), kv, s0);
         if (qr[1] != nullptr)
-          s1 = fmaf(TypeOps<T>::to_float(qr[1][d]), kv, s1);
+          s1 = fmaf(fb::kernels::Elem<T>::to_float(qr[1][d]), kv, s1);
       }
     }
 #pragma unroll
