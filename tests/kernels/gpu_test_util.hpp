@@ -14,7 +14,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cuda_fp16.h>
+
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <ostream>
 #include <random>
 #include <stdexcept>
@@ -73,9 +77,15 @@ inline const DeviceInfo &test_device() {
 // standard deviations 1, g, g^2, g^3, so each row's score maximum keeps growing late in the K/V loop
 // and an online softmax must move its offset (and rescale O) after its first tiles; with unit keys
 // a row's maximum settles in its first tile.
+//
+// score_shift != 0 (bshd only): every score moves by about that many log2 units (softmax_scale
+// included): channel 0 of every query is set to a and of every key to b, integers exact in bf16 and
+// fp16, so each score gains a * b * scale. Softmax is unchanged by it; a kernel that assumes scores
+// near 0 (a guessed exp2 offset, unscaled exp) is not.
 class Case {
 public:
-  explicit Case(const AttentionProblem &p, uint64_t seed = std::random_device{}(), float key_growth = 0.f)
+  explicit Case(const AttentionProblem &p, uint64_t seed = std::random_device{}(), float key_growth = 0.f,
+                float score_shift = 0.f)
       : p_(p), seed_(seed), e_(dtype_bytes(p.dtype)) {
     validate(p_);
     q_ = DeviceBuffer(size_t(p_.q_elems() * e_));
@@ -99,6 +109,17 @@ public:
                         nullptr);
         }
     }
+    if (score_shift != 0.f) {
+      if (p_.layout != Layout::bshd || !p_.kv_lens.empty() || p_.paged())
+        throw std::invalid_argument("Case: score_shift needs a dense bshd problem");
+      const double per_unit = p_.softmax_scale() / std::log(2.0); // log2 units per unit of q.k
+      const double a = std::abs(score_shift) > 64.f ? 32.0 : 16.0;
+      const double b = std::round(double(score_shift) / (per_unit * a));
+      if (std::abs(b) > 255.0)
+        throw std::invalid_argument("Case: score_shift too large for an exact 8-bit channel value");
+      set_channel0(q_.get(), p_.batch * p_.seqlen_q * p_.heads_q, float(a));
+      set_channel0(k_.get(), p_.batch * p_.seqlen_kv * p_.heads_kv, float(b));
+    }
     FB_CUDA_CHECK(cudaDeviceSynchronize());
     // The reference reads the inputs as the kernels do: already rounded to the problem's dtype.
     const auto q = download_as_float(q_.get(), p_.dtype, p_.q_elems());
@@ -111,6 +132,26 @@ public:
 
   const AttentionProblem &problem() const { return p_; }
   uint64_t seed() const { return seed_; }
+
+private:
+  // Element 0 of each of `rows` head_dim-long rows := x (an integer below 256 in magnitude: exact
+  // in bf16 and fp16, whose bits are then the top half of the float's and an exact conversion).
+  void set_channel0(void *dst, int64_t rows, float x) {
+    uint16_t bits = 0;
+    if (p_.dtype == DType::bf16) {
+      uint32_t f = 0;
+      std::memcpy(&f, &x, 4);
+      bits = uint16_t(f >> 16);
+    } else {
+      const __half h = __float2half(x);
+      std::memcpy(&bits, &h, 2);
+    }
+    const std::vector<uint16_t> col(size_t(rows), bits);
+    FB_CUDA_CHECK(cudaMemcpy2D(dst, size_t(p_.head_dim) * e_, col.data(), 2, 2, size_t(rows),
+                               cudaMemcpyHostToDevice));
+  }
+
+public:
   const void *q() const { return q_.get(); }
   const void *k() const { return k_.get(); }
   const void *v() const { return v_.get(); }

@@ -305,11 +305,12 @@ INSTANTIATE_TEST_SUITE_P(D256, Fa3AllConfigs, ::testing::ValuesIn(kD256Shapes),
 // than the slack), with O already accumulated (v10: the optimistic softmax's slow path, P *= alpha).
 // v10, x6 (1, 6, 36, 216): later scores land hundreds of log2 units past a row's offset, exp2
 // overflows, and the kernel must recompute that tile's S (recompute_s) before the exact softmax.
-struct GrowthCase {
+struct ScoreCase {
   Shape shape;
-  float growth;
+  float growth = 0.f; // Case's key_growth
+  float shift = 0.f;  // Case's score_shift (log2 units)
 };
-const std::vector<GrowthCase> kGrowthCases = {
+const std::vector<ScoreCase> kGrowthCases = {
     {{"grow_q333_kv1000_d128", 1, 4, 2, 333, 1000, 128, false, DType::bf16}, 3.f},
     {{"grow_causal_q700_kv1000_d64_f16", 1, 4, 4, 700, 1000, 64, true, DType::f16}, 3.f},
     {{"grow_gqa_causal_q1000_kv1000_d128", 1, 8, 2, 1000, 1000, 128, true, DType::bf16}, 3.f},
@@ -318,16 +319,32 @@ const std::vector<GrowthCase> kGrowthCases = {
     {{"jump_causal_q300_kv500_d64_f16", 1, 2, 1, 300, 500, 64, true, DType::f16}, 6.f},
     {{"jump_q64_kv500_d256", 1, 2, 2, 64, 500, 256, false, DType::bf16}, 6.f},
 };
-class Fa3GrowingMax : public ::testing::TestWithParam<GrowthCase> {};
-TEST_P(Fa3GrowingMax, EveryConfigMatchesCpuReference) {
+// Scores shifted by +-40 and +-196 log2 units (Case's score_shift): every row's maximum lies far
+// from 0, the offset a kernel might guess before its first row max (v11 tried that at a work tile's
+// first K/V tile, with a slow path for +-40 and a recompute for +-196; dropped, NOTES.md), and
+// +196 overflows exp2 of any unshifted score. Every config, causal with fully masked rows and
+// seqlen_q != seqlen_kv, GQA, fp16 and bf16.
+const std::vector<ScoreCase> kShiftCases = {
+    {{"up40_q200_kv333_d128", 1, 4, 2, 200, 333, 128, false, DType::bf16}, 0.f, 40.f},
+    {{"down40_causal_q333_kv200_d64_f16", 1, 4, 4, 333, 200, 64, true, DType::f16}, 0.f, -40.f},
+    {{"up196_causal_q130_kv300_d128_f16", 1, 2, 1, 130, 300, 128, true, DType::f16}, 0.f, 196.f},
+    {{"down196_q77_kv200_d64", 1, 4, 2, 77, 200, 64, false, DType::bf16}, 0.f, -196.f},
+    {{"down40_q64_kv150_d256", 1, 2, 2, 64, 150, 256, false, DType::bf16}, 0.f, -40.f},
+    {{"up196_causal_q150_kv100_d256_f16", 1, 2, 2, 150, 100, 256, true, DType::f16}, 0.f, 196.f},
+};
+class Fa3ScoreRange : public ::testing::TestWithParam<ScoreCase> {};
+TEST_P(Fa3ScoreRange, EveryConfigMatchesCpuReference) {
   FB_SKIP_WITHOUT_HOPPER();
-  Case c(GetParam().shape.problem(), std::random_device{}(), GetParam().growth);
+  Case c(GetParam().shape.problem(), std::random_device{}(), GetParam().growth, GetParam().shift);
   EXPECT_GT(run_all_configs(c), 0);
 }
-INSTANTIATE_TEST_SUITE_P(LazyRescale, Fa3GrowingMax, ::testing::ValuesIn(kGrowthCases),
-                         [](const ::testing::TestParamInfo<GrowthCase> &i) {
-                           return std::string(i.param.shape.name);
-                         });
+std::string score_case_name(const ::testing::TestParamInfo<ScoreCase> &i) {
+  return std::string(i.param.shape.name);
+}
+INSTANTIATE_TEST_SUITE_P(LazyRescale, Fa3ScoreRange, ::testing::ValuesIn(kGrowthCases),
+                         score_case_name);
+INSTANTIATE_TEST_SUITE_P(FarFromZero, Fa3ScoreRange, ::testing::ValuesIn(kShiftCases),
+                         score_case_name);
 
 // v4: more work tiles than an H100/H200 has SMs, so that persistent CTAs walk several tiles each
 // (the K/V ring, the Q buffer and the turn ring run on across tiles, causal tiles of different
