@@ -132,26 +132,6 @@ public:
 
   const AttentionProblem &problem() const { return p_; }
   uint64_t seed() const { return seed_; }
-
-private:
-  // Element 0 of each of `rows` head_dim-long rows := x (an integer below 256 in magnitude: exact
-  // in bf16 and fp16, whose bits are then the top half of the float's and an exact conversion).
-  void set_channel0(void *dst, int64_t rows, float x) {
-    uint16_t bits = 0;
-    if (p_.dtype == DType::bf16) {
-      uint32_t f = 0;
-      std::memcpy(&f, &x, 4);
-      bits = uint16_t(f >> 16);
-    } else {
-      const __half h = __float2half(x);
-      std::memcpy(&bits, &h, 2);
-    }
-    const std::vector<uint16_t> col(size_t(rows), bits);
-    FB_CUDA_CHECK(cudaMemcpy2D(dst, size_t(p_.head_dim) * e_, col.data(), 2, 2, size_t(rows),
-                               cudaMemcpyHostToDevice));
-  }
-
-public:
   const void *q() const { return q_.get(); }
   const void *k() const { return k_.get(); }
   const void *v() const { return v_.get(); }
@@ -213,6 +193,23 @@ public:
   }
 
 private:
+  // Element 0 of each of `rows` head_dim-long rows := x (an integer below 256 in magnitude: exact
+  // in bf16 and fp16, whose bits are then the top half of the float's and an exact conversion).
+  void set_channel0(void *dst, int64_t rows, float x) {
+    uint16_t bits = 0;
+    if (p_.dtype == DType::bf16) {
+      uint32_t f = 0;
+      std::memcpy(&f, &x, 4);
+      bits = uint16_t(f >> 16);
+    } else {
+      const __half h = __float2half(x);
+      std::memcpy(&bits, &h, 2);
+    }
+    const std::vector<uint16_t> col(size_t(rows), bits);
+    FB_CUDA_CHECK(cudaMemcpy2D(dst, size_t(p_.head_dim) * e_, col.data(), 2, 2, size_t(rows),
+                               cudaMemcpyHostToDevice));
+  }
+
   AttentionProblem p_;
   uint64_t seed_;
   int64_t e_;
