@@ -4,7 +4,9 @@
     scripts/peer_table.py OURS.json PEERS.json [--variant fa3_pipelined] [--peer torch_cudnn]
 
 OURS is a `flashbench run` results file, PEERS the output of `scripts/peers.py` on the same plan. Prints one row per
-problem: the variant's best TFLOP/s and config, each peer's TFLOP/s and the ratio to the chosen peer.
+problem: the variant's best TFLOP/s and config, each peer's TFLOP/s and the ratio to the chosen peer, then the
+SM clock (MHz), the timed loop's busy fraction and mean board power (W) of ours and of that peer. Under a power cap
+the clock follows the load, so a ratio is fair only where both loops kept the GPU about as busy.
 """
 import argparse
 import json
@@ -28,7 +30,7 @@ def main():
               file=sys.stderr)
         return 2
     key = lambda r: tuple(r["problem"].get(f) for f in FIELDS)
-    best, peer = {}, {}
+    best, peer, peer_rec = {}, {}, {}
     for r in ours:
         if r.get("status") != "ok" or not r.get("tflops"):
             continue
@@ -36,22 +38,26 @@ def main():
             continue
         k = key(r)
         if r["tflops"] > best.get(k, (0, ""))[0]:
-            best[k] = (r["tflops"], r.get("config_str", ""))
+            best[k] = (r["tflops"], r.get("config_str", ""), r)
     names = []
     for r in peers:
         if r.get("status") == "ok" and r.get("tflops"):
             n = r["name"].split("/")[0].replace("peer:", "")
             peer[(key(r), n)] = r["tflops"]
+            peer_rec[(key(r), n)] = r
             if n not in names:
                 names.append(n)
-    print(f"{'problem':16s} {'ours':>7s} " + " ".join(f"{n:>12s}" for n in names) + f" {'ours/' + a.peer:>18s}  config")
+    load = lambda r: (f"{(r or {}).get('sm_clock_mhz') or 0:5.0f} {(r or {}).get('busy_fraction') or 0:4.2f} "
+                      f"{(r or {}).get('power_w') or 0:4.0f}")
+    print(f"{'problem':16s} {'ours':>7s} " + " ".join(f"{n:>12s}" for n in names) + f" {'ours/' + a.peer:>18s}"
+          f"  {'MHz busy    W':>15s} {'(ours | peer)':>15s}  config")
     for k in sorted(best, key=lambda k: (k[5], k[6], k[3], k[0])):
         b, h, hk, sq, skv, d, causal, dt = k
         label = f"d{d} N{sq}{' causal' if causal else ''}"
-        t, cfg = best[k]
+        t, cfg, rec = best[k]
         p = peer.get((k, a.peer))
         print(f"{label:16s} {t:7.1f} " + " ".join(f"{peer.get((k, n), float('nan')):12.1f}" for n in names) +
-              f" {t / p if p else float('nan'):18.3f}  {cfg}")
+              f" {t / p if p else float('nan'):18.3f}  {load(rec)} | {load(peer_rec.get((k, a.peer)))}  {cfg}")
     return 0
 
 

@@ -186,7 +186,26 @@ def load_plan(path: str) -> list:
             seen.add(problem_key(q))
             out.append(q)
     spec = plan.get("spec") if isinstance(plan.get("spec"), dict) else None
-    return out, spec
+    timing = plan.get("timing_policy") if isinstance(plan.get("timing_policy"), dict) else {}
+    return out, spec, timing
+
+
+# argparse name -> (the plan's timing_policy field, the harness's default in timing.hpp; warm-up is longer here
+# because torch's first calls of a backend still select and cache kernels)
+TIMING_FIELDS = {"warmup": ("warmup_runs", 10), "min_samples": ("min_samples", 10), "max_samples": ("max_samples", 100000),
+                 "min_time": ("min_time_s", 0.5), "timeout": ("timeout_s", 15.0), "max_noise": ("max_noise", 0.005),
+                 "settle": ("settle_s", 2.0), "cold": ("cold", True), "flush": ("flush", "read"),
+                 "throttle_fraction": ("throttle_fraction", 0.75)}
+
+
+def resolve_timing(args, plan_timing: dict) -> None:
+    """Fills each timing option not given on the command line from the plan's timing_policy, else the default."""
+    warmup_given = getattr(args, "warmup", None) is not None
+    for name, (field, default) in TIMING_FIELDS.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, type(default)(plan_timing.get(field, default)))
+    if not warmup_given:
+        args.warmup = max(args.warmup, TIMING_FIELDS["warmup"][1])
 
 
 # ---------------------------------------------------------------- torch side
@@ -308,21 +327,138 @@ def reference_check(torch, p: dict, q, k, v, out) -> dict:
     return res
 
 
+class StoppingRule:
+    """harness/src/stopping.cpp's rule, sample for sample: stop at max_samples; or once there are min_samples, at
+    least min_time_s of GPU time (the samples' sum, not wall time) and a relative stdev <= max_noise; or at the
+    timeout (wall time) once there are min(min_samples, 3). Running sums keep each add() O(1): a rule that
+    re-summarised every sample cost milliseconds of host time per sample after a few thousand samples, which left
+    the GPU idle a growing share of the loop, and an idler GPU runs cooler and clocks higher than the harness's."""
+
+    def __init__(self, min_samples: int, max_noise: float, min_time_s: float, timeout_s: float, max_samples: int):
+        self.min_samples, self.max_noise = min_samples, max_noise
+        self.min_time_s, self.timeout_s, self.max_samples = min_time_s, timeout_s, max_samples
+        self.samples, self.reason = [], ""
+        self._sum = self._sum_sq = 0.0
+
+    def cv(self):
+        n = len(self.samples)
+        if n < 2 or self._sum <= 0:
+            return None
+        mean = self._sum / n
+        var = max(0.0, (self._sum_sq - n * mean * mean) / (n - 1))
+        return math.sqrt(var) / mean
+
+    def timed_out(self, wall_s: float) -> bool:
+        return wall_s >= self.timeout_s
+
+    def add(self, sample_us: float, wall_s: float) -> bool:
+        self.samples.append(sample_us)
+        self._sum += sample_us
+        self._sum_sq += sample_us * sample_us
+        n = len(self.samples)
+        if n >= self.max_samples:
+            self.reason = "max_samples"
+            return True
+        cv = self.cv()
+        if n >= self.min_samples and self._sum * 1e-6 >= self.min_time_s and cv is not None and cv <= self.max_noise:
+            self.reason = "noise"
+            return True
+        if self.timed_out(wall_s) and n >= min(self.min_samples, 3):
+            self.reason = "timeout"
+            return True
+        return False
+
+
+def sample_loop(sample, rule: StoppingRule, clock=None, max_mhz: int = 0, throttle_fraction: float = 0.75) -> dict:
+    """The harness's timed loop (timer.cu, Timer::measure) without the GPU: `sample()` gives one sample in us,
+    `clock()` the SM clock in MHz (0: unknown). Samples taken under throttle_fraction of max_mhz are dropped; they
+    still count towards busy_fraction, the GPU time inside samples over the loop's wall time."""
+    dropped, clocks, busy_us = 0, [], 0.0
+    t0 = time.perf_counter()
+    while True:
+        us = sample()
+        busy_us += us
+        mhz = clock() if clock else 0
+        wall = time.perf_counter() - t0
+        if mhz > 0 and max_mhz > 0 and mhz < throttle_fraction * max_mhz:
+            dropped += 1
+            if rule.timed_out(wall) and len(rule.samples) >= 3:
+                break
+            if rule.timed_out(wall * 0.5) and not rule.samples:
+                raise RuntimeError("every sample was throttled below {}% of the maximum SM clock".format(
+                    int(throttle_fraction * 100)))
+            continue
+        if mhz > 0:
+            clocks.append(mhz)
+        if rule.add(us, wall):
+            break
+    wall = time.perf_counter() - t0
+    st = summarize(rule.samples)
+    clocks.sort()
+    st.update({"samples_us": rule.samples, "dropped_throttled": dropped, "stop_reason": rule.reason or "timeout",
+               "noisy": bool(st["cv"] is None or st["cv"] > rule.max_noise), "wall_s": wall,
+               "busy_fraction": busy_us * 1e-6 / wall if wall > 0 else 0.0,
+               "sm_clock_mhz": clocks[len(clocks) // 2] if clocks else None})
+    return st
+
+
+class Nvml:
+    """The few NVML reads the harness makes (harness/src/clock.cpp), through pynvml when it is installed; every read
+    gives 0 / -1 (unknown) without it."""
+
+    def __init__(self, pci_bus_id, index: int):
+        self.nv, self.h = None, None
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            try:
+                self.h = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id) if pci_bus_id else None
+            except Exception:
+                self.h = None
+            if self.h is None:
+                self.h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            self.nv = pynvml
+        except Exception:
+            self.nv, self.h = None, None
+
+    def _read(self, f, *args, default=0):
+        if self.nv is None:
+            return default
+        try:
+            return f(self.h, *args)
+        except Exception:
+            return default
+
+    def sm_clock_mhz(self) -> int:
+        return self._read(self.nv.nvmlDeviceGetClockInfo, self.nv.NVML_CLOCK_SM) if self.nv else 0
+
+    def slowdown_reasons(self) -> int:
+        # power cap 0x4, HW slowdown 0x8, SW thermal 0x20, HW thermal 0x40, power brake 0x80 (as clock.cpp)
+        return self._read(self.nv.nvmlDeviceGetCurrentClocksThrottleReasons) & 0xEC if self.nv else 0
+
+    def energy_mj(self) -> int:
+        return self._read(self.nv.nvmlDeviceGetTotalEnergyConsumption, default=-1) if self.nv else -1
+
+
 class Timer:
-    """The harness's method (harness/include/flashbench/timing.hpp) in torch terms.
+    """The harness's method (harness/include/flashbench/timing.hpp) in torch terms, with the same policy fields
+    (taken from the plan unless given on the command line) and the same stopping rule.
 
     flush "read" (default) sums a buffer of twice the L2 size that nothing writes, leaving the L2 full of clean
     lines; "write" zeroes it (triton's do_bench, nvbench), leaving dirty lines whose write-back the timed call
     pays for. Each sample first queues a ~50 us spin (torch.cuda._sleep) so that the host has queued the flush,
     the events and the call before the GPU reaches them: the host's launch latency (python, SDPA dispatch) stays
-    out of the samples, as the harness's stream hold keeps it out of ours."""
+    out of the samples, as the harness's stream hold keeps it out of ours. Each record carries busy_fraction and
+    power_w, as the harness's do: under a power cap a ratio between the two is fair only at similar loads."""
 
-    def __init__(self, torch, args, l2_bytes: int):
+    def __init__(self, torch, args, l2_bytes: int, nvml: Nvml = None, max_mhz: int = 0):
         self.torch, self.args = torch, args
         self.flush_buf = torch.ones(max(2 * l2_bytes, 1 << 24), dtype=torch.uint8, device="cuda")
         self.flush_how = getattr(args, "flush", "read")
         self.hold = getattr(torch.cuda, "_sleep", None)
         self.hold_cycles = int(50e-6 * 1.98e9)
+        self.nvml = nvml or Nvml(None, torch.cuda.current_device())
+        self.max_mhz = max_mhz
 
     def flush(self):
         if self.flush_how == "write":
@@ -330,34 +466,26 @@ class Timer:
         else:
             self.flush_buf.sum(dtype=self.torch.int32)
 
-    def settle(self, limit_s: float = 2.0) -> float:
+    def settle(self, limit_s: float) -> float:
         """Waits (up to limit_s) until NVML reports no power or thermal slowdown, as the harness does before each
         point (timing.settle_s), so that a peer does not inherit the power cap of the previous point."""
-        try:
-            import pynvml
-        except ImportError:
-            return 0.0
-        try:
-            pynvml.nvmlInit()
-            h = pynvml.nvmlDeviceGetHandleByIndex(self.torch.cuda.current_device())
-            t0 = time.perf_counter()
-            while pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h) & (0x4 | 0x8 | 0x20 | 0x40 | 0x80):
-                if time.perf_counter() - t0 > limit_s:
-                    break
-                time.sleep(0.02)
-            return time.perf_counter() - t0
-        except Exception:
-            return 0.0
+        t0 = time.perf_counter()
+        while self.nvml.slowdown_reasons() and time.perf_counter() - t0 < limit_s:
+            time.sleep(0.02)
+        return time.perf_counter() - t0
 
     def measure(self, fn) -> dict:
         torch, a = self.torch, self.args
-        settle_wait = self.settle()
+        settle_wait = self.settle(a.settle) if a.settle > 0 else 0.0
+        slowdown = self.nvml.slowdown_reasons()
         for _ in range(a.warmup):
+            if a.cold:
+                self.flush()
             fn()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        samples, t0 = [], time.perf_counter()
-        while True:
+
+        def sample():
             if self.hold is not None:
                 self.hold(self.hold_cycles)
             if a.cold:
@@ -366,20 +494,15 @@ class Timer:
             fn()
             end.record()
             end.synchronize()
-            samples.append(start.elapsed_time(end) * 1e3)  # ms -> µs
-            n, elapsed = len(samples), time.perf_counter() - t0
-            if n >= a.max_samples or elapsed >= a.timeout:
-                break
-            if n >= a.min_samples and elapsed >= a.min_time:
-                st = summarize(samples)
-                if st["cv"] is not None and st["cv"] <= a.max_noise:
-                    break
-        st = summarize(samples)
+            return start.elapsed_time(end) * 1e3  # ms -> us
+
+        rule = StoppingRule(a.min_samples, a.max_noise, a.min_time, a.timeout, a.max_samples)
+        e0 = self.nvml.energy_mj()
+        st = sample_loop(sample, rule, self.nvml.sm_clock_mhz, self.max_mhz, a.throttle_fraction)
+        e1 = self.nvml.energy_mj() if e0 >= 0 else -1
+        st["power_w"] = (e1 - e0) * 1e-3 / st["wall_s"] if e0 >= 0 and e1 >= e0 and st["wall_s"] > 0 else 0.0
         st["settle_wait_s"] = settle_wait
-        st["samples_us"] = samples
-        st["noisy"] = bool(st["cv"] is None or st["cv"] > a.max_noise)
-        st["dropped_throttled"] = 0
-        st["sm_clock_mhz"] = sm_clock_mhz(torch)
+        st["slowdown_at_start"] = slowdown
         return st
 
 
@@ -503,14 +626,17 @@ def main(argv=None) -> int:
     ap.add_argument("-o", "--out", required=True, help="results JSON to write")
     ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of " + ",".join(PEERS))
     ap.add_argument("--ceilings", action="store_true", help="also measure bf16 GEMM 8192³ and copy bandwidth")
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--min-samples", type=int, default=10)
-    ap.add_argument("--max-samples", type=int, default=2000)
-    ap.add_argument("--min-time", type=float, default=0.5, help="seconds")
-    ap.add_argument("--timeout", type=float, default=15.0, help="seconds per point")
-    ap.add_argument("--max-noise", type=float, default=0.005, help="relative stdev target")
-    ap.add_argument("--warm", dest="cold", action="store_false", help="do not flush L2 before each sample")
-    ap.add_argument("--flush", choices=("read", "write"), default="read",
+    # Timing: the plan's timing_policy (what `flashbench run` of the same spec uses), unless given here
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--min-samples", type=int, default=None)
+    ap.add_argument("--max-samples", type=int, default=None)
+    ap.add_argument("--min-time", type=float, default=None, help="seconds of GPU time summed over the samples")
+    ap.add_argument("--timeout", type=float, default=None, help="seconds per point (wall)")
+    ap.add_argument("--max-noise", type=float, default=None, help="relative stdev target")
+    ap.add_argument("--settle", type=float, default=None, help="seconds to wait for power/thermal slowdown to clear")
+    ap.add_argument("--warm", dest="cold", action="store_const", const=False, default=None,
+                    help="do not flush L2 before each sample")
+    ap.add_argument("--flush", choices=("read", "write"), default=None,
                     help="L2 flush: read a 2x-L2 buffer (clean lines, default) or write it (as do_bench)")
     ap.add_argument("--no-verify", dest="verify", action="store_false")
     ap.add_argument("--seed", type=int, default=1234)
@@ -520,7 +646,8 @@ def main(argv=None) -> int:
         unknown = [x for x in peers if x not in PEERS]
         if unknown:
             raise UserError("--peers: unknown {}; choose from {}".format(",".join(unknown), ",".join(PEERS)))
-        problems, plan_spec = load_plan(args.problems)
+        problems, plan_spec, plan_timing = load_plan(args.problems)
+        resolve_timing(args, plan_timing)
     except UserError as e:
         print("peers.py: error: {}".format(e), file=sys.stderr)
         return 2
@@ -534,7 +661,8 @@ def main(argv=None) -> int:
         return 0
 
     dev = device_info(torch)
-    timer = Timer(torch, args, dev.get("l2_bytes") or (64 << 20))
+    timer = Timer(torch, args, dev.get("l2_bytes") or (64 << 20), Nvml(dev.get("pci_bus_id"), torch.cuda.current_device()),
+                  dev.get("sm_clock_max_mhz") or 0)
     ctx = {"date": dt.datetime.now(dt.timezone.utc).astimezone().isoformat(timespec="seconds"),
            "host_name": socket.gethostname(), "executable": os.path.abspath(__file__), "num_cpus": os.cpu_count(),
            "mhz_per_cpu": 0, "cpu_scaling_enabled": False, "caches": [],
@@ -543,9 +671,7 @@ def main(argv=None) -> int:
            "flashbench": {"version": "peers.py", "git_sha": git_sha(), "build_type": "python " + platform.python_version()},
            "spec": plan_spec or {"name": os.path.splitext(os.path.basename(args.problems))[0], "path": args.problems},
            "device": dev, "ceilings": measure_ceilings(torch, args) if args.ceilings else None,
-           "timing_policy": {"min_samples": args.min_samples, "max_noise": args.max_noise, "min_time_s": args.min_time,
-                             "timeout_s": args.timeout, "cold": args.cold, "flush": args.flush, "warmup": args.warmup,
-                             "max_samples": args.max_samples, "timer": "cuda_events"}}
+           "timing_policy": dict({f: getattr(args, n) for n, (f, _) in TIMING_FIELDS.items()}, timer="cuda_events")}
     records = []
     for i, p in enumerate(problems):
         for peer in peers:

@@ -22,6 +22,7 @@ struct Nvml {
   nvmlReturn (*max_clock)(nvmlDevice, int, unsigned*) = nullptr;
   nvmlReturn (*driver)(char*, unsigned) = nullptr;
   nvmlReturn (*reasons)(nvmlDevice, unsigned long long*) = nullptr; // optional
+  nvmlReturn (*energy)(nvmlDevice, unsigned long long*) = nullptr;  // optional (Volta and newer)
   bool ok = false;
 };
 
@@ -40,6 +41,8 @@ const Nvml& nvml() {
     n.driver = reinterpret_cast<nvmlReturn (*)(char*, unsigned)>(dlsym(n.lib, "nvmlSystemGetDriverVersion"));
     n.reasons = reinterpret_cast<nvmlReturn (*)(nvmlDevice, unsigned long long*)>(
         dlsym(n.lib, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+    n.energy = reinterpret_cast<nvmlReturn (*)(nvmlDevice, unsigned long long*)>(
+        dlsym(n.lib, "nvmlDeviceGetTotalEnergyConsumption"));
     n.ok = n.init && n.by_bus_id && n.clock && n.max_clock && n.driver && n.init() == 0;
   });
   return n;
@@ -75,6 +78,12 @@ unsigned long long ClockReader::slowdown_reasons() const {
   unsigned long long r = 0;
   if (device_ && nvml().reasons && nvml().reasons(device_, &r) == 0) return r & kHeatOrPower;
   return 0;
+}
+
+long long ClockReader::energy_mj() const {
+  unsigned long long mj = 0;
+  if (device_ && nvml().energy && nvml().energy(device_, &mj) == 0) return static_cast<long long>(mj);
+  return -1;
 }
 
 std::string ClockReader::driver_version() const {

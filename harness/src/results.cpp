@@ -100,6 +100,8 @@ nlohmann::json to_json(const Result& r) {
     j["wall_s"] = t.wall_s;
     j["settle_wait_s"] = t.settle_wait_s;
     j["slowdown_at_start"] = t.slowdown_at_start;
+    j["busy_fraction"] = t.busy_fraction;
+    j["power_w"] = t.power_w;
     j["bytes_model_gbps"] = r.bytes_model / (t.median_us * 1e-6) / 1e9;
     // Achieved bandwidth on the bytes that must move: K+V alone (decode is bound by reading the cache) and all
     // of bytes_min (Q, K, V, O, LSE). SI GB/s over the median time.
@@ -166,6 +168,8 @@ Result result_from_json(const nlohmann::json& j) {
       t.wall_s = j.value("wall_s", 0.0);
       t.settle_wait_s = j.value("settle_wait_s", 0.0);
       t.slowdown_at_start = j.value("slowdown_at_start", 0ull);
+      t.busy_fraction = j.value("busy_fraction", 0.0);
+      t.power_w = j.value("power_w", 0.0);
       r.timing = t;
     }
     if (j.contains("verification") && j["verification"].is_object()) {

@@ -179,10 +179,13 @@ TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
   std::vector<double> clocks;
   int dropped = 0;
   const int max_mhz = m.dev.sm_clock_max_mhz;
+  double busy_us = 0; // every timed sample's GPU time, dropped ones included: the load the loop put on the GPU
+  const long long energy0 = m.clocks.available() ? m.clocks.energy_mj() : -1;
   const double t0 = now_s();
   for (;;) {
     const double us = sample_us(launch, policy.cold);
     if (us < 0) continue; // void sample (see sample_us)
+    busy_us += us;
     const int mhz = m.clocks.available() ? m.clocks.sm_clock_mhz() : 0;
     const double wall = now_s() - t0;
     if (mhz > 0 && max_mhz > 0 && mhz < policy.throttle_fraction * max_mhz) {
@@ -202,6 +205,11 @@ TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
   t.stop_reason = rule.reason().empty() ? "timeout" : rule.reason();
   t.noisy = t.cv > policy.max_noise;
   t.wall_s = now_s() - t0;
+  const long long energy1 = energy0 >= 0 ? m.clocks.energy_mj() : -1;
+  if (t.wall_s > 0) {
+    t.busy_fraction = busy_us * 1e-6 / t.wall_s;
+    if (energy0 >= 0 && energy1 >= energy0) t.power_w = (energy1 - energy0) * 1e-3 / t.wall_s;
+  }
   t.settle_wait_s = settle_wait;
   t.slowdown_at_start = slowdown;
   if (!clocks.empty()) {

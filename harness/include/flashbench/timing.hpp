@@ -57,6 +57,10 @@ struct TimingStats {
   double wall_s = 0;
   double settle_wait_s = 0;        // waited before warm-up for power/thermal slowdown to clear
   unsigned long long slowdown_at_start = 0; // NVML reasons still set when sampling began (0: none)
+  // The load the timed loop put on the GPU. Under a power cap the clock depends on it, so two harnesses compare
+  // kernels fairly only at similar values (scripts/peers.py reports the same two fields).
+  double busy_fraction = 0;        // GPU time inside the samples (kept and dropped) over the timed loop's wall time
+  double power_w = 0;              // mean board power over the timed loop (NVML energy counter; 0 when unknown)
 };
 
 // The stopping rule alone, host-only so it is testable: feed samples, ask whether to stop.
@@ -91,6 +95,8 @@ public:
   int sm_clock_max_mhz() const; // maximum
   // NVML clock-slowdown reasons that come from power or heat (0 when none, or NVML cannot say).
   unsigned long long slowdown_reasons() const;
+  // Energy the board has used since the driver loaded, in millijoules (-1 when NVML cannot say).
+  long long energy_mj() const;
   std::string driver_version() const;
 
 private:
