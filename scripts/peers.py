@@ -5,9 +5,11 @@ variants.
 
   python scripts/peers.py --problems plan.json -o peers.json [--ceilings] [--peers torch_flash,flex]
 
-plan.json is {"problems": [problem objects], "spec": {...}} as written by `flashbench plan SPEC.yaml`.
-Measurement mirrors the harness: warm-up, then per sample an L2 flush (outside the timed region) and a
-CUDA-event-timed call; stop at the noise target after min samples and min time, or at the timeout.
+plan.json is {"problems": [...], "spec": {...}, "timing_policy": {...}} as written by `flashbench plan SPEC.yaml`.
+Measurement mirrors the harness, with the plan's timing policy: warm-up, then per sample an L2 flush (outside the
+timed region) and a CUDA-event-timed call; the harness's stopping rule (noise target after min samples and min GPU
+time, or the timeout); samples under 75% of the maximum clock dropped. Records carry the timed loop's busy
+fraction and mean power, as the harness's do, so a ratio can be checked for equal load.
 Each peer output is checked against a float64 reference before it is timed; a peer that fails is
 `incorrect`, a combination a backend cannot run is `skipped` with the reason.
 
@@ -369,29 +371,35 @@ class StoppingRule:
         return False
 
 
-def sample_loop(sample, rule: StoppingRule, clock=None, max_mhz: int = 0, throttle_fraction: float = 0.75) -> dict:
-    """The harness's timed loop (timer.cu, Timer::measure) without the GPU: `sample()` gives one sample in us,
-    `clock()` the SM clock in MHz (0: unknown). Samples taken under throttle_fraction of max_mhz are dropped; they
-    still count towards busy_fraction, the GPU time inside samples over the loop's wall time."""
+def sample_loop(batch, rule: StoppingRule, clock=None, max_mhz: int = 0, throttle_fraction: float = 0.75) -> dict:
+    """The harness's timed loop (timer.cu, Timer::measure) without the GPU: `batch()` gives the next samples in us
+    (a list: peers time several back to back, see Timer), `clock()` the SM clock in MHz (0: unknown), read once
+    per batch. Samples taken under throttle_fraction of max_mhz are dropped; they still count towards
+    busy_fraction, the GPU time inside samples over the loop's wall time."""
     dropped, clocks, busy_us = 0, [], 0.0
     t0 = time.perf_counter()
-    while True:
-        us = sample()
-        busy_us += us
+    done = False
+    while not done:
+        got = batch()
         mhz = clock() if clock else 0
         wall = time.perf_counter() - t0
-        if mhz > 0 and max_mhz > 0 and mhz < throttle_fraction * max_mhz:
-            dropped += 1
+        throttled = mhz > 0 and max_mhz > 0 and mhz < throttle_fraction * max_mhz
+        for us in got:
+            busy_us += us
+            if throttled:
+                dropped += 1
+                continue
+            if mhz > 0:
+                clocks.append(mhz)
+            if rule.add(us, wall):
+                done = True
+                break
+        if throttled:
             if rule.timed_out(wall) and len(rule.samples) >= 3:
                 break
             if rule.timed_out(wall * 0.5) and not rule.samples:
                 raise RuntimeError("every sample was throttled below {}% of the maximum SM clock".format(
                     int(throttle_fraction * 100)))
-            continue
-        if mhz > 0:
-            clocks.append(mhz)
-        if rule.add(us, wall):
-            break
     wall = time.perf_counter() - t0
     st = summarize(rule.samples)
     clocks.sort()
@@ -400,6 +408,13 @@ def sample_loop(sample, rule: StoppingRule, clock=None, max_mhz: int = 0, thrott
                "busy_fraction": busy_us * 1e-6 / wall if wall > 0 else 0.0,
                "sm_clock_mhz": clocks[len(clocks) // 2] if clocks else None})
     return st
+
+
+def hold_us(enqueue_us: float, period_us: float, k: int, margin: float) -> float:
+    """How long the GPU must be held for the host to queue k samples before the GPU reaches the first: the host
+    needs enqueue_us per sample, the GPU period_us (flush + call). The host must be one sample ahead at the start
+    and loses (enqueue_us - period_us) per later sample when it is the slower of the two."""
+    return margin * (enqueue_us + (k - 1) * max(0.0, enqueue_us - period_us)) + 20.0
 
 
 class Nvml:
@@ -446,19 +461,30 @@ class Timer:
 
     flush "read" (default) sums a buffer of twice the L2 size that nothing writes, leaving the L2 full of clean
     lines; "write" zeroes it (triton's do_bench, nvbench), leaving dirty lines whose write-back the timed call
-    pays for. Each sample first queues a ~50 us spin (torch.cuda._sleep) so that the host has queued the flush,
-    the events and the call before the GPU reaches them: the host's launch latency (python, SDPA dispatch) stays
-    out of the samples, as the harness's stream hold keeps it out of ours. Each record carries busy_fraction and
-    power_w, as the harness's do: under a power cap a ratio between the two is fair only at similar loads."""
+    pays for.
+
+    Samples go in batches: a spin (torch.cuda._sleep) holds the GPU while the host queues k x (flush, event, call,
+    event), so the host's launch latency (python, SDPA dispatch) never lands between a pair of events, as the
+    harness's stream hold keeps it out of ours. An event after the spin proves it: if the GPU had already passed
+    the spin when the host finished queuing, the batch is void and the next spin is longer. One sample per host
+    round trip instead would leave the GPU idle for the round trip (a few hundred microseconds of python), which at
+    short calls kept the GPU at a third of the harness's load, cooler and at a higher clock. Each record carries
+    busy_fraction and power_w, as the harness's do."""
+
+    MAX_BATCH = 64
 
     def __init__(self, torch, args, l2_bytes: int, nvml: Nvml = None, max_mhz: int = 0):
         self.torch, self.args = torch, args
         self.flush_buf = torch.ones(max(2 * l2_bytes, 1 << 24), dtype=torch.uint8, device="cuda")
         self.flush_how = getattr(args, "flush", "read")
-        self.hold = getattr(torch.cuda, "_sleep", None)
-        self.hold_cycles = int(50e-6 * 1.98e9)
+        self.sleep = getattr(torch.cuda, "_sleep", None)
         self.nvml = nvml or Nvml(None, torch.cuda.current_device())
         self.max_mhz = max_mhz
+        ev = lambda: torch.cuda.Event(enable_timing=True)
+        self.starts = [ev() for _ in range(self.MAX_BATCH)]
+        self.ends = [ev() for _ in range(self.MAX_BATCH)]
+        self.held = torch.cuda.Event()
+        self.void_batches = 0
 
     def flush(self):
         if self.flush_how == "write":
@@ -478,32 +504,62 @@ class Timer:
         torch, a = self.torch, self.args
         settle_wait = self.settle(a.settle) if a.settle > 0 else 0.0
         slowdown = self.nvml.slowdown_reasons()
+        self.void_batches = 0
+        t_host = time.perf_counter()
+        self.starts[0].record()
         for _ in range(a.warmup):
             if a.cold:
                 self.flush()
             fn()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.ends[0].record()
+        self.ends[0].synchronize()
+        n_warm = max(a.warmup, 1)
+        state = {"period": self.starts[0].elapsed_time(self.ends[0]) * 1e3 / n_warm,  # us, GPU, per sample
+                 "enqueue": (time.perf_counter() - t_host) * 1e6 / n_warm, "margin": 1.5, "floor": 0.0}
 
-        def sample():
-            if self.hold is not None:
-                self.hold(self.hold_cycles)
-            if a.cold:
-                self.flush()
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) * 1e3  # ms -> us
+        def batch():
+            period = max(state["period"], 1.0)
+            k = max(1, min(self.MAX_BATCH, int(0.01e6 / period)))  # about 10 ms of GPU work per batch
+            for _ in range(8):
+                us = min(max(hold_us(state["enqueue"], period, k, state["margin"]), state["floor"]), 200e3)
+                if self.sleep is not None:
+                    self.sleep(int(us * 1e-6 * 2.0e9))  # cycles; a lower clock only makes the hold longer
+                self.held.record()
+                t1 = time.perf_counter()
+                for i in range(k):
+                    if a.cold:
+                        self.flush()
+                    self.starts[i].record()
+                    fn()
+                    self.ends[i].record()
+                state["enqueue"] = (time.perf_counter() - t1) * 1e6 / k
+                in_time = self.sleep is None or not self.held.query()
+                self.ends[k - 1].synchronize()
+                if in_time:
+                    state["period"] = self.starts[0].elapsed_time(self.ends[k - 1]) * 1e3 / k
+                    return [self.starts[i].elapsed_time(self.ends[i]) * 1e3 for i in range(k)]  # ms -> us
+                self.void_batches += 1  # the GPU got ahead of the host: launch latency may be inside the samples
+                state["margin"] *= 2
+                state["floor"] = 2 * us
+            raise RuntimeError("the host could not queue a batch of samples ahead of the GPU")
 
         rule = StoppingRule(a.min_samples, a.max_noise, a.min_time, a.timeout, a.max_samples)
         e0 = self.nvml.energy_mj()
-        st = sample_loop(sample, rule, self.nvml.sm_clock_mhz, self.max_mhz, a.throttle_fraction)
+        st = sample_loop(batch, rule, self.nvml.sm_clock_mhz, self.max_mhz, a.throttle_fraction)
         e1 = self.nvml.energy_mj() if e0 >= 0 else -1
-        st["power_w"] = (e1 - e0) * 1e-3 / st["wall_s"] if e0 >= 0 and e1 >= e0 and st["wall_s"] > 0 else 0.0
+        st["power_w"] = power_w(e0, e1, st["wall_s"])
         st["settle_wait_s"] = settle_wait
         st["slowdown_at_start"] = slowdown
+        st["void_batches"] = self.void_batches
         return st
+
+
+def power_w(e0_mj: float, e1_mj: float, wall_s: float) -> float:
+    """Mean power from two reads of NVML's energy counter; 0 (unknown) for loops under 0.5 s, where the counter's
+    update interval (tens of ms on an H200: loops of 60 ms read 0 to 1000 W) swamps the mean."""
+    if e0_mj < 0 or e1_mj < e0_mj or wall_s < 0.5:
+        return 0.0
+    return (e1_mj - e0_mj) * 1e-3 / wall_s
 
 
 def sm_clock_mhz(torch):

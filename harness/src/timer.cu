@@ -208,7 +208,9 @@ TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
   const long long energy1 = energy0 >= 0 ? m.clocks.energy_mj() : -1;
   if (t.wall_s > 0) {
     t.busy_fraction = busy_us * 1e-6 / t.wall_s;
-    if (energy0 >= 0 && energy1 >= energy0) t.power_w = (energy1 - energy0) * 1e-3 / t.wall_s;
+    // NVML's energy counter moves in steps of tens of ms (an H200 read 0 to 1000 W over 60-ms loops): shorter
+    // loops get no power figure rather than a wrong one.
+    if (energy0 >= 0 && energy1 >= energy0 && t.wall_s >= 0.5) t.power_w = (energy1 - energy0) * 1e-3 / t.wall_s;
   }
   t.settle_wait_s = settle_wait;
   t.slowdown_at_start = slowdown;

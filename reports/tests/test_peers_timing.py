@@ -61,21 +61,37 @@ def test_loop_host_cost_does_not_grow_with_the_sample_count(peers):
     # time per sample is GPU idle time in a real run, so it decides how hot the GPU runs.
     rng = random.Random(3)
     t0 = time.perf_counter()
-    st = peers.sample_loop(lambda: rng.uniform(50, 150), rule(peers, max_samples=100000, max_noise=0.0))
+    st = peers.sample_loop(lambda: [rng.uniform(50, 150) for _ in range(7)],
+                           rule(peers, max_samples=100000, max_noise=0.0))
     assert st["stop_reason"] == "max_samples" and len(st["samples_us"]) == 100000
     assert time.perf_counter() - t0 < 5.0
 
 
-def test_throttled_samples_are_dropped_but_count_as_load(peers):
-    mhz = iter([1980, 1000, 1980, 1000] * 10)
-    st = peers.sample_loop(lambda: 100.0, rule(peers, min_samples=5, min_time_s=0.0005), lambda: next(mhz), 1980)
-    assert len(st["samples_us"]) == 5 and st["dropped_throttled"] == 4
+def test_throttled_batches_are_dropped_but_count_as_load(peers):
+    mhz = iter([1980, 1000, 1980, 1000] * 10)  # read once per batch of two samples
+    st = peers.sample_loop(lambda: [100.0, 100.0], rule(peers, min_samples=5, min_time_s=0.0005), lambda: next(mhz),
+                           1980)
+    assert len(st["samples_us"]) == 5 and st["dropped_throttled"] == 4  # stops inside the third kept batch
     assert st["sm_clock_mhz"] == 1980 and st["busy_fraction"] > 0
 
 
 def test_all_throttled_is_an_error_not_a_result(peers):
     with pytest.raises(RuntimeError, match="throttled"):
-        peers.sample_loop(lambda: 100.0, rule(peers, timeout_s=0.05), lambda: 900, 1980)
+        peers.sample_loop(lambda: [100.0], rule(peers, timeout_s=0.05), lambda: 900, 1980)
+
+
+def test_hold_covers_the_queuing_of_a_batch(peers):
+    # GPU slower than the host (1 ms calls, 100 us to queue one): a head start of one sample is enough
+    assert peers.hold_us(100.0, 1000.0, 10, 1.0) == pytest.approx(120.0)
+    # host slower (30 us calls): it falls 70 us further behind with every sample, so the hold covers them all
+    assert peers.hold_us(100.0, 30.0, 10, 1.0) == pytest.approx(100.0 + 9 * 70.0 + 20.0)
+    assert peers.hold_us(100.0, 30.0, 10, 2.0) == pytest.approx(2 * (100.0 + 9 * 70.0) + 20.0)
+
+
+def test_power_needs_a_long_enough_loop(peers):
+    assert peers.power_w(1_000_000, 1_350_000, 0.5) == pytest.approx(700.0)
+    assert peers.power_w(1_000_000, 1_020_000, 0.06) == 0.0  # the counter's steps swamp a 60-ms mean
+    assert peers.power_w(-1, -1, 2.0) == 0.0  # no NVML
 
 
 def test_timing_comes_from_the_plan_unless_given(peers):
@@ -92,3 +108,90 @@ def test_timing_comes_from_the_plan_unless_given(peers):
     b = argparse.Namespace(**{n: None for n in names})
     peers.resolve_timing(b, {})
     assert (b.min_samples, b.min_time, b.timeout, b.cold, b.flush) == (10, 0.5, 15.0, True, "read")
+
+
+class FakeTorch:
+    """Just enough of torch for peers.Timer: every call is 100 us on the 'GPU', events read a counter, and the
+    spin's event reports itself passed for the first `late` batches (a host too slow for its hold)."""
+
+    int32, uint8 = "int32", "uint8"
+
+    def __init__(self, late=0):
+        self.t, self.late, self.sleeps = 0.0, late, []
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing=False):
+                self.at = 0.0
+
+            def record(self):
+                self.at = fake.t
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return (other.at - self.at) * 1e-3  # ms
+
+            def query(self):
+                if fake.late > 0:
+                    fake.late -= 1
+                    return True
+                return False
+
+        class Buf:
+            def sum(self, dtype=None):
+                fake.t += 30.0
+
+            def zero_(self):
+                fake.t += 30.0
+
+        class Cuda:
+            @staticmethod
+            def _sleep(cycles):
+                fake.sleeps.append(cycles)
+
+            @staticmethod
+            def current_device():
+                return 0
+
+        Cuda.Event = Event
+        self.cuda = Cuda
+        self.ones = lambda *a, **k: Buf()
+
+    def call(self):
+        self.t += 100.0
+
+
+def fake_args(**kw):
+    a = argparse.Namespace(warmup=10, min_samples=10, max_samples=100000, min_time=0.01, timeout=5.0, max_noise=0.01,
+                           settle=0.0, cold=True, flush="read", throttle_fraction=0.75)
+    vars(a).update(kw)
+    return a
+
+
+class NoNvml:
+    sm_clock_mhz = staticmethod(lambda: 0)
+    slowdown_reasons = staticmethod(lambda: 0)
+    energy_mj = staticmethod(lambda: -1)
+
+
+def test_timer_batches_samples_behind_one_hold(peers):
+    torch = FakeTorch()
+    timer = peers.Timer(torch, fake_args(), 1 << 20, NoNvml())
+    st = timer.measure(torch.call)
+    assert st["median_us"] == pytest.approx(100.0) and st["stop_reason"] == "noise"
+    assert len(st["samples_us"]) == 100  # 10 ms of GPU time at 100 us a sample
+    assert st["void_batches"] == 0 and len(torch.sleeps) == 2  # batches of 64 (the cap): one hold per batch
+    assert st["power_w"] == 0.0
+
+
+def test_a_batch_the_host_queued_too_late_is_void(peers):
+    torch = FakeTorch(late=2)
+    timer = peers.Timer(torch, fake_args(), 1 << 20, NoNvml())
+    st = timer.measure(torch.call)
+    assert st["void_batches"] == 2 and st["median_us"] == pytest.approx(100.0)
+    assert torch.sleeps[1] > torch.sleeps[0] and torch.sleeps[2] > torch.sleeps[1]  # each retry holds longer
+    never = FakeTorch(late=10 ** 6)
+    with pytest.raises(RuntimeError, match="could not queue"):
+        peers.Timer(never, fake_args(), 1 << 20, NoNvml()).measure(never.call)
