@@ -477,6 +477,7 @@ class Timer:
         self.torch, self.args = torch, args
         self.flush_buf = torch.ones(max(2 * l2_bytes, 1 << 24), dtype=torch.uint8, device="cuda")
         self.flush_how = getattr(args, "flush", "read")
+        self.flush_float = self.flush_buf.view(torch.float32) if hasattr(self.flush_buf, "view") else self.flush_buf
         self.sleep = getattr(torch.cuda, "_sleep", None)
         self.nvml = nvml or Nvml(None, torch.cuda.current_device())
         self.max_mhz = max_mhz
@@ -490,7 +491,9 @@ class Timer:
         if self.flush_how == "write":
             self.flush_buf.zero_()
         else:
-            self.flush_buf.sum(dtype=self.torch.int32)
+            # Read as float32 (bytes 0x01: small normal numbers), torch's fastest reduction. Summing the bytes into
+            # int32 took far longer than the harness's flush kernel (between_samples_us in the record shows the cost).
+            self.flush_float.sum()
 
     def settle(self, limit_s: float) -> float:
         """Waits (up to limit_s) until NVML reports no power or thermal slowdown, as the harness does before each
@@ -537,6 +540,7 @@ class Timer:
                 self.ends[k - 1].synchronize()
                 if in_time:
                     state["period"] = self.starts[0].elapsed_time(self.ends[k - 1]) * 1e3 / k
+                    state["gap"] = self.ends[0].elapsed_time(self.starts[1]) * 1e3 if k > 1 else 0.0
                     return [self.starts[i].elapsed_time(self.ends[i]) * 1e3 for i in range(k)]  # ms -> us
                 self.void_batches += 1  # the GPU got ahead of the host: launch latency may be inside the samples
                 state["margin"] *= 2
@@ -552,6 +556,7 @@ class Timer:
         st["slowdown_at_start"] = slowdown
         st["void_batches"] = self.void_batches
         st["host_enqueue_us"] = state["enqueue"]  # host time to queue one sample, last batch
+        st["between_samples_us"] = state.get("gap")  # GPU time from one sample's end to the next's start (flush)
         return st
 
 
