@@ -1,6 +1,4 @@
-import importlib.util
 import json
-import os
 import subprocess
 import sys
 
@@ -8,15 +6,7 @@ import pytest
 
 from flashbench_reports import results
 
-PEERS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "peers.py")
-
-
-@pytest.fixture(scope="module")
-def peers():
-    spec = importlib.util.spec_from_file_location("peers", PEERS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from conftest import PEERS
 
 
 def _brute(sq, skv, causal):

@@ -1,21 +1,9 @@
 """scripts/peers.py's timed loop: the harness's stopping rule and policy, without a GPU."""
 import argparse
-import importlib.util
-import os
 import random
 import time
 
 import pytest
-
-PEERS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "peers.py")
-
-
-@pytest.fixture(scope="module")
-def peers():
-    spec = importlib.util.spec_from_file_location("peers", PEERS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def rule(peers, **kw):
