@@ -477,7 +477,7 @@ class Timer:
         self.torch, self.args = torch, args
         self.flush_buf = torch.ones(max(2 * l2_bytes, 1 << 24), dtype=torch.uint8, device="cuda")
         self.flush_how = getattr(args, "flush", "read")
-        self.flush_float = self.flush_buf.view(torch.float32) if hasattr(self.flush_buf, "view") else self.flush_buf
+        self.flush_float = self.flush_buf.view(torch.float32)
         self.sleep = getattr(torch.cuda, "_sleep", None)
         self.nvml = nvml or Nvml(None, torch.cuda.current_device())
         self.max_mhz = max_mhz

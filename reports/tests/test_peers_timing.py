@@ -102,7 +102,7 @@ class FakeTorch:
     """Just enough of torch for peers.Timer: every call is 100 us on the 'GPU', events read a counter, and the
     spin's event reports itself passed for the first `late` batches (a host too slow for its hold)."""
 
-    int32, uint8 = "int32", "uint8"
+    int32, uint8, float32 = "int32", "uint8", "float32"
 
     def __init__(self, late=0):
         self.t, self.late, self.sleeps = 0.0, late, []
@@ -128,6 +128,9 @@ class FakeTorch:
                 return False
 
         class Buf:
+            def view(self, dtype):
+                return self
+
             def sum(self, dtype=None):
                 fake.t += 30.0
 
