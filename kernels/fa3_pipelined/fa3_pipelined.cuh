@@ -1092,8 +1092,25 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.heads_q = static_cast<int>(p.heads_q);
   a.group = static_cast<int>(p.group_size());
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
-  a.order = tile_order(p, c.block_m, D, l2_bytes());
   a.total_tiles = static_cast<int>(total_work_tiles(p, c));
+  const auto kernel = fa3_kernel<T, D, BN, OVERLAP, WIDE>;
+  const int64_t smem =
+      launch_smem_bytes(D, c) - int64_t(q_buffers(D, c) - a.q_bufs) * 2 * D * c.block_m;
+  FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  const int threads = 128 * (1 + c.consumers);
+  int per_sm = 0, dev = 0, sms = 0;
+  FB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
+                                                              static_cast<size_t>(smem)));
+  FB_CUDA_CHECK(cudaGetDevice(&dev));
+  FB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t resident = persistent_grid(a.total_tiles, sms, per_sm);
+  // Experiment knob (v12): FLASHBENCH_FA3_SECTION_WAVES=x caps an L2 section at x waves of resident
+  // CTAs' worth of work tiles instead of section_tile_cap(); x = 0: the half-L2 rule alone (v4-v11).
+  int64_t section_cap = section_tile_cap(p, resident);
+  if (const char *e = std::getenv("FLASHBENCH_FA3_SECTION_WAVES"))
+    section_cap = static_cast<int64_t>(std::max(0.0, std::atof(e)) * double(resident));
+  a.order = tile_order(p, c.block_m, D, l2_bytes(), section_cap);
   // Experiment knob (NOTES.md, v4): FLASHBENCH_FA3_SECTIONS=n fixes the number of L2 sections (at
   // most one per GQA group; n = groups is close to the version-3 order: one group after another).
   if (const char *e = std::getenv("FLASHBENCH_FA3_SECTIONS"); e && std::atoi(e) > 0)
@@ -1111,21 +1128,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.pingpong = c.pingpong;
   a.causal = p.causal ? 1 : 0;
 
-  const auto kernel = fa3_kernel<T, D, BN, OVERLAP, WIDE>;
-  const int64_t smem =
-      launch_smem_bytes(D, c) - int64_t(q_buffers(D, c) - a.q_bufs) * 2 * D * c.block_m;
-  FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
-  const int threads = 128 * (1 + c.consumers);
-  int grid = a.total_tiles;
-  if (persistent_sched(c)) {
-    int per_sm = 0, dev = 0, sms = 0;
-    FB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
-                                                                static_cast<size_t>(smem)));
-    FB_CUDA_CHECK(cudaGetDevice(&dev));
-    FB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    grid = persistent_grid(a.total_tiles, sms, per_sm);
-  }
+  const int grid = persistent_sched(c) ? static_cast<int>(resident) : a.total_tiles;
   kernel<<<grid, threads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 }

@@ -459,6 +459,19 @@ TEST(Fa3Pipelined, PersistentGridAndL2Sections) {
   // Short: the whole problem is one section.
   p.seqlen_kv = 512;
   EXPECT_EQ(fb::fa3::tile_order(p, 128, 128, 50ll << 20).sections, 1);
+  // v12: a cap on a section's work tiles. Causal, 132 CTAs: two waves (264 tiles) of 64-tile groups
+  // of 4 heads = 1 group a section; non-causal: one group a section whatever the cap.
+  p.seqlen_kv = 8192;
+  EXPECT_EQ(fb::fa3::section_tile_cap(p, 132), 264);
+  EXPECT_EQ(fb::fa3::tile_order(p, 128, 128, 50ll << 20, 264).sections, 16);
+  // Acceptance shape d128 N512 causal (32 x 16 heads, 4 Q tiles each): 66 heads a section, 8 sections.
+  AttentionProblem s = Shape{"x", 32, 16, 16, 512, 512, 128, true, DType::bf16}.problem();
+  fb::fa3::TileOrder so = fb::fa3::tile_order(s, 128, 128, 50ll << 20, fb::fa3::section_tile_cap(s, 132));
+  EXPECT_EQ(so.sections, 8);
+  EXPECT_EQ(fb::fa3::tile_order(s, 128, 128, 50ll << 20).sections, 6); // half-L2 rule alone
+  s.causal = false;
+  EXPECT_EQ(fb::fa3::tile_order(s, 128, 128, 50ll << 20, fb::fa3::section_tile_cap(s, 132)).sections,
+            512);
 }
 
 // The work order visits every (Q tile, head) once, keeps each section to whole GQA groups, and
@@ -505,10 +518,12 @@ TEST(Fa3Pipelined, DynamicClaimsBalanceCausalWork) {
   const int ctas = 132;
   for (const auto &[n, d, bm, bn] : std::vector<std::tuple<int, int, int, int>>{
            {1024, 128, 128, 128}, {2048, 128, 128, 192}, {4096, 128, 128, 128}, {8192, 128, 128, 128},
-           {16384, 128, 128, 128}, {2048, 64, 128, 128}, {8192, 64, 192, 128}}) {
+           {16384, 128, 128, 128}, {2048, 64, 128, 128}, {8192, 64, 192, 128}, {512, 128, 128, 128},
+           {512, 64, 128, 128}}) {
     const int heads = 2048 / d, batch = 16384 / n;
     const AttentionProblem p = Shape{"x", batch, heads, heads, n, n, d, true, DType::bf16}.problem();
-    const fb::fa3::TileOrder o = fb::fa3::tile_order(p, bm, d, 50ll << 20);
+    const fb::fa3::TileOrder o =
+        fb::fa3::tile_order(p, bm, d, 50ll << 20, fb::fa3::section_tile_cap(p, ctas));
     std::vector<double> cost;
     for (int t = 0; t < int(o.tiles()); ++t)
       cost.push_back(1.0 + double(fb::fa3::kv_tiles_for(fb::fa3::tile_coord(o, t).qt, bm, bn, n, n, true)));
