@@ -715,9 +715,18 @@ __device__ __forceinline__ void write_empty_tile(const KernelArgs &a, const Work
 // The CTA's next work tile with keys to visit, as the producer hands it over with Q slot use
 // `q_use` (tile_info, after q_full: Q has landed too); empty tiles on the way are written here and
 // their slot handed back. False at the end of the CTA's work.
+//
+// v12: a tile in which all 64 rows of this warpgroup lie past seqlen_q (the last Q tile of a
+// block_m 192 launch at N 512: rows 512-575) is passed over here too. Run, TMA's zero fill would
+// make it do both GEMMs and the softmax for rows nobody reads: 11% of a d64 N512 launch's tensor
+// and MUFU work (ncu: 17% more MUFU instructions than cuDNN's). It still keeps the books: per K/V
+// tile it takes its ping-pong turn, and it hands each ring slot back only once the slot has filled
+// (an arrive before the fill would count towards the phase of the slot's previous use), which
+// moves the ring position r on. Here rather than in the consumer's loop, where the branch cost
+// d128 block_n 192 a 4-byte spill.
 template <class T, int D, int BN>
 __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
-                                           int &q_use, TileCtx &c) {
+                                           int &q_use, TileCtx &c, RingPos &r) {
   while (true) {
     const int slot = q_use % sm.q_bufs, parity = (q_use / sm.q_bufs) & 1;
     mbar_wait(sm.q_full(slot), parity);
@@ -732,11 +741,28 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
                      __shfl_sync(0xffffffffu, info.z, 0), __shfl_sync(0xffffffffu, info.w, 0)};
     if (w.n_tiles < 0)
       return false;
-    if (w.n_tiles > 0) {
+    if (w.n_tiles > 0 && w.q0 + wg * kRowsPerWarpgroup < a.seqlen_q) {
       c = make_ctx(a, w, wg, slot, BN);
       return true;
     }
-    write_empty_tile<T, D>(a, w, wg);
+    if (w.n_tiles > 0) { // all rows past seqlen_q
+      const int nwg = a.consumers;
+      for (int j = 0; j < w.n_tiles; ++j) {
+        mbar_wait(sm.k_full(r.s), r.use & 1);
+        if (a.pingpong) {
+          named_sync(kBarTurn0 + wg, 256);
+          named_arrive(kBarTurn0 + (wg + 1 == nwg ? 0 : wg + 1), 256);
+        }
+        if (threadIdx.x % 32 == 0)
+          mbar_arrive(sm.k_empty(r.s));
+        mbar_wait(sm.v_full(r.s), r.use & 1);
+        if (threadIdx.x % 32 == 0)
+          mbar_arrive(sm.v_empty(r.s));
+        r.next(sm.stages);
+      }
+    } else {
+      write_empty_tile<T, D>(a, w, wg);
+    }
     if (threadIdx.x % 32 == 0)
       mbar_arrive(sm.q_empty(slot));
     ++q_use;
@@ -879,7 +905,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   int q_use = 0; // Q slot uses (work tiles, empty ones included) before the current tile
   RingPos r;     // K/V tile j of the current work tile
   TileCtx c;
-  if (fetch_tile<T, D, BN>(a, sm, wg, q_use, c)) {
+  if (fetch_tile<T, D, BN>(a, sm, wg, q_use, c, r)) {
     if constexpr (!OVERLAP) {
       do {
         reset_stats();
@@ -909,7 +935,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           r.next(sm.stages);
         }
         finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
-      } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c));
+      } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c, r));
     } else {
       // The K/V tile whose P is in pa: always the one before r. Derived rather than carried (v9): a
       // copy of r carried in the loop was kept in a vector register and its V descriptors with it.
@@ -997,7 +1023,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         fence_operands(pa);
         release_v(rp().s);
         finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
-      } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c));
+      } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c, r));
     }
   }
   // The last consumer opened consumer 0's turn after its last Q K^T (and at the start): consumer 0
