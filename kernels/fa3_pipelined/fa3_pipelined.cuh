@@ -62,7 +62,8 @@
 //
 // Work tiles (v4, v7): a work tile is one (Q tile, head, batch). They are numbered in one order for
 // every scheduler (traits.hpp, tile_coord): (b, h) pairs are cut into L2 sections of whole GQA
-// groups (as many as keep their K/V within half the L2, spread evenly over the sections), and
+// groups (as many as keep their K/V within half the L2, spread evenly over the sections; v12: at
+// most two waves of tiles when causal, one group when not: section_tile_cap), and
 // inside a section the Q tiles go heaviest first (causal: the last Q tiles see the most keys), the
 // heads of a section interleaved. one_shot launches one CTA per work tile in that order; persistent
 // and dynamic launch as many CTAs as fit on the device at once. A persistent CTA walks tiles

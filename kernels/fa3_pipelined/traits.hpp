@@ -213,6 +213,8 @@ inline int64_t total_work_tiles(const AttentionProblem &p, const Params &c) {
 // keys), the heads of the section interleaved. v7: the groups are spread evenly over the sections
 // (sizes differ by at most one group); v4 filled every section but the last, whose few heads then
 // started their heaviest tiles at the very end of the launch (simulated: 4-8% of a causal launch).
+// v12: a section also holds no more than section_tile_cap() work tiles (below), so that a head's
+// K/V is read from DRAM once (measured: Q + K + V once, where v11 read up to 2.5x that).
 struct TileOrder {
   int num_q_tiles = 1;  // Q tiles per (b, h)
   int groups = 1;       // (b, KV head) pairs: batch x heads_kv
