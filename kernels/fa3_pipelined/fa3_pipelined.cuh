@@ -97,8 +97,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 namespace fb::fa3 {
 namespace detail {
@@ -126,6 +129,7 @@ struct KernelArgs {
   int o_tma; // O through shared memory and TMA stores (o_staged), else 4-byte stores from registers
   int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
+  int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
 };
 
 constexpr float kLn2 = 0.69314718055994531f;
@@ -160,6 +164,21 @@ using fb::kernels::quad_sum;
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+// v13, the tile's end (finish_tile): 1 / l and log2 l on the MUFU alone. IEEE 1.f / l and log2f
+// are a reciprocal with a Newton step and a slow-path call, and a 12-term polynomial: ~60 dependent
+// instructions per row half on every warpgroup's path from its last P V to its next tile. l >= 1
+// (a row's offset is the largest score it has seen, which adds exp2(0) = 1 to l), so there is no
+// denormal case; both are good to ~2 ulp (O is rounded to bf16/fp16; LSE's tolerance is 2e-3).
+__device__ __forceinline__ float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
 // exp2 offset of a row whose running max (scaled) is m: 0 while the row has seen no key, so that
@@ -241,7 +260,7 @@ __device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int bloc
 // use back) and writes w into its tile_info; the caller's arrive on q_full publishes it.
 template <int D, int BN>
 __device__ __forceinline__ int take_q_slot(const Smem<D, BN> &sm, int q_use, const WorkTile &w) {
-  const int slot = q_use % sm.q_bufs, n = q_use / sm.q_bufs;
+  const int slot = q_use & (sm.q_bufs - 1), n = q_use >> (sm.q_bufs - 1); // q_bufs 1 or 2
   if (n > 0)
     mbar_wait(sm.q_empty(slot), (n - 1) & 1);
   st_shared_v4(sm.tile_info(slot), make_int4(w.q0, w.h, w.b, w.n_tiles));
@@ -663,6 +682,7 @@ struct TileCtx {
   WorkTile w;
   int row0;       // this thread's half-0 row; half 1 is row0 + 8
   int first_mask; // first K/V tile whose keys need masking for some row of this warpgroup
+  int n_wg;       // K/V tiles this warpgroup computes (the rest it passes over: pass_k, pass_v)
   int q_slot;
 };
 __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile &w, int wg,
@@ -678,8 +698,25 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
     const int x = w.q0 + wg * kRowsPerWarpgroup + (a.seqlen_kv - a.seqlen_q) + 1;
     c.first_mask = min(c.first_mask, x <= 0 ? 0 : x / bn);
   }
+  // v13: causal, the tiles right of the diagonal of this warpgroup's last row hold no key any of
+  // its rows sees (block_m 192 at block_n 128: the first warpgroup's last K/V tile in every work
+  // tile, the second's in every other; 10% of a causal N512-1024 launch's warpgroup-tiles). At
+  // least one tile stays, so rows that see no key still get m = -inf, l = 0 from a masked tile.
+  // n_wg takes n_tiles' register in the K/V loop (a second one spilled 4 bytes at d64 with three
+  // consumers and at d128 block_n 192); the passes after it recompute n_tiles (pass_count).
+  c.n_wg = w.n_tiles;
+  if (a.causal && a.wg_pass)
+    c.n_wg = max(1, kv_tiles_to_row(min(w.q0 + (wg + 1) * kRowsPerWarpgroup, a.seqlen_q) - 1, bn,
+                                    a.seqlen_q, a.seqlen_kv, true));
   c.q_slot = q_slot;
   return c;
+}
+
+// K/V tiles of the work tile that this warpgroup passes over (v13): n_tiles - n_wg, n_tiles
+// recomputed as tile_at did (kv_tiles_for), from the CTA's last row.
+__device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c, int bn) {
+  const int last_row = min(c.w.q0 + a.consumers * kRowsPerWarpgroup, a.seqlen_q) - 1;
+  return kv_tiles_to_row(last_row, bn, a.seqlen_q, a.seqlen_kv, a.causal != 0) - c.n_wg;
 }
 
 // Position in the CTA's K/V ring: slot and how many times it was used before (the ring runs on
@@ -695,6 +732,35 @@ struct RingPos {
     return s == 0 ? RingPos{stages - 1, use - 1} : RingPos{s - 1, use};
   }
 };
+
+// Named barriers of the ping-pong turn ring (2 or 3 consumers): consumer wg waits on its own turn
+// and opens the next one's (mod consumers).
+__device__ __forceinline__ int turn_bar(int wg) { return kBarTurn0 + wg; }
+__device__ __forceinline__ int next_turn_bar(int wg, int consumers) {
+  return kBarTurn0 + (wg + 1 == consumers ? 0 : wg + 1);
+}
+
+// A K/V tile this warpgroup does not compute (rows past seqlen_q, v12; keys right of its diagonal,
+// v13) still has its books kept, or the others would wait forever: its ping-pong turn, taken in the
+// ring's order, and both ring slots handed back. A slot goes back only once it has filled: an arrive
+// before the fill would count towards the phase of the slot's previous use.
+template <int D, int BN>
+__device__ __forceinline__ void pass_k(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
+                                       const RingPos &r) {
+  mbar_wait(sm.k_full(r.s), r.use & 1);
+  if (a.pingpong) {
+    named_sync(turn_bar(wg), 256);
+    named_arrive(next_turn_bar(wg, a.consumers), 256);
+  }
+  if (threadIdx.x % 32 == 0)
+    mbar_arrive(sm.k_empty(r.s));
+}
+template <int D, int BN>
+__device__ __forceinline__ void pass_v(const Smem<D, BN> &sm, const RingPos &r) {
+  mbar_wait(sm.v_full(r.s), r.use & 1);
+  if (threadIdx.x % 32 == 0)
+    mbar_arrive(sm.v_empty(r.s));
+}
 
 // Rows of a tile that sees no key (causal with seqlen_q > seqlen_kv): O = 0 and LSE = -inf,
 // without touching the ring.
@@ -729,7 +795,7 @@ template <class T, int D, int BN>
 __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
                                            int &q_use, TileCtx &c, RingPos &r) {
   while (true) {
-    const int slot = q_use % sm.q_bufs, parity = (q_use / sm.q_bufs) & 1;
+    const int slot = q_use & (sm.q_bufs - 1), parity = (q_use >> (sm.q_bufs - 1)) & 1; // 1 or 2
     mbar_wait(sm.q_full(slot), parity);
     // Lane 0 reads the slot and passes it on: lane 0 is also the lane that hands the slot back
     // (q_empty, release_k), so program order alone puts every read of use n before the producer's
@@ -747,18 +813,9 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
       return true;
     }
     if (w.n_tiles > 0) { // all rows past seqlen_q
-      const int nwg = a.consumers;
       for (int j = 0; j < w.n_tiles; ++j) {
-        mbar_wait(sm.k_full(r.s), r.use & 1);
-        if (a.pingpong) {
-          named_sync(kBarTurn0 + wg, 256);
-          named_arrive(kBarTurn0 + (wg + 1 == nwg ? 0 : wg + 1), 256);
-        }
-        if (threadIdx.x % 32 == 0)
-          mbar_arrive(sm.k_empty(r.s));
-        mbar_wait(sm.v_full(r.s), r.use & 1);
-        if (threadIdx.x % 32 == 0)
-          mbar_arrive(sm.v_empty(r.s));
+        pass_k(a, sm, wg, r);
+        pass_v(sm, r);
         r.next(sm.stages);
       }
     } else {
@@ -781,14 +838,14 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     lt[hh] = quad_sum(l[hh]);
-    inv[hh] = lt[hh] > 0.f ? 1.f / lt[hh] : 0.f;
+    inv[hh] = lt[hh] > 0.f ? fast_rcp(lt[hh]) : 0.f;
   }
   float *lse = a.lse + (int64_t(c.w.b) * a.heads_q + c.w.h) * sq;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int row = c.row0 + 8 * hh;
     if (row < sq && lane % 4 == 0)
-      lse[row] = lt[hh] > 0.f ? (m[hh] * a.scale_log2 + log2f(lt[hh])) * kLn2 : -INFINITY;
+      lse[row] = lt[hh] > 0.f ? (m[hh] * a.scale_log2 + fast_log2(lt[hh])) * kLn2 : -INFINITY;
   }
   if (a.o_tma) {
     store_o_tma<T, D, BN>(a, sm, wg, c.w, o, inv);
@@ -828,7 +885,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   const float sl2 = a.scale_log2;
   // Turn ring over the consumers (2 or 3): consumer w waits on turn w, opens turn w+1 (mod C).
   const int nwg = a.consumers;
-  const int my_turn = kBarTurn0 + wg, other_turn = kBarTurn0 + (wg + 1 == nwg ? 0 : wg + 1);
+  const int my_turn = turn_bar(wg), other_turn = next_turn_bar(wg, nwg);
   if (pp && wg == nwg - 1)
     named_arrive(kBarTurn0, 256); // consumer 0 takes the first turn
   auto qk_turn_begin = [&]() {
@@ -839,12 +896,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     if (pp)
       named_arrive(other_turn, 256);
   };
-  // Q K^T(j) of tile c retired: the producer may refill this K slot while we do softmax; after the
-  // tile's last one, its Q slot too.
+  // Q K^T(j) of tile c retired: the producer may refill this K slot while we do softmax; after this
+  // warpgroup's last one of the tile, its Q slot too (n_wg = n_tiles in the ablation path).
   auto release_k = [&](int s, int j, const TileCtx &c) {
     if (lane == 0) {
       mbar_arrive(sm.k_empty(s));
-      if (j == c.w.n_tiles - 1)
+      if (j == c.n_wg - 1)
         mbar_arrive(sm.q_empty(c.q_slot));
     }
   };
@@ -911,7 +968,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       do {
         reset_stats();
         zero_o();
-        for (int j = 0; j < c.w.n_tiles; ++j) {
+        for (int j = 0; j < c.n_wg; ++j) {
           mbar_wait(sm.k_full(r.s), r.use & 1);
           qk_turn_begin();
           wgmma_fence();
@@ -933,6 +990,11 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           fence_operands(o);
           fence_operands(pa);
           release_v(r.s);
+          r.next(sm.stages);
+        }
+        for (int j = 0, n = pass_count(a, c, BN); j < n; ++j) { // v13, as in the overlap path
+          pass_k(a, sm, wg, r);
+          pass_v(sm, r);
           r.next(sm.stages);
         }
         finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
@@ -994,7 +1056,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         mask_and_softmax(c, 0); // not settled yet: the exact softmax, never a redo
         pack_p<T, BN>(pa, sacc);
         r.next(sm.stages);
-        for (int j = 1; j < c.w.n_tiles; ++j) {
+        for (int j = 1; j < c.n_wg; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
           // GEMMs in flight.
           mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp().s), rp().use & 1);
@@ -1019,11 +1081,25 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         wgmma_fence();
         issue_pv<T, D, BN>(o, pa, sm, rp().s);
         wgmma_commit();
+        // v13: the K/V tiles right of this warpgroup's diagonal: their turns and K slots now, in the
+        // place of the Q K^T that is not issued, so the other consumers' turns are not held up by
+        // this one's O; their V slots after it (the producer needs them only for the next tile's
+        // second V).
+        const int n_pass = pass_count(a, c, BN);
+        RingPos rk = r;
+        for (int j = 0; j < n_pass; ++j) {
+          pass_k(a, sm, wg, rk);
+          rk.next(sm.stages);
+        }
         wgmma_wait<0>();
         fence_operands(o);
         fence_operands(pa);
         release_v(rp().s);
         finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
+        for (int j = 0; j < pass_count(a, c, BN); ++j) {
+          pass_v(sm, r);
+          r.next(sm.stages);
+        }
       } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c, r));
     }
   }
@@ -1085,6 +1161,32 @@ inline int64_t l2_bytes() {
   return bytes;
 }
 
+// The device's SM count, read once per process like l2_bytes, and the resident CTAs per SM of one
+// instantiation at one shared-memory size, asked once per (kernel, size): launch_tile needs both on
+// every launch (the persistent grid, the work order's sections), and a timed launch should not pay
+// the driver's occupancy calculator each time.
+inline int sm_count() {
+  static const int sms = [] {
+    int dev = 0, v = 0;
+    FB_CUDA_CHECK(cudaGetDevice(&dev));
+    FB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+    return v;
+  }();
+  return sms;
+}
+inline int resident_per_sm(const void *kernel, int threads, int64_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void *, int, int64_t>, int> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_tuple(kernel, threads, smem);
+  if (const auto it = cache.find(key); it != cache.end())
+    return it->second;
+  int per_sm = 0;
+  FB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
+                                                              static_cast<size_t>(smem)));
+  return cache[key] = per_sm;
+}
+
 template <class T, int D, int BN, bool OVERLAP, bool WIDE>
 void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
                  cudaStream_t stream) {
@@ -1105,6 +1207,11 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.rescale_slack = kRescaleSlack;
   if (const char *e = std::getenv("FLASHBENCH_FA3_EXACT_RESCALE"); e && std::atoi(e) == 1)
     a.rescale_slack = -INFINITY;
+  // Experiment knob (v13): FLASHBENCH_FA3_WG_PASS=0 makes every warpgroup compute every K/V tile of
+  // its work tile, those right of its diagonal included (fully masked), as v1-v12 did.
+  a.wg_pass = 1;
+  if (const char *e = std::getenv("FLASHBENCH_FA3_WG_PASS"); e && std::atoi(e) == 0)
+    a.wg_pass = 0;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);
@@ -1126,12 +1233,9 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int threads = 128 * (1 + c.consumers);
-  int per_sm = 0, dev = 0, sms = 0;
-  FB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads,
-                                                              static_cast<size_t>(smem)));
-  FB_CUDA_CHECK(cudaGetDevice(&dev));
-  FB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t resident = persistent_grid(a.total_tiles, sms, per_sm);
+  const int64_t resident =
+      persistent_grid(a.total_tiles, sm_count(),
+                      resident_per_sm(reinterpret_cast<const void *>(kernel), threads, smem));
   // Experiment knob (v12): FLASHBENCH_FA3_SECTION_WAVES=x caps an L2 section at x waves of resident
   // CTAs' worth of work tiles instead of section_tile_cap(); x = 0: the half-L2 rule alone (v4-v11).
   int64_t section_cap = section_tile_cap(p, resident);

@@ -279,14 +279,19 @@ inline int64_t persistent_grid(int64_t total_tiles, int64_t sms, int64_t ctas_pe
   return std::max<int64_t>(1, std::min<int64_t>(total_tiles, sms * std::max<int64_t>(1, ctas_per_sm)));
 }
 
+// K/V tiles that rows up to last_row visit: up to its last visible key (0 when it sees none).
+FB_HOST_DEVICE int kv_tiles_to_row(int last_row, int block_n, int seqlen_q, int seqlen_kv,
+                                   bool causal) {
+  return int((fb::kernels::visible_keys(last_row, seqlen_q, seqlen_kv, causal) + block_n - 1) /
+             block_n);
+}
 // K/V tiles that Q tile i visits: up to its last row's last visible key (0 when no row sees a key).
 FB_HOST_DEVICE int64_t kv_tiles_for(int64_t i, int64_t block_m, int64_t block_n, int64_t seqlen_q,
                                     int64_t seqlen_kv, bool causal) {
   int64_t last_row = (i + 1) * block_m - 1;
   if (last_row > seqlen_q - 1)
     last_row = seqlen_q - 1;
-  const int64_t visible = fb::kernels::visible_keys(last_row, seqlen_q, seqlen_kv, causal);
-  return (visible + block_n - 1) / block_n;
+  return kv_tiles_to_row(int(last_row), int(block_n), int(seqlen_q), int(seqlen_kv), causal);
 }
 
 // Q read once, O and LSE written once, each CTA reads the K/V tiles it visits (L2 serves part of
