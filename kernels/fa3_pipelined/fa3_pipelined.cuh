@@ -715,8 +715,8 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
     c.first_mask = min(c.first_mask, x <= 0 ? 0 : x / bn);
   }
   // v13: causal, the tiles right of the diagonal of this warpgroup's last row hold no key any of
-  // its rows sees (block_m 192 at block_n 128: the first warpgroup's last K/V tile in every work
-  // tile, the second's in every other; 10% of a causal N512-1024 launch's warpgroup-tiles). At
+  // its rows sees (block_m 192 at block_n 128: 13% of a causal N512 launch's warpgroup-tiles, 10%
+  // at N1024; test WarpgroupsPassOverTilesRightOfTheirDiagonal). At
   // least one tile stays, so rows that see no key still get m = -inf, l = 0 from a masked tile.
   // n_wg takes n_tiles' register in the K/V loop (a second one spilled 4 bytes at d64 with three
   // consumers and at d128 block_n 192); the passes after it recompute n_tiles (pass_count).

@@ -657,4 +657,38 @@ TEST(Fa3Pipelined, TrafficModelIsOneKvPassPerQTile) {
   EXPECT_LT(fa3().model_bytes(p, c), 0.65 * want);
 }
 
+// v13: a causal warpgroup computes K/V tiles up to its own last row's last visible key
+// (kv_tiles_to_row, as make_ctx does on the device) and passes over the rest of its work tile's.
+// The counts NOTES.md predicts from: block_m 192, block_n 128, 3 consumers.
+TEST(Fa3Pipelined, WarpgroupsPassOverTilesRightOfTheirDiagonal) {
+  struct Count {
+    int computed = 0, passed = 0;
+  };
+  auto count = [](int seqlen_q, int seqlen_kv, int block_m, int block_n) {
+    Count n;
+    for (int q0 = 0; q0 < seqlen_q; q0 += block_m) {
+      const int tiles = fa3::kv_tiles_to_row(std::min(q0 + block_m, seqlen_q) - 1, block_n, seqlen_q,
+                                        seqlen_kv, true);
+      for (int r0 = q0; r0 < q0 + block_m && r0 < seqlen_q; r0 += 64) {
+        const int own = std::max(1, fa3::kv_tiles_to_row(std::min(r0 + 64, seqlen_q) - 1, block_n,
+                                                     seqlen_q, seqlen_kv, true));
+        EXPECT_LE(own, tiles);
+        n.computed += own;
+        n.passed += tiles - own;
+      }
+    }
+    return n;
+  };
+  const Count n512 = count(512, 512, 192, 128), n1024 = count(1024, 1024, 192, 128);
+  EXPECT_EQ(n512.computed + n512.passed, 23);
+  EXPECT_EQ(n512.passed, 3);
+  EXPECT_EQ(n1024.computed + n1024.passed, 80);
+  EXPECT_EQ(n1024.passed, 8);
+  // block_m = block_n = 128 on multiples of 128: nothing to pass over.
+  EXPECT_EQ(count(512, 512, 128, 128).passed, 0);
+  // Bottom-right alignment moves the diagonal: 130 queries on 200 keys, block_n 64 (sanitize.txt's
+  // shape): the first warpgroup sees keys up to 133 (3 tiles), the work tile up to 197 (4).
+  EXPECT_EQ(count(130, 200, 128, 64).passed, 1);
+}
+
 } // namespace
