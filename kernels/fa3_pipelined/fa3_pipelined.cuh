@@ -56,8 +56,9 @@
 // its Q K^T, opens the other's turn, except consumer 1 after its last tile (consumer 0 has no turn
 // left), so every barrier ends with as many arrivals as syncs.
 //
-//   q_empty[q]      (v4) count 4 * consumers: lane 0 of every consumer warp after the last Q K^T of a
-//                   work tile retired (or after writing an empty tile); the producer waits on it before
+//   q_empty[q]      (v4) count 4 * consumers: lane 0 of every consumer warp after its warpgroup's last
+//                   Q K^T of a work tile retired (v13: the last tile it computes; it may pass over the
+//                   rest), or after writing an empty or idle tile; the producer waits on it before
 //                   reusing the slot (tile_info and Q).
 //
 // Work tiles (v4, v7): a work tile is one (Q tile, head, batch). They are numbered in one order for
