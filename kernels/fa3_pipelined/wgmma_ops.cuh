@@ -16,7 +16,9 @@ namespace fb::fa3::detail {
 
 struct Bf16Tag {};
 struct F16Tag {};
-template <int N> struct IntC {};
+template <int N> struct IntC {
+  static constexpr int value = N;
+};
 
 __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d,
                                          Bf16Tag, IntC<64>) {
