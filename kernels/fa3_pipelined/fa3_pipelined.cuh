@@ -131,7 +131,6 @@ struct KernelArgs {
   int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
-  int wg_half; // v14: a warpgroup computes half of a last K/V tile whose second half it cannot see
 };
 
 constexpr float kLn2 = 0.69314718055994531f;
@@ -367,14 +366,11 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
 
 // ---- consumer pieces
 // --------------------------------------------------------------------------------------- S = Q K^T
-// for this warpgroup's 64 rows and K/V slot s: D/16 k-steps, the first overwriting S. W < BN (v14,
-// a half tile: half_last_tile) computes the tile's first W keys only, into sacc[0, W / 2): the
-// accumulator layout puts key columns 0..W-1 there, the same places as in the full tile.
-template <class T, int D, int BN, int W = BN>
+// for this warpgroup's 64 rows and K/V slot s: D/16 k-steps, the first overwriting S.
+template <class T, int D, int BN>
 __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const Smem<D, BN> &sm, int wg,
                                          int q_slot, int s) {
   using Tag = typename TypeOps<T>::Tag;
-  float(&sw)[W / 2] = reinterpret_cast<float(&)[W / 2]>(sacc);
   // Every operand of the descriptors (q_slot, wg, s, the Smem fields) is warp-uniform and known so
   // to ptxas (v9: see the broadcast at the consumer's tile start), so they are built with uniform
   // instructions (UIADD3, ULEA) straight into the uniform registers HGMMA reads, and Q's, the same
@@ -388,30 +384,18 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const Smem<D, BN
   for (int kk = 0; kk < D / 16; ++kk) {
     const uint64_t da = dq.plus16((kk / 4) * q_chunk16).at((kk % 4) * 32);
     const uint64_t db = dk.at((kk / 4) * Smem<D, BN>::kKvChunk + (kk % 4) * 32);
-    wgmma_ss(sw, da, db, kk > 0 ? 1 : 0, Tag{}, IntC<W>{});
+    wgmma_ss(sacc, da, db, kk > 0 ? 1 : 0, Tag{}, IntC<BN>{});
   }
 }
 
-// O += P V for K/V slot s: W/16 k-steps of m64 x D x 16, P from registers (W < BN: the tile's first
-// W keys, a half tile).
-template <class T, int D, int BN, int W = BN>
+// O += P V for K/V slot s: BN/16 k-steps of m64 x D x 16, P from registers.
+template <class T, int D, int BN>
 __device__ __forceinline__ void issue_pv(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4],
                                          const Smem<D, BN> &sm, int s) {
   using Tag = typename TypeOps<T>::Tag;
   const DescBase dv = desc_base(sm.v_tile(s), Smem<D, BN>::kKvChunk);
 #pragma unroll
-  for (int kt = 0; kt < W / 16; ++kt)
-    wgmma_rs(o, pa[kt], dv.at(kt * 16 * 128), Tag{}, IntC<D>{});
-}
-
-// The second half of P V's k-steps (those of keys BN/2..BN-1).
-template <class T, int D, int BN>
-__device__ __forceinline__ void issue_pv_rest(float (&o)[D / 2], const uint32_t (&pa)[BN / 16][4],
-                                              const Smem<D, BN> &sm, int s) {
-  using Tag = typename TypeOps<T>::Tag;
-  const DescBase dv = desc_base(sm.v_tile(s), Smem<D, BN>::kKvChunk);
-#pragma unroll
-  for (int kt = BN / 32; kt < BN / 16; ++kt)
+  for (int kt = 0; kt < BN / 16; ++kt)
     wgmma_rs(o, pa[kt], dv.at(kt * 16 * 128), Tag{}, IntC<D>{});
 }
 
@@ -747,29 +731,9 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
 
 // K/V tiles of the work tile that this warpgroup passes over (v13): n_tiles - n_wg, n_tiles
 // recomputed as tile_at did (kv_tiles_for), from the CTA's last row.
-__device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c, int bn,
-                                          int n_wg) {
+__device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c, int bn) {
   const int last_row = min(c.w.q0 + a.consumers * kRowsPerWarpgroup, a.seqlen_q) - 1;
-  return kv_tiles_to_row(last_row, bn, a.seqlen_q, a.seqlen_kv, a.causal != 0) - n_wg;
-}
-
-// v14: whether this warpgroup's last K/V tile is a half tile (traits.hpp, wg_half_last_tile: at
-// least two K/V tiles, and no row sees a key in the last one's second half). Its Q K^T then runs as m64 x BN/2, its softmax over
-// BN/2 columns and its P V over BN/32 k-steps: with block_m = block_n = 128 the first warpgroup of
-// every causal work tile, with block_m 192 every other warpgroup. Compiled for block_n 128 only
-// (m64n64 is the one half-width WGMMA the wrappers have; 64 and 192 would need m64n32 and m64n96).
-// Computed from the tile's first row alone, and from a copy the compiler cannot see through: the
-// consumer asks before its K/V loop and again after it, and a value kept across the loop spilled 4
-// bytes at d64 with three consumers (the loop holds n_wg already).
-template <int BN>
-__device__ __forceinline__ bool half_last_tile(const KernelArgs &a, int q0, int wg) {
-  if constexpr (BN != 128) {
-    return false;
-  } else {
-    asm volatile("" : "+r"(q0));
-    return a.wg_half && wg_half_last_tile(q0, wg, a.consumers, BN, a.seqlen_q, a.seqlen_kv,
-                                          a.causal != 0, a.wg_pass != 0);
-  }
+  return kv_tiles_to_row(last_row, bn, a.seqlen_q, a.seqlen_kv, a.causal != 0) - c.n_wg;
 }
 
 // Position in the CTA's K/V ring: slot and how many times it was used before (the ring runs on
@@ -951,10 +915,10 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   };
   // Q K^T(j) of tile c retired: the producer may refill this K slot while we do softmax; after this
   // warpgroup's last one of the tile, its Q slot too (n_wg = n_tiles in the ablation path).
-  auto release_k = [&](int s, bool last, const TileCtx &c) {
+  auto release_k = [&](int s, int j, const TileCtx &c) {
     if (lane == 0) {
       mbar_arrive(sm.k_empty(s));
-      if (last)
+      if (j == c.n_wg - 1)
         mbar_arrive(sm.q_empty(c.q_slot));
     }
   };
@@ -984,36 +948,29 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     for (int i = 0; i < D / 2; ++i)
       o[i] = 0.f;
   };
-  // The softmax pieces take the tile's width (IntC<BN>, or IntC<BN / 2> for a half tile: the first
-  // BN / 4 entries of sacc, which hold its first BN / 2 keys).
-  auto exact_softmax = [&](auto width) {
-    constexpr int W = decltype(width)::value;
-    grew = softmax_tile<W>(reinterpret_cast<float(&)[W / 2]>(sacc), m, l, alpha, sl2,
-                           a.rescale_slack);
+  auto exact_softmax = [&]() {
+    grew = softmax_tile<BN>(sacc, m, l, alpha, sl2, a.rescale_slack);
     settled = lazy && __all_sync(0xffffffffu, m[0] > -INFINITY && m[1] > -INFINITY);
   };
   // True when S was lost to an overflowing exp2 (warp-uniform): the caller then runs redo_softmax
   // before packing P. In the overlap loop it does so after P V(j-1) retired, so that P of j-1 is
   // no longer live: with O, S and that P live the recompute's few registers spilled (bn192).
-  auto mask_and_softmax = [&](const TileCtx &c, int j, auto width) {
-    constexpr int W = decltype(width)::value;
-    float(&sw)[W / 2] = reinterpret_cast<float(&)[W / 2]>(sacc);
+  auto mask_and_softmax = [&](const TileCtx &c, int j) {
     if (j >= c.first_mask)
-      apply_mask<W>(sw, c.row0, j * BN, lane, sq, skv, causal);
+      apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
     if (settled) {
-      const int r = softmax_tile_optimistic<W>(sw, m, l, alpha, sl2, p_bound);
+      const int r = softmax_tile_optimistic<BN>(sacc, m, l, alpha, sl2, p_bound);
       grew = r == 1;
       return r == 2;
     }
-    exact_softmax(width);
+    exact_softmax();
     return false;
   };
-  // At full width also for a half tile: the mask zeroes its second half's P (no row sees those keys).
   auto redo_softmax = [&](const TileCtx &c, int j) {
     recompute_s<T, D, BN>(sacc, a, c.w, c.row0, j, lane);
     if (j >= c.first_mask)
       apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
-    exact_softmax(IntC<BN>{});
+    exact_softmax();
   };
   auto rescale_o = [&]() {
     if (grew) // warp-uniform
@@ -1037,8 +994,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           qk_turn_end();
           wgmma_wait<0>();
           fence_operands(sacc);
-          release_k(r.s, j == c.n_wg - 1, c);
-          if (mask_and_softmax(c, j, IntC<BN>{}))
+          release_k(r.s, j, c);
+          if (mask_and_softmax(c, j))
             redo_softmax(c, j);
           rescale_o();
           pack_p<T, BN>(pa, sacc);
@@ -1052,7 +1009,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           release_v(r.s);
           r.next(sm.stages);
         }
-        for (int j = 0, n = pass_count(a, c, BN, c.n_wg); j < n; ++j) { // v13, as in overlap
+        for (int j = 0, n = pass_count(a, c, BN); j < n; ++j) { // v13, as in the overlap path
           pass_k(a, sm, wg, r);
           pass_v(sm, r);
           r.next(sm.stages);
@@ -1077,10 +1034,10 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       // Q K^T into S (Q from q_slot, K from ring slot r) and, on top, O *= alpha then P V (V from rp):
       // both GEMMs in flight, in this consumer's turn. O is not an operand of Q K^T, so the rescale
       // runs while it does.
-      auto issue_qk_and_pv = [&](int q_slot, auto width) {
+      auto issue_qk_and_pv = [&](int q_slot) {
         qk_turn_begin();
         wgmma_fence();
-        issue_qk<T, D, BN, decltype(width)::value>(sacc, sm, wg, q_slot, r.s);
+        issue_qk<T, D, BN>(sacc, sm, wg, q_slot, r.s);
         wgmma_commit();
         rescale_o();
         wgmma_fence();
@@ -1102,7 +1059,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       do {
         // The tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
         broadcast_tile_state();
-        c.n_wg -= int(half_last_tile<BN>(a, c.w.q0, wg)); // v14: the loop's full-width tiles
         reset_stats();
         zero_o();
         mbar_wait(sm.k_full(r.s), r.use & 1);
@@ -1113,23 +1069,19 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         qk_turn_end();
         wgmma_wait<0>();
         fence_operands(sacc);
-        release_k(r.s, false, c); // the Q slot goes back after the loop
-        mask_and_softmax(c, 0, IntC<BN>{}); // not settled yet: the exact softmax, never a redo
+        release_k(r.s, 0, c);
+        mask_and_softmax(c, 0); // not settled yet: the exact softmax, never a redo
         pack_p<T, BN>(pa, sacc);
         r.next(sm.stages);
-        // K/V tile j >= 1 at width W (BN, or BN / 2 for a half tile: its P V, issued after the
-        // loop, then runs over the first W / 16 k-steps, whose P entries pack_p<W> wrote). last_q:
-        // this warpgroup's last Q K^T of the tile (its Q slot goes back once it retired).
-        auto kv_step = [&](int j, auto width, bool last_q) {
-          constexpr int W = decltype(width)::value;
+        for (int j = 1; j < c.n_wg; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
           // GEMMs in flight.
           mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp().s), rp().use & 1);
-          issue_qk_and_pv(c.q_slot, width); // Q K^T(j), P V(j-1)
+          issue_qk_and_pv(c.q_slot); // Q K^T(j), P V(j-1)
           wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
           fence_operands(sacc);
-          release_k(r.s, last_q, c);
-          const bool redo = mask_and_softmax(c, j, width);
+          release_k(r.s, j, c);
+          const bool redo = mask_and_softmax(c, j);
           pin_above_wait();
           wgmma_wait<0>();
           fence_operands(o);
@@ -1137,38 +1089,20 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           release_v(rp().s);
           if (redo)
             redo_softmax(c, j);
-          pack_p<T, W>(reinterpret_cast<uint32_t(&)[W / 16][4]>(pa),
-                       reinterpret_cast<const float(&)[W / 2]>(sacc));
+          pack_p<T, BN>(pa, sacc);
           r.next(sm.stages);
-        };
-        // v14: the loop runs the full-width tiles (c.n_wg has lost a half last tile at the tile's
-        // start), the half tile follows it; the Q slot goes back after the last Q K^T either way.
-        for (int j = 1; j < c.n_wg; ++j)
-          kv_step(j, IntC<BN>{}, false);
-        const bool half = half_last_tile<BN>(a, c.w.q0, wg);
-        if constexpr (BN == 128) {
-          if (half)
-            kv_step(c.n_wg, IntC<BN / 2>{}, true);
         }
-        if (!half && lane == 0)
-          mbar_arrive(sm.q_empty(c.q_slot));
-        // The last P V alone (half width after a half tile), then the tile's O.
+        // The last P V alone, then the tile's O.
         mbar_wait(sm.v_full(rp().s), rp().use & 1);
         rescale_o();
-        if (half) {
-          wgmma_fence();
-          issue_pv<T, D, BN, BN / 2>(o, pa, sm, rp().s);
-          wgmma_commit();
-        } else {
-          wgmma_fence();
-          issue_pv<T, D, BN>(o, pa, sm, rp().s);
-          wgmma_commit();
-        }
+        wgmma_fence();
+        issue_pv<T, D, BN>(o, pa, sm, rp().s);
+        wgmma_commit();
         // v13: the K/V tiles right of this warpgroup's diagonal: their turns and K slots now, in the
         // place of the Q K^T that is not issued, so the other consumers' turns are not held up by
         // this one's O; their V slots after it (the producer needs them only for the next tile's
         // second V).
-        const int n_pass = pass_count(a, c, BN, c.n_wg + int(half));
+        const int n_pass = pass_count(a, c, BN);
         RingPos rk = r;
         for (int j = 0; j < n_pass; ++j) {
           pass_k(a, sm, wg, rk);
@@ -1179,7 +1113,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         fence_operands(pa);
         release_v(rp().s);
         finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
-        for (int j = 0; j < n_pass; ++j) {
+        for (int j = 0; j < pass_count(a, c, BN); ++j) {
           pass_v(sm, r);
           r.next(sm.stages);
         }
@@ -1295,11 +1229,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.wg_pass = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_WG_PASS"); e && std::atoi(e) == 0)
     a.wg_pass = 0;
-  // Experiment knob (v14): FLASHBENCH_FA3_HALF_TILE=0 computes a warpgroup's last K/V tile at full
-  // width even when it sees only the tile's first half (half_last_tile), as v1-v13 did.
-  a.wg_half = 1;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_TILE"); e && std::atoi(e) == 0)
-    a.wg_half = 0;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);

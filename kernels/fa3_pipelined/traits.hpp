@@ -294,23 +294,6 @@ FB_HOST_DEVICE int64_t kv_tiles_for(int64_t i, int64_t block_m, int64_t block_n,
   return kv_tiles_to_row(int(last_row), int(block_n), int(seqlen_q), int(seqlen_kv), causal);
 }
 
-// v14: whether warpgroup wg of the work tile whose first row is q0 ends on a half tile: it computes
-// at least two K/V tiles (make_ctx's n_wg: up to its own last row's last visible key when causal
-// and passing over, else the CTA's) and none of its rows sees a key in the last one's second half
-// (the causal diagonal or the sequence end cuts it in its first half). The kernel computes such a
-// tile as block_n / 2 keys wide (fa3_pipelined.cuh, half_last_tile).
-FB_HOST_DEVICE bool wg_half_last_tile(int q0, int wg, int consumers, int block_n, int seqlen_q,
-                                      int seqlen_kv, bool causal, bool wg_pass) {
-  const int wg_end = q0 + (wg + 1) * kRowsPerWarpgroup, cta_end = q0 + consumers * kRowsPerWarpgroup;
-  const int last_row = (wg_end < seqlen_q ? wg_end : seqlen_q) - 1;
-  const int seen = int(fb::kernels::visible_keys(last_row, seqlen_q, seqlen_kv, causal));
-  int n = kv_tiles_to_row((cta_end < seqlen_q ? cta_end : seqlen_q) - 1, block_n, seqlen_q,
-                          seqlen_kv, causal);
-  if (causal && wg_pass)
-    n = seen > block_n ? (seen + block_n - 1) / block_n : 1;
-  return n >= 2 && seen - (n - 1) * block_n <= block_n / 2;
-}
-
 // Q read once, O and LSE written once, each CTA reads the K/V tiles it visits (L2 serves part of
 // the re-reads in practice; the measured DRAM bytes show how much).
 inline double traffic_bytes(const AttentionProblem &p, const Params &c) {

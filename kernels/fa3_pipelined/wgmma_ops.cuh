@@ -16,9 +16,7 @@ namespace fb::fa3::detail {
 
 struct Bf16Tag {};
 struct F16Tag {};
-template <int N> struct IntC {
-  static constexpr int value = N;
-};
+template <int N> struct IntC {};
 
 __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b, int scale_d,
                                          Bf16Tag, IntC<64>) {

@@ -691,31 +691,4 @@ TEST(Fa3Pipelined, WarpgroupsPassOverTilesRightOfTheirDiagonal) {
   EXPECT_EQ(count(130, 200, 128, 64).passed, 1);
 }
 
-// v14: a warpgroup whose last K/V tile it sees only the first half of computes that tile half wide.
-TEST(Fa3Pipelined, HalfLastTilesWhereTheDiagonalOrTheSequenceEndCutsTheFirstHalf) {
-  auto count = [](int seqlen_q, int seqlen_kv, int consumers, bool causal, bool wg_pass = true) {
-    int half = 0;
-    for (int q0 = 0; q0 < seqlen_q; q0 += 64 * consumers)
-      for (int wg = 0; wg < consumers && q0 + 64 * wg < seqlen_q; ++wg)
-        half += fa3::wg_half_last_tile(q0, wg, consumers, 128, seqlen_q, seqlen_kv, causal, wg_pass);
-    return half;
-  };
-  // block_m 192, causal N512: warpgroups 2, 4 and 6 (rows 128-191, 256-319, 384-447) end 64 keys
-  // into a tile; warpgroup 0 does too, but it has one tile only (the peeled start stays full).
-  EXPECT_EQ(count(512, 512, 3, true), 3);
-  // block_m 128: the first warpgroup of every work tile but the first.
-  EXPECT_EQ(count(512, 512, 2, true), 3);
-  EXPECT_EQ(count(1024, 1024, 2, true), 7);
-  // Without the pass-over every warpgroup runs the CTA's tiles: the first warpgroup of the first
-  // block_m 192 tile sees keys 0-63 of the first of 2 tiles, and none of the second.
-  EXPECT_TRUE(fa3::wg_half_last_tile(0, 0, 3, 128, 512, 512, true, false));
-  EXPECT_FALSE(fa3::wg_half_last_tile(0, 0, 3, 128, 512, 512, true, true));
-  // Non-causal: the sequence end. 190 keys end 62 into the second tile, 200 end 72 into it.
-  EXPECT_EQ(count(300, 190, 2, false), 5);
-  EXPECT_EQ(count(300, 200, 2, false), 0);
-  // Bottom-right alignment: 100 queries on 228 keys, the first warpgroup sees up to key 191.
-  EXPECT_TRUE(fa3::wg_half_last_tile(0, 0, 2, 128, 100, 228, true, true));
-  EXPECT_FALSE(fa3::wg_half_last_tile(0, 1, 2, 128, 100, 228, true, true));
-}
-
 } // namespace
