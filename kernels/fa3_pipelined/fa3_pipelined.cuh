@@ -131,6 +131,11 @@ struct KernelArgs {
   int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
+  // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
+  // (split_workspace_bytes) and their flags (split_semaphore_bytes).
+  TailSplit split;
+  float *partials;
+  int *split_flags;
 };
 
 constexpr float kLn2 = 0.69314718055994531f;
@@ -213,8 +218,10 @@ template <int D, int BN> struct Smem {
   __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kKvBytes; }
   __device__ __forceinline__ uint32_t v_tile(int s) const { return v + uint32_t(s) * kKvBytes; }
   // Q slot 0's barriers keep their v4 places; slot 1's follow the ring's (v5).
+  // Arithmetic rather than a select (v15): the select took a register more in the producer
+  // thread, whose 24 were all in use there.
   __device__ __forceinline__ uint32_t q_full(int slot) const {
-    return slot == 0 ? bars : bars + 8 * (2 + 4 * kMaxStages);
+    return bars + uint32_t(slot) * 8 * (2 + 4 * kMaxStages);
   }
   __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (1 + s); }
   __device__ __forceinline__ uint32_t v_full(int s) const {
@@ -228,10 +235,11 @@ template <int D, int BN> struct Smem {
     return bars + 8 * (1 + 3 * kMaxStages + s);
   }
   __device__ __forceinline__ uint32_t q_empty(int slot) const {
-    return bars + 8 * (slot == 0 ? 1 + 4 * kMaxStages : 3 + 4 * kMaxStages);
+    return bars + 8 * (1 + 4 * kMaxStages) + 16 * uint32_t(slot);
   }
-  // v7: the work tile the producer hands over with Q slot `slot` ({q0, h, b, n_tiles}; n_tiles -1:
-  // no more work), written before the arrive on q_full(slot), read by the consumers after their wait.
+  // v7: the work tile the producer hands over with Q slot `slot` (WorkTile: {q0, hb, n_tiles, part};
+  // n_tiles -1: no more work), written before the arrive on q_full(slot), read by the consumers
+  // after their wait.
   __device__ __forceinline__ uint32_t tile_info(int slot) const {
     return bars + 192 + 16 * uint32_t(slot);
   }
@@ -241,18 +249,35 @@ template <int D, int BN> struct Smem {
   }
 };
 
-// One work tile: Q tile qt (rows q0..q0 + block_m - 1) of head h, batch b, and the K/V tiles it visits.
+// One work tile: Q tile qt (rows q0..q0 + block_m - 1) of head h, batch b, and the K/V tiles it visits:
+// j0..n_tiles - 1. v15: a stream-K segment starts at j0 > 0 (a later part of its tile: it leaves a
+// partial) or ends before the tile's last K/V tile (the first part: it folds in the partials of
+// `folds` CTAs); both packed in `part` (j0 < kMaxSplitIters = 2^22, folds < kMaxSplitCtas in the 9
+// bits above; a whole tile is part 0), one register in the producer, whose 24 spilled with them
+// apart.
+//
+// Head and batch are packed too (hb = h | b << 16; both below 2^16, supports()): tile_info holds
+// the whole struct in 16 bytes, and a consumer carries one register for both across its K/V loop
+// (v15: the one `part` takes there; d128 block_n 192 spilled without it).
 struct WorkTile {
-  int q0, h, b, n_tiles;
+  int q0, hb, n_tiles, part = 0;
+  __device__ __forceinline__ int h() const { return hb & 0xffff; }
+  __device__ __forceinline__ int b() const { return hb >> 16; }
+  __device__ __forceinline__ int j0() const { return part & (kMaxSplitIters - 1); }
+  __device__ __forceinline__ int folds() const { return part >> 22; }
 };
+// Segment::split as WorkTile::part: -1 (a later part) is j0 > 0.
+__device__ __forceinline__ int pack_part(int j0, int split) {
+  return j0 | ((split > 0 ? split : 0) << 22);
+}
+static_assert(kMaxSplitIters == 1 << 22 && kMaxSplitCtas < (1 << 9), "WorkTile::part's fields");
 // Work tile t in the order described at the top of the file (traits.hpp: tile_coord).
 template <int BN>
 __device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int block_m) {
   const TileCoord tc = tile_coord(a.order, t);
   WorkTile w;
   w.q0 = tc.qt * block_m;
-  w.h = tc.bh % a.heads_q;
-  w.b = tc.bh / a.heads_q;
+  w.hb = (tc.bh % a.heads_q) | ((tc.bh / a.heads_q) << 16);
   w.n_tiles = int(kv_tiles_for(tc.qt, block_m, BN, a.seqlen_q, a.seqlen_kv, a.causal != 0));
   return w;
 }
@@ -264,17 +289,18 @@ __device__ __forceinline__ int take_q_slot(const Smem<D, BN> &sm, int q_use, con
   const int slot = q_use & (sm.q_bufs - 1), n = q_use >> (sm.q_bufs - 1); // q_bufs 1 or 2
   if (n > 0)
     mbar_wait(sm.q_empty(slot), (n - 1) & 1);
-  st_shared_v4(sm.tile_info(slot), make_int4(w.q0, w.h, w.b, w.n_tiles));
+  st_shared_v4(sm.tile_info(slot), make_int4(w.q0, w.hb, w.n_tiles, w.part));
   return slot;
 }
 
-// Loads of one work tile: Q once, K/V tiles 0..n_tiles-1 through the ring.
+// Loads of one work tile: Q once, K/V tiles j0..n_tiles-1 through the ring.
 template <int D, int BN, class Claim>
 __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, BN> &sm,
                                              const WorkTile &w, int kv_base, int q_use,
                                              Claim &&claim_next) {
   using S = Smem<D, BN>;
-  const int n_tiles = w.n_tiles, hkv = w.h / a.group;
+  // kv_base: K/V tiles of the CTA's ring before this tile's K/V tile 0 (j0 of them not loaded).
+  const int n_tiles = w.n_tiles, hkv = w.h() / a.group, j0 = split_compiled(D) ? w.j0() : 0;
   // Order K(0), K(1), V(0), K(2), V(1), ..., V(n-1): the order in which the overlapped consumer
   // needs them (Q K^T(j) is issued with P V(j-1)), so a V slot that is still busy with P V(j-2)
   // never holds up K(j). K slot of tile j is free once Q K^T(j - stages) retired (k_empty), the V
@@ -288,7 +314,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
     mbar_arrive_expect_tx(sm.k_full(s), S::kKvBytes);
 #pragma unroll
     for (int c = 0; c < S::kChunks; ++c)
-      tma_load_4d(sm.k_tile(s) + c * S::kKvChunk, &a.tm_k, sm.k_full(s), c * 64, j * BN, hkv, w.b);
+      tma_load_4d(sm.k_tile(s) + c * S::kKvChunk, &a.tm_k, sm.k_full(s), c * 64, j * BN, hkv, w.b());
   };
   auto load_v = [&](int j) {
     const int g = kv_base + j, s = g % sm.stages, use = g / sm.stages;
@@ -297,18 +323,18 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
     mbar_arrive_expect_tx(sm.v_full(s), S::kKvBytes);
 #pragma unroll
     for (int c = 0; c < S::kChunks; ++c)
-      tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, w.b);
+      tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, w.b());
   };
   // K(0) before Q: its slot may be free before the consumers retire the last Q K^T that read this
   // Q slot (the previous work tile's with one Q buffer, the one before it with two).
-  load_k(0);
+  load_k(j0);
   const int slot = take_q_slot(sm, q_use, w);
   mbar_arrive_expect_tx(sm.q_full(slot), uint32_t(sm.block_m) * D * 2);
 #pragma unroll
   for (int c = 0; c < S::kChunks; ++c)
     tma_load_4d(sm.q_tile(slot) + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(slot), c * 64, w.q0,
-                w.h, w.b);
-  for (int j = 1; j < n_tiles; ++j) {
+                w.h(), w.b());
+  for (int j = j0 + 1; j < n_tiles; ++j) {
     load_k(j);
     load_v(j - 1);
   }
@@ -334,24 +360,53 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
   };
   // Every tile, empty or not, and the end, go to the consumers through a Q slot (tile_info): an
   // empty tile (no row sees a key) and the end come with a plain arrive and no load.
-  int t = int(blockIdx.x), kv_base = 0, q_use = 0; // K/V tiles and Q slots used before this tile
+  // stream_k (v15): whole tiles up to split.first, then this CTA's share of the tail, K/V tiles
+  // [lo(cta), lo(cta + 1)) of it, walked with the same cursor as t = total_tiles + (K/V tile of the
+  // tail); split.first is total_tiles and the share empty when there is none. One cursor, one loop
+  // and one produce_tile: a second copy of the loop, or a second cursor, spilled the producer's 24
+  // registers.
+  // CTAs past split.ctas get the empty share [lo(ctas), lo(ctas)).
+  auto past_whole = [&](int n) {
+    return n < a.split.first ? n
+                             : a.total_tiles + a.split.lo(min(int(blockIdx.x), a.split.ctas));
+  };
+  int t = past_whole(int(blockIdx.x)), kv_base = 0, q_use = 0; // K/V tiles and Q slots used before
   while (true) {
-    const bool done = t >= a.total_tiles;
-    const WorkTile w = done ? WorkTile{0, 0, 0, -1} : tile_at<BN>(a, t, sm.block_m);
+    const bool whole = t < a.split.first;
+    if (!whole && (!split_compiled(D) ||
+                   t - a.total_tiles >= a.split.lo(min(int(blockIdx.x) + 1, a.split.ctas))))
+      break;
+    WorkTile w;
+    if (whole || !split_compiled(D)) {
+      w = tile_at<BN>(a, t, sm.block_m);
+    } else {
+      const Segment seg = segment_at(a.split, int(blockIdx.x), t - a.total_tiles);
+      w = tile_at<BN>(a, a.split.first + seg.tile, sm.block_m);
+      w.n_tiles = seg.j1;
+      w.part = pack_part(seg.j0, seg.split);
+    }
     if (w.n_tiles > 0) {
+      // Both cursors move back by j0 in place (0 for a whole tile), so that nothing more stays
+      // live through the loads than for a whole tile: t + n_tiles is then the tail's next segment.
+      if constexpr (split_compiled(D)) {
+        t -= w.j0();
+        kv_base -= w.j0();
+      }
       int next = 0;
-      produce_tile<D, BN>(a, sm, w, kv_base, q_use, [&] { next = next_of(t); });
+      produce_tile<D, BN>(a, sm, w, kv_base, q_use, [&] {
+        if (t < a.split.first) // whole; from the parameter bank rather than a live predicate
+          next = past_whole(next_of(t));
+      });
       kv_base += w.n_tiles;
       ++q_use;
-      t = next;
+      t = t < a.split.first ? next : t + w.n_tiles;
       continue;
     }
-    mbar_arrive(sm.q_full(take_q_slot(sm, q_use, w)));
-    if (done)
-      break;
+    mbar_arrive(sm.q_full(take_q_slot(sm, q_use, w))); // whole tiles only: segments have keys
     ++q_use;
-    t = next_of(t);
+    t = past_whole(next_of(t));
   }
+  mbar_arrive(sm.q_full(take_q_slot(sm, q_use, WorkTile{0, 0, 0, -1})));
   // Dynamic: this CTA made its last claim. The last CTA to get here resets both counters, so the
   // next launch finds them zero (LaunchArgs::semaphores); every other CTA's last claim came before
   // its count (the fence), so nothing touches the claim counter after the reset.
@@ -579,9 +634,9 @@ __device__ __forceinline__ int softmax_tile_optimistic(float (&sacc)[BN / 2], fl
 template <class T, int D, int BN>
 __device__ __forceinline__ void recompute_s(float (&sacc)[BN / 2], const KernelArgs &a,
                                             const WorkTile &w, int row0, int j, int lane) {
-  const T *q = static_cast<const T *>(a.q) + int64_t(w.b) * a.o_batch + int64_t(w.h) * a.o_head;
-  const T *k = static_cast<const T *>(a.k) + int64_t(w.b) * a.k_batch +
-               int64_t(w.h / a.group) * a.k_head;
+  const T *q = static_cast<const T *>(a.q) + int64_t(w.b()) * a.o_batch + int64_t(w.h()) * a.o_head;
+  const T *k = static_cast<const T *>(a.k) + int64_t(w.b()) * a.k_batch +
+               int64_t(w.h() / a.group) * a.k_head;
   const int key0 = j * BN + 2 * (lane % 4);
   const T *qr[2];
 #pragma unroll
@@ -686,7 +741,7 @@ __device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem<D, B
     for (int c = 0; c < D / 64; ++c)
       tma_store_4d(&a.tm_o,
                    sm.o + uint32_t(c) * sm.q_chunk_bytes() + uint32_t(wg * kRowsPerWarpgroup) * 128,
-                   c * 64, w.q0 + wg * kRowsPerWarpgroup, w.h, w.b);
+                   c * 64, w.q0 + wg * kRowsPerWarpgroup, w.h(), w.b());
     bulk_commit();
   }
 }
@@ -729,10 +784,18 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
   return c;
 }
 
+// The work tile's first row, from this thread's row0 (v15): what follows the K/V loop reads q0 this
+// way, so that c.w.q0 is not carried across the loop in a register of its own (the one
+// WorkTile::part takes; the three-consumer kernels, at 160 registers, spilled without it).
+__device__ __forceinline__ int tile_q0(const TileCtx &c, int wg) {
+  const int t = threadIdx.x % 128;
+  return c.row0 - wg * kRowsPerWarpgroup - (t / 32) * 16 - (t % 32) / 4;
+}
+
 // K/V tiles of the work tile that this warpgroup passes over (v13): n_tiles - n_wg, n_tiles
 // recomputed as tile_at did (kv_tiles_for), from the CTA's last row.
-__device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c, int bn) {
-  const int last_row = min(c.w.q0 + a.consumers * kRowsPerWarpgroup, a.seqlen_q) - 1;
+__device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c, int wg, int bn) {
+  const int last_row = min(tile_q0(c, wg) + a.consumers * kRowsPerWarpgroup, a.seqlen_q) - 1;
   return kv_tiles_to_row(last_row, bn, a.seqlen_q, a.seqlen_kv, a.causal != 0) - c.n_wg;
 }
 
@@ -783,8 +846,8 @@ __device__ __forceinline__ void pass_v(const Smem<D, BN> &sm, const RingPos &r) 
 // without touching the ring.
 template <class T, int D>
 __device__ __forceinline__ void write_empty_tile(const KernelArgs &a, const WorkTile &w, int wg) {
-  T *og = static_cast<T *>(a.o) + int64_t(w.b) * a.o_batch + int64_t(w.h) * a.o_head;
-  float *lse = a.lse + (int64_t(w.b) * a.heads_q + w.h) * a.seqlen_q;
+  T *og = static_cast<T *>(a.o) + int64_t(w.b()) * a.o_batch + int64_t(w.h()) * a.o_head;
+  float *lse = a.lse + (int64_t(w.b()) * a.heads_q + w.h()) * a.seqlen_q;
   const int r0 = w.q0 + wg * kRowsPerWarpgroup, tid = int(threadIdx.x % 128);
   for (int idx = tid; idx < kRowsPerWarpgroup * D / 8; idx += 128) {
     const int row = r0 + idx / (D / 8);
@@ -830,7 +893,7 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
       return true;
     }
     if (w.n_tiles > 0) { // all rows past seqlen_q
-      for (int j = 0; j < w.n_tiles; ++j) {
+      for (int j = w.j0(); j < w.n_tiles; ++j) {
         pass_k(a, sm, wg, r);
         pass_v(sm, r);
         r.next(sm.stages);
@@ -857,7 +920,7 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
     lt[hh] = quad_sum(l[hh]);
     inv[hh] = lt[hh] > 0.f ? fast_rcp(lt[hh]) : 0.f;
   }
-  float *lse = a.lse + (int64_t(c.w.b) * a.heads_q + c.w.h) * sq;
+  float *lse = a.lse + (int64_t(c.w.b()) * a.heads_q + c.w.h()) * sq;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int row = c.row0 + 8 * hh;
@@ -865,12 +928,12 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
       lse[row] = lt[hh] > 0.f ? (m[hh] * a.scale_log2 + fast_log2(lt[hh])) * kLn2 : -INFINITY;
   }
   if (a.o_tma) {
-    store_o_tma<T, D, BN>(a, sm, wg, c.w, o, inv);
+    store_o_tma<T, D, BN>(a, sm, wg, WorkTile{tile_q0(c, wg), c.w.hb, 0}, o, inv);
     return;
   }
   // Direct: 4-byte stores from the accumulators (a quad writes 16 contiguous bytes per row and
   // column block); the v4 epilogue, kept for configs whose ring leaves no room for the staging.
-  T *og = static_cast<T *>(a.o) + int64_t(c.w.b) * a.o_batch + int64_t(c.w.h) * a.o_head;
+  T *og = static_cast<T *>(a.o) + int64_t(c.w.b()) * a.o_batch + int64_t(c.w.h()) * a.o_head;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int row = c.row0 + 8 * hh;
@@ -882,6 +945,82 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
       *reinterpret_cast<uint32_t *>(orow + 8 * i) =
           TypeOps<T>::pack(o[4 * i + 2 * hh] * inv[hh], o[4 * i + 2 * hh + 1] * inv[hh]);
   }
+}
+
+// v15, stream_k: a segment that does not start its tile leaves this thread's O accumulators, m and
+// l as they are (unnormalised, relative to its own offsets m) in its CTA's workspace slot, thread-
+// minor so that a warpgroup's stores coalesce, then raises the slot's flag for this warpgroup. Only
+// the first segment of a CTA's tail range can be such a part, so a slot is written once a launch.
+template <int D>
+__device__ __forceinline__ void write_partial(const KernelArgs &a, int wg, const float (&o)[D / 2],
+                                              const float (&m)[2], const float (&l)[2]) {
+  const int t = threadIdx.x % 128, slot = int(blockIdx.x) * a.consumers + wg;
+  float *p = a.partials + int64_t(slot) * 128 * split_partial_floats(D) + t;
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i)
+    __stcg(p + i * 128, o[i]);
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    __stcg(p + (D / 2 + hh) * 128, m[hh]);
+    __stcg(p + (D / 2 + 2 + hh) * 128, l[hh]);
+  }
+  named_sync(kBarEpi0 + wg, 128); // every thread's stores before the release
+  if (t == 0)
+    st_release_gpu(a.split_flags + slot, 1);
+}
+// The tile's first segment (the last of its CTA's range): folds in the parts of CTAs blockIdx.x +
+// 1 .. + n (the first segments of their ranges, which they ran before anything else of the tail,
+// so the wait is short), as two softmax states are merged: both rescaled to the larger offset.
+// The flags go back to zero (the semaphores' contract) once every thread has read its part.
+template <int D>
+__device__ __forceinline__ void fold_partials(const KernelArgs &a, int wg, int n,
+                                              float (&o)[D / 2], float (&m)[2], float (&l)[2]) {
+  const int t = threadIdx.x % 128;
+  for (int k = 1; k <= n; ++k) {
+    const int slot = (int(blockIdx.x) + k) * a.consumers + wg;
+    if (t == 0)
+      while (ld_acquire_gpu(a.split_flags + slot) == 0) {
+      }
+    named_sync(kBarEpi0 + wg, 128);
+    const float *p = a.partials + int64_t(slot) * 128 * split_partial_floats(D) + t;
+    float f[2], fp[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const float mp = __ldcg(p + (D / 2 + hh) * 128), lp = __ldcg(p + (D / 2 + 2 + hh) * 128);
+      const float mx = fmaxf(m[hh], mp);
+      // exp2(-inf) = 0 for a side that saw no key; both -inf: offset 0, both factors 0 (O = 0).
+      f[hh] = fast_exp2(fmaf(m[hh], a.scale_log2, -row_offset(mx * a.scale_log2)));
+      fp[hh] = fast_exp2(fmaf(mp, a.scale_log2, -row_offset(mx * a.scale_log2)));
+      l[hh] = l[hh] * f[hh] + lp * fp[hh];
+      m[hh] = mx;
+    }
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i)
+      o[i] = o[i] * f[(i % 4) / 2] + __ldcg(p + i * 128) * fp[(i % 4) / 2];
+  }
+  named_sync(kBarEpi0 + wg, 128);
+  for (int k = t; k < n; k += 128)
+    a.split_flags[(int(blockIdx.x) + 1 + k) * a.consumers + wg] = 0;
+}
+// The first K/V tile of a work tile or (v15) of a stream-K segment of one.
+template <int D> __device__ __forceinline__ int j_first(const TileCtx &c) {
+  return split_compiled(D) ? c.w.j0() : 0;
+}
+// The end of a work tile, or (v15) of a stream-K segment of one: a later part leaves a partial; the
+// first part of a split tile folds the others in before it writes O and LSE as a whole tile does.
+template <class T, int D, int BN>
+__device__ __forceinline__ void end_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
+                                         const TileCtx &c, float (&o)[D / 2], float (&m)[2],
+                                         float (&l)[2]) {
+  if constexpr (split_compiled(D)) {
+    if (j_first<D>(c) > 0) {
+      write_partial<D>(a, wg, o, m, l);
+      return;
+    }
+    if (c.w.folds() > 0)
+      fold_partials<D>(a, wg, c.w.folds(), o, m, l);
+  }
+  finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
 }
 
 // A consumer warpgroup's share of every work tile of the CTA: its 64 rows of each Q tile against
@@ -985,7 +1124,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       do {
         reset_stats();
         zero_o();
-        for (int j = 0; j < c.n_wg; ++j) {
+        for (int j = j_first<D>(c); j < c.n_wg; ++j) {
           mbar_wait(sm.k_full(r.s), r.use & 1);
           qk_turn_begin();
           wgmma_fence();
@@ -1009,12 +1148,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           release_v(r.s);
           r.next(sm.stages);
         }
-        for (int j = 0, n = pass_count(a, c, BN); j < n; ++j) { // v13, as in the overlap path
+        for (int j = 0, n = pass_count(a, c, wg, BN); j < n; ++j) { // v13, as in the overlap path
           pass_k(a, sm, wg, r);
           pass_v(sm, r);
           r.next(sm.stages);
         }
-        finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
+        end_tile<T, D, BN>(a, sm, wg, c, o, m, l);
       } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c, r));
     } else {
       // The K/V tile whose P is in pa: always the one before r. Derived rather than carried (v9): a
@@ -1030,6 +1169,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         r.s = __shfl_sync(0xffffffffu, r.s, 0);
         r.use = __shfl_sync(0xffffffffu, r.use, 0);
         c.q_slot = __shfl_sync(0xffffffffu, c.q_slot, 0);
+        c.w.part = __shfl_sync(0xffffffffu, c.w.part, 0); // v15: kept in a uniform register
       };
       // Q K^T into S (Q from q_slot, K from ring slot r) and, on top, O *= alpha then P V (V from rp):
       // both GEMMs in flight, in this consumer's turn. O is not an operand of Q K^T, so the rescale
@@ -1069,11 +1209,11 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         qk_turn_end();
         wgmma_wait<0>();
         fence_operands(sacc);
-        release_k(r.s, 0, c);
-        mask_and_softmax(c, 0); // not settled yet: the exact softmax, never a redo
+        release_k(r.s, j_first<D>(c), c);
+        mask_and_softmax(c, j_first<D>(c)); // not settled yet: the exact softmax, never a redo
         pack_p<T, BN>(pa, sacc);
         r.next(sm.stages);
-        for (int j = 1; j < c.n_wg; ++j) {
+        for (int j = j_first<D>(c) + 1; j < c.n_wg; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
           // GEMMs in flight.
           mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp().s), rp().use & 1);
@@ -1102,7 +1242,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         // place of the Q K^T that is not issued, so the other consumers' turns are not held up by
         // this one's O; their V slots after it (the producer needs them only for the next tile's
         // second V).
-        const int n_pass = pass_count(a, c, BN);
+        const int n_pass = pass_count(a, c, wg, BN);
         RingPos rk = r;
         for (int j = 0; j < n_pass; ++j) {
           pass_k(a, sm, wg, rk);
@@ -1112,8 +1252,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         fence_operands(o);
         fence_operands(pa);
         release_v(rp().s);
-        finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
-        for (int j = 0; j < pass_count(a, c, BN); ++j) {
+        end_tile<T, D, BN>(a, sm, wg, c, o, m, l);
+        for (int j = 0; j < pass_count(a, c, wg, BN); ++j) {
           pass_v(sm, r);
           r.next(sm.stages);
         }
@@ -1250,9 +1390,8 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int threads = 128 * (1 + c.consumers);
-  const int64_t resident =
-      persistent_grid(a.total_tiles, sm_count(),
-                      resident_per_sm(reinterpret_cast<const void *>(kernel), threads, smem));
+  const int per_sm = resident_per_sm(reinterpret_cast<const void *>(kernel), threads, smem);
+  const int64_t resident = persistent_grid(a.total_tiles, sm_count(), per_sm);
   // Experiment knob (v12): FLASHBENCH_FA3_SECTION_WAVES=x caps an L2 section at x waves of resident
   // CTAs' worth of work tiles instead of section_tile_cap(); x = 0: the half-L2 rule alone (v4-v11).
   int64_t section_cap = section_tile_cap(p, resident);
@@ -1276,7 +1415,35 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.pingpong = c.pingpong;
   a.causal = p.causal ? 1 : 0;
 
-  const int grid = persistent_sched(c) ? static_cast<int>(resident) : a.total_tiles;
+  int grid = persistent_sched(c) ? static_cast<int>(resident) : a.total_tiles;
+  a.split = TailSplit{};
+  a.split.first = a.total_tiles;
+  a.partials = nullptr;
+  a.split_flags = nullptr;
+  if (c.scheduler == kSchedStreamK) {
+    if (p.causal)
+      throw std::invalid_argument("fa3_pipelined: scheduler stream_k is for non-causal problems "
+                                  "(equal work tiles); use dynamic for causal");
+    const int64_t ws = split_workspace_bytes(D, c.consumers);
+    const size_t sem = split_semaphore_bytes(c.consumers);
+    if (args.workspace == nullptr || int64_t(args.workspace_bytes) < ws ||
+        args.semaphores == nullptr || args.semaphore_bytes < sem)
+      throw std::invalid_argument("fa3_pipelined: scheduler stream_k needs " + std::to_string(ws) +
+                                  " bytes of workspace and " + std::to_string(sem) +
+                                  " bytes of zeroed semaphores");
+    // Experiment knob (v15): FLASHBENCH_FA3_SPLIT_MIN=n, the shortest share of the tail in K/V
+    // tiles (kSplitMinIters); a large n turns the split off (stream_k is then persistent).
+    int64_t min_iters = kSplitMinIters;
+    if (const char *e = std::getenv("FLASHBENCH_FA3_SPLIT_MIN"); e && std::atoi(e) > 0)
+      min_iters = std::atoi(e);
+    // The tail may spread over every resident slot, more CTAs than work tiles included.
+    const int64_t slots = int64_t(sm_count()) * std::max(1, per_sm);
+    a.split = tail_split(a.total_tiles, slots,
+                         kv_tiles_for(0, c.block_m, BN, p.seqlen_q, p.seqlen_kv, false), min_iters);
+    grid = std::max(grid, a.split.ctas);
+    a.partials = static_cast<float *>(args.workspace);
+    a.split_flags = static_cast<int *>(args.semaphores);
+  }
   kernel<<<grid, threads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 }

@@ -220,4 +220,18 @@ __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// ---- flags between CTAs (v15, the stream-K tail)
+// ---------------------------------------------------------------------------------------
+// A flag raised with release semantics at GPU scope: a barrier before it orders the other threads'
+// stores first, and the release covers them (cumulativity). Its reader polls with acquire, then a
+// barrier passes what it saw on to its own threads.
+__device__ __forceinline__ void st_release_gpu(int *p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ int ld_acquire_gpu(const int *p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 } // namespace fb::fa3::detail

@@ -90,6 +90,13 @@ public:
           std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
     if (auto why = kernels::needs_decode_variant(p))
       return Support::no(*why);
+    if (p.causal && fa3::params_of(c).scheduler == fa3::kSchedStreamK)
+      return Support::no("scheduler stream_k shares out the last wave of equal work tiles by K/V "
+                         "tiles: non-causal only (causal tiles differ in length; dynamic "
+                         "balances them)");
+    if (!fa3::split_compiled(p.head_dim) && fa3::params_of(c).scheduler == fa3::kSchedStreamK)
+      return Support::no("scheduler stream_k is compiled for head_dim 64 and 128 only (at 256 the "
+                         "producer has no register left for a segment's start); use dynamic");
     if (p.dtype == DType::f32)
       return Support::no("fp32 inputs: WGMMA takes fp16 or bf16 here (use naive or fa1_kv_outer)");
     if (!fa3::head_dim_ok(p.head_dim))
@@ -160,9 +167,20 @@ public:
                        fa3::num_q_tiles(p, params) * p.heads_q * p.batch}};
   }
 
-  // The dynamic scheduler's claim counter and done count (zero on entry, reset by the last CTA).
+  // The dynamic scheduler's claim counter and done count (zero on entry, reset by the last CTA);
+  // stream_k's partial flags (each reset by its reader).
   size_t semaphore_bytes(const AttentionProblem &, const Config &c) const override {
-    return fa3::params_of(c).scheduler == fa3::kSchedDynamic ? fa3::kDynamicSemaphoreBytes : 0;
+    const fa3::Params q = fa3::params_of(c);
+    if (q.scheduler == fa3::kSchedDynamic)
+      return fa3::kDynamicSemaphoreBytes;
+    return q.scheduler == fa3::kSchedStreamK ? fa3::split_semaphore_bytes(q.consumers) : 0;
+  }
+  // stream_k: the partial O, m and l of the tail's segments, one slot per CTA.
+  size_t workspace_bytes(const AttentionProblem &p, const Config &c) const override {
+    const fa3::Params q = fa3::params_of(c);
+    return q.scheduler == fa3::kSchedStreamK && !p.causal
+               ? static_cast<size_t>(fa3::split_workspace_bytes(p.head_dim, q.consumers))
+               : 0;
   }
 
   void launch(const AttentionProblem &p, const Config &c, const LaunchArgs &args,

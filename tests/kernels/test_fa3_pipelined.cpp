@@ -354,6 +354,10 @@ const std::vector<Shape> kManyTileShapes = {
     {"gqa_causal_b3_h48_q300_kv400_d64", 3, 48, 12, 300, 400, 64, true, DType::bf16},
     {"gqa_causal_b2_h40_q700_kv150_d128", 2, 40, 8, 700, 150, 128, true, DType::f16},
     {"b2_h72_q257_kv333_d128", 2, 72, 72, 257, 333, 128, false, DType::bf16},
+    // v15, stream_k: fewer work tiles than SMs, long K/V, so that each tile is cut into several
+    // parts (a fold of many partials), rows past seqlen_q in a split tile (block_m 192), GQA.
+    {"split_b1_h3_q200_kv1500_d64", 1, 3, 3, 200, 1500, 64, false, DType::bf16},
+    {"split_gqa_b1_h2_q70_kv1000_d128", 1, 2, 1, 70, 1000, 128, false, DType::f16},
 };
 class Fa3Persistent : public ::testing::TestWithParam<Shape> {};
 TEST_P(Fa3Persistent, EveryPersistentConfigMatchesCpuReference) {
@@ -547,6 +551,76 @@ TEST(Fa3Pipelined, DynamicClaimsBalanceCausalWork) {
     std::printf("d%d N%d bm%d bn%d causal: even share / makespan: dynamic %.3f, round robin %.3f\n", d, n, bm, bn,
                 even / dyn_end, even / fixed_end);
     EXPECT_GE(even / dyn_end, 0.97) << "d" << d << " N" << n;
+  }
+}
+
+// v15, stream_k: every CTA's tail range cut into segments covers each K/V tile of the tail exactly
+// once; only a CTA's first segment may be a later part of a tile (one workspace slot a CTA); each
+// split tile has one first part, on the CTA just before its later parts, which folds in exactly
+// those; and the makespan in K/V tiles falls to the even share plus at most one tile start a CTA.
+TEST(Fa3Pipelined, StreamKTailCoversEveryKvTileOnce) {
+  using fb::fa3::Segment;
+  using fb::fa3::TailSplit;
+  // The acceptance shapes at d128 (2048 work tiles on 132 SMs: 15 full waves and 68 tiles).
+  const TailSplit a = fb::fa3::tail_split(2048, 132, 16);
+  EXPECT_EQ(a.first, 1980);
+  EXPECT_EQ(a.tiles, 68);
+  EXPECT_EQ(a.ctas, 132);
+  // No tail, or a tail whose shares would be shorter than min_iters for more CTAs than tiles.
+  EXPECT_EQ(fb::fa3::tail_split(264, 132, 16).ctas, 0);
+  EXPECT_EQ(fb::fa3::tail_split(264, 132, 16).first, 264);
+  EXPECT_EQ(fb::fa3::tail_split(200, 132, 1).ctas, 0);
+  EXPECT_EQ(fb::fa3::tail_split(200, 132, 0).ctas, 0);
+  for (const auto &[total, grid, iters, min_iters] : std::vector<std::tuple<int, int, int, int>>{
+           {2048, 132, 16, 2}, {2048, 132, 128, 2}, {2048, 132, 4, 2}, {6, 132, 12, 2},
+           {4, 132, 8, 2}, {432, 132, 3, 2}, {2730, 132, 32, 4}, {7, 3, 5, 1}, {1, 132, 1000, 2}}) {
+    const TailSplit s = fb::fa3::tail_split(total, grid, iters, min_iters);
+    ASSERT_GT(s.ctas, s.tiles) << total << " tiles of " << iters << " on " << grid;
+    ASSERT_LE(s.ctas, grid);
+    EXPECT_EQ(s.first + s.tiles, total);
+    EXPECT_EQ(s.first % grid, 0);
+    std::vector<int> seen(size_t(s.tiles) * s.iters, 0);
+    std::vector<int> first_part_of(s.tiles, -1), later_parts(s.tiles, 0), folds(s.tiles, -1);
+    std::vector<std::vector<int>> part_ctas(s.tiles);
+    int64_t longest = 0;
+    for (int c = 0; c < s.ctas; ++c) {
+      int n_seg = 0, starts = 0;
+      for (int64_t g = s.lo(c), hi = s.lo(c + 1); g < hi; ++n_seg) {
+        const Segment seg = fb::fa3::segment_at(s, c, g);
+        ASSERT_LT(seg.j0, seg.j1);
+        for (int j = seg.j0; j < seg.j1; ++j)
+          ++seen[size_t(seg.tile) * s.iters + j];
+        if (seg.split < 0) {
+          EXPECT_EQ(n_seg, 0) << "CTA " << c << ": a later part that is not its first segment";
+          ++later_parts[seg.tile];
+          part_ctas[seg.tile].push_back(c);
+        } else {
+          EXPECT_EQ(seg.j0, 0);
+          ++starts;
+          EXPECT_EQ(first_part_of[seg.tile], -1);
+          first_part_of[seg.tile] = c;
+          folds[seg.tile] = seg.split;
+          EXPECT_EQ(seg.split == 0, seg.j1 == s.iters);
+        }
+        g += seg.j1 - seg.j0;
+      }
+      longest = std::max<int64_t>(longest, s.lo(c + 1) - s.lo(c) + starts);
+    }
+    for (size_t i = 0; i < seen.size(); ++i)
+      ASSERT_EQ(seen[i], 1) << "K/V tile " << i % s.iters << " of tail tile " << i / s.iters;
+    for (int t = 0; t < s.tiles; ++t) {
+      ASSERT_GE(first_part_of[t], 0);
+      EXPECT_EQ(folds[t], later_parts[t]) << "tail tile " << t;
+      for (int k = 0; k < later_parts[t]; ++k)
+        EXPECT_EQ(part_ctas[t][k], first_part_of[t] + 1 + k);
+    }
+    // Makespan of the tail in K/V tiles plus one per tile start, against whole tiles round robin.
+    const int64_t whole = int64_t(s.iters) + 1;
+    const int64_t even = (int64_t(s.tiles) * s.iters + s.ctas - 1) / s.ctas;
+    EXPECT_LE(longest, even + 2) << total << " tiles of " << iters;
+    std::printf("%d tiles x %d K/V tiles on %d CTAs: tail of %d tiles over %d CTAs, longest share %lld "
+                "(whole tiles: %lld)\n",
+                total, iters, grid, s.tiles, s.ctas, (long long)longest, (long long)whole);
   }
 }
 
