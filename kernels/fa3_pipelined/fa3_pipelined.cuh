@@ -406,7 +406,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
     ++q_use;
     t = past_whole(next_of(t));
   }
-  mbar_arrive(sm.q_full(take_q_slot(sm, q_use, WorkTile{0, 0, 0, -1})));
+  mbar_arrive(sm.q_full(take_q_slot(sm, q_use, WorkTile{.q0 = 0, .hb = 0, .n_tiles = -1})));
   // Dynamic: this CTA made its last claim. The last CTA to get here resets both counters, so the
   // next launch finds them zero (LaunchArgs::semaphores); every other CTA's last claim came before
   // its count (the fence), so nothing touches the claim counter after the reset.
@@ -928,7 +928,8 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
       lse[row] = lt[hh] > 0.f ? (m[hh] * a.scale_log2 + fast_log2(lt[hh])) * kLn2 : -INFINITY;
   }
   if (a.o_tma) {
-    store_o_tma<T, D, BN>(a, sm, wg, WorkTile{tile_q0(c, wg), c.w.hb, 0}, o, inv);
+    store_o_tma<T, D, BN>(a, sm, wg, WorkTile{.q0 = tile_q0(c, wg), .hb = c.w.hb, .n_tiles = 0},
+                          o, inv);
     return;
   }
   // Direct: 4-byte stores from the accumulators (a quad writes 16 contiguous bytes per row and
