@@ -794,7 +794,10 @@ __device__ __forceinline__ int tile_q0(const TileCtx &c, int wg) {
 
 // K/V tiles of the work tile that this warpgroup passes over (v13): n_tiles - n_wg, n_tiles
 // recomputed as tile_at did (kv_tiles_for), from the CTA's last row.
+// Non-causal (or wg_pass off): none, and n_wg is the segment's end (v15), not n_tiles.
 __device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c, int wg, int bn) {
+  if (!a.causal || !a.wg_pass)
+    return 0;
   const int last_row = min(tile_q0(c, wg) + a.consumers * kRowsPerWarpgroup, a.seqlen_q) - 1;
   return kv_tiles_to_row(last_row, bn, a.seqlen_q, a.seqlen_kv, a.causal != 0) - c.n_wg;
 }
