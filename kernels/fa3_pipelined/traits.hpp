@@ -48,8 +48,10 @@ constexpr bool split_compiled(int64_t head_dim) { return head_dim <= 128; }
 constexpr int kMaxSplitCtas = 256; // workspace slots: CTAs that may share a tail
 // Shortest share of the tail a CTA gets, in K/V tiles: each segment costs a tile start and end
 // (Q K^T of its first tile and P V of its last exposed, the partial's write or fold) besides its
-// K/V tiles (experiment knob FLASHBENCH_FA3_SPLIT_MIN).
-constexpr int kSplitMinIters = 2;
+// K/V tiles (experiment knob FLASHBENCH_FA3_SPLIT_MIN). Measured (NOTES.md, v15): 4 against 2,
+// mean over the 1980-MHz pairs 1.009 against 1.004-1.005; at d128 N512 (4 K/V tiles a work tile,
+// no split at 4) 0.986 against 0.974-0.979 of dynamic.
+constexpr int kSplitMinIters = 4;
 // The stream-K tail of a launch: tiles [first, first + tiles) share out tiles x iters K/V tiles
 // over CTAs 0..ctas-1 (ctas = 0: no split, every tile runs whole, round robin).
 // 32-bit arithmetic throughout (c x tiles x iters < 2^31: tail_split's kMaxSplitIters): the
