@@ -34,8 +34,9 @@ constexpr int kSchedDynamic = 2;
 // [c, c + 1) x R x iters / ctas of them, which cuts a tile into segments on neighbouring CTAs.
 // Non-causal only (every tile then has the same iters). Why: the acceptance shapes have 2048 work
 // tiles at d128 (16384 tokens x 16 heads / 128 rows), 15.5 waves on 132 SMs, so every persistent or
-// dynamic launch ran a 16th wave with 64 SMs idle (3% of the launch; cuDNN's persistent kernel
-// loses the same). A segment that does not start a tile writes its unnormalised O, its row
+// dynamic launch ran a 16th wave with 64 SMs idle (predicted 3% of the launch; cuDNN's persistent
+// kernel loses the same; measured +1.6-2.4% at N >= 4096 and nothing at d128 N2048: NOTES.md, v15).
+// A segment that does not start a tile writes its unnormalised O, its row
 // offsets m and sums l to a workspace slot of its CTA (at most one such segment a CTA: only the
 // first of its range can start mid-tile) and raises a flag; the segment that starts the tile (the
 // last of its CTA's range, so it ends after the others, which began their ranges with theirs)
