@@ -785,8 +785,8 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
 }
 
 // The work tile's first row, from this thread's row0 (v15): what follows the K/V loop reads q0 this
-// way, so that c.w.q0 is not carried across the loop in a register of its own (the one
-// WorkTile::part takes; the three-consumer kernels, at 160 registers, spilled without it).
+// way, so that nothing after the loop needs c.w.q0 next to row0. (While v15 fought its spills this
+// alone did not move ptxas's allocation; keeping `part` uniform did. It costs three integer ops.)
 __device__ __forceinline__ int tile_q0(const TileCtx &c, int wg) {
   const int t = threadIdx.x % 128;
   return c.row0 - wg * kRowsPerWarpgroup - (t / 32) * 16 - (t % 32) / 4;
