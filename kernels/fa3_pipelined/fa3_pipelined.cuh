@@ -250,10 +250,11 @@ template <int D, int BN> struct Smem {
 };
 
 // One work tile: Q tile qt (rows q0..q0 + block_m - 1) of head h, batch b, and the K/V tiles it visits:
-// j0..n_tiles - 1. v15: a stream-K segment starts at j0 > 0 (a later part of its tile: it leaves a
-// partial) or ends before the tile's last K/V tile (the first part: it folds in the partials of
-// `folds` CTAs); both packed in `part` (j0 < kMaxSplitIters = 2^22, folds < kMaxSplitCtas in the 9
-// bits above; a whole tile is part 0), one register in the producer, whose 24 spilled with them
+// j0..n_tiles - 1. v15: a stream-K segment of tail chunk `chunk` starts at j0 > 0 (a later part of
+// its tile: it leaves a partial in the chunk's slot) or ends before the tile's last K/V tile (the
+// first part: it folds in the partials of the `folds` chunks after its own); all three packed in
+// `part` (j0 < kMaxSplitIters = 2^14, folds in the 9 bits above, chunk < kMaxSplitCtas in the 8
+// above those; a whole tile is part 0), one register in the producer, whose 24 spilled with them
 // apart.
 //
 // Head and batch are packed too (hb = h | b << 16; both below 2^16, supports()): tile_info holds
@@ -264,13 +265,14 @@ struct WorkTile {
   __device__ __forceinline__ int h() const { return hb & 0xffff; }
   __device__ __forceinline__ int b() const { return hb >> 16; }
   __device__ __forceinline__ int j0() const { return part & (kMaxSplitIters - 1); }
-  __device__ __forceinline__ int folds() const { return part >> 22; }
+  __device__ __forceinline__ int folds() const { return (part >> 14) & 511; }
+  __device__ __forceinline__ int chunk() const { return part >> 23; }
 };
-// Segment::split as WorkTile::part: -1 (a later part) is j0 > 0.
-__device__ __forceinline__ int pack_part(int j0, int split) {
-  return j0 | ((split > 0 ? split : 0) << 22);
+// A Segment of chunk c as WorkTile::part (split -1, a later part, is j0 > 0).
+__device__ __forceinline__ int pack_part(int j0, int split, int chunk) {
+  return j0 | ((split > 0 ? split : 0) << 14) | (chunk << 23);
 }
-static_assert(kMaxSplitIters == 1 << 22 && kMaxSplitCtas < (1 << 9), "WorkTile::part's fields");
+static_assert(kMaxSplitIters == 1 << 14 && kMaxSplitCtas <= (1 << 8), "WorkTile::part's fields");
 // Work tile t in the order described at the top of the file (traits.hpp: tile_coord).
 template <int BN>
 __device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int block_m) {
@@ -360,30 +362,33 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
   };
   // Every tile, empty or not, and the end, go to the consumers through a Q slot (tile_info): an
   // empty tile (no row sees a key) and the end come with a plain arrive and no load.
-  // stream_k (v15): whole tiles up to split.first, then this CTA's share of the tail, K/V tiles
-  // [lo(cta), lo(cta + 1)) of it, walked with the same cursor as t = total_tiles + (K/V tile of the
-  // tail); split.first is total_tiles and the share empty when there is none. One cursor, one loop
-  // and one produce_tile: a second copy of the loop, or a second cursor, spilled the producer's 24
-  // registers.
-  // CTAs past split.ctas get the empty share [lo(ctas), lo(ctas)).
-  auto past_whole = [&](int n) {
-    return n < a.split.first ? n
-                             : a.total_tiles + a.split.lo(min(int(blockIdx.x), a.split.ctas));
+  // stream_k (v15): claim u < split.first is whole tile u; the next split.ctas claims are the
+  // tail's chunks, last first; any later one ends the CTA's work. The cursor t is a whole tile, or
+  // total_tiles + the tail's K/V tile where the next segment starts (the chunk is recomputed from
+  // it: no register); after a chunk's last segment the CTA claims again. One cursor, one loop and
+  // one produce_tile: a second copy of the loop, or a second cursor, spilled the producer's 24
+  // registers. Without a split (split.first = total_tiles, ctas 0) every claim past the tiles ends.
+  const int tail_end = a.total_tiles + a.split.lo(a.split.ctas);
+  auto cursor_of = [&](int u) {
+    const int k = a.split.ctas - 1 - (u - a.split.first);
+    return u < a.split.first ? u : k >= 0 ? a.total_tiles + a.split.lo(k) : tail_end;
   };
-  int t = past_whole(int(blockIdx.x)), kv_base = 0, q_use = 0; // K/V tiles and Q slots used before
+  // The segment ending at the tail's K/V tile g_end (exclusive) ends its chunk.
+  auto ends_chunk = [&](int g_end) { return g_end == a.split.lo(a.split.chunk_of(g_end - 1) + 1); };
+  int t = cursor_of(int(blockIdx.x)), kv_base = 0, q_use = 0; // K/V tiles and Q slots used before
   while (true) {
     const bool whole = t < a.split.first;
-    if (!whole && (!split_compiled(D) ||
-                   t - a.total_tiles >= a.split.lo(min(int(blockIdx.x) + 1, a.split.ctas))))
+    if (!whole && (!split_compiled(D) || t >= tail_end))
       break;
     WorkTile w;
     if (whole || !split_compiled(D)) {
       w = tile_at<BN>(a, t, sm.block_m);
     } else {
-      const Segment seg = segment_at(a.split, int(blockIdx.x), t - a.total_tiles);
+      const int g = t - a.total_tiles, chunk = a.split.chunk_of(g);
+      const Segment seg = segment_at(a.split, chunk, g);
       w = tile_at<BN>(a, a.split.first + seg.tile, sm.block_m);
       w.n_tiles = seg.j1;
-      w.part = pack_part(seg.j0, seg.split);
+      w.part = pack_part(seg.j0, seg.split, chunk);
     }
     if (w.n_tiles > 0) {
       // Both cursors move back by j0 in place (0 for a whole tile), so that nothing more stays
@@ -392,19 +397,20 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
         t -= w.j0();
         kv_base -= w.j0();
       }
-      int next = 0;
+      int next = -1;
       produce_tile<D, BN>(a, sm, w, kv_base, q_use, [&] {
-        if (t < a.split.first) // whole; from the parameter bank rather than a live predicate
-          next = past_whole(next_of(t));
+        // whole, or the chunk's last segment; from the parameter bank, not a live predicate
+        if (t < a.split.first || ends_chunk(t + w.n_tiles - a.total_tiles))
+          next = cursor_of(next_of(t));
       });
       kv_base += w.n_tiles;
       ++q_use;
-      t = t < a.split.first ? next : t + w.n_tiles;
+      t = next >= 0 ? next : t + w.n_tiles;
       continue;
     }
     mbar_arrive(sm.q_full(take_q_slot(sm, q_use, w))); // whole tiles only: segments have keys
     ++q_use;
-    t = past_whole(next_of(t));
+    t = cursor_of(next_of(t));
   }
   mbar_arrive(sm.q_full(take_q_slot(sm, q_use, WorkTile{.q0 = 0, .hb = 0, .n_tiles = -1})));
   // Dynamic: this CTA made its last claim. The last CTA to get here resets both counters, so the
@@ -952,13 +958,14 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
 }
 
 // v15, stream_k: a segment that does not start its tile leaves this thread's O accumulators, m and
-// l as they are (unnormalised, relative to its own offsets m) in its CTA's workspace slot, thread-
-// minor so that a warpgroup's stores coalesce, then raises the slot's flag for this warpgroup. Only
-// the first segment of a CTA's tail range can be such a part, so a slot is written once a launch.
+// l as they are (unnormalised, relative to its own offsets m) in its chunk's workspace slot,
+// thread-minor so that a warpgroup's stores coalesce, then raises the slot's flag for this
+// warpgroup. Only the first segment of a chunk can be such a part: a slot is written once a launch.
 template <int D>
-__device__ __forceinline__ void write_partial(const KernelArgs &a, int wg, const float (&o)[D / 2],
-                                              const float (&m)[2], const float (&l)[2]) {
-  const int t = threadIdx.x % 128, slot = int(blockIdx.x) * a.consumers + wg;
+__device__ __forceinline__ void write_partial(const KernelArgs &a, int wg, int chunk,
+                                              const float (&o)[D / 2], const float (&m)[2],
+                                              const float (&l)[2]) {
+  const int t = threadIdx.x % 128, slot = chunk * a.consumers + wg;
   float *p = a.partials + int64_t(slot) * 128 * split_partial_floats(D) + t;
 #pragma unroll
   for (int i = 0; i < D / 2; ++i)
@@ -972,16 +979,16 @@ __device__ __forceinline__ void write_partial(const KernelArgs &a, int wg, const
   if (t == 0)
     st_release_gpu(a.split_flags + slot, 1);
 }
-// The tile's first segment (the last of its CTA's range): folds in the parts of CTAs blockIdx.x +
-// 1 .. + n (the first segments of their ranges, which they ran before anything else of the tail,
-// so the wait is short), as two softmax states are merged: both rescaled to the larger offset.
-// The flags go back to zero (the semaphores' contract) once every thread has read its part.
+// The tile's first segment (the last of its chunk): folds in the parts of chunks chunk + 1 .. + n
+// (the first segments of chunks claimed before this one, so the wait is short), as two softmax
+// states are merged: both rescaled to the larger offset. The flags go back to zero (the
+// semaphores' contract) once every thread has read its part.
 template <int D>
-__device__ __forceinline__ void fold_partials(const KernelArgs &a, int wg, int n,
+__device__ __forceinline__ void fold_partials(const KernelArgs &a, int wg, int chunk, int n,
                                               float (&o)[D / 2], float (&m)[2], float (&l)[2]) {
   const int t = threadIdx.x % 128;
   for (int k = 1; k <= n; ++k) {
-    const int slot = (int(blockIdx.x) + k) * a.consumers + wg;
+    const int slot = (chunk + k) * a.consumers + wg;
     if (t == 0)
       while (ld_acquire_gpu(a.split_flags + slot) == 0) {
       }
@@ -1004,7 +1011,7 @@ __device__ __forceinline__ void fold_partials(const KernelArgs &a, int wg, int n
   }
   named_sync(kBarEpi0 + wg, 128);
   for (int k = t; k < n; k += 128)
-    a.split_flags[(int(blockIdx.x) + 1 + k) * a.consumers + wg] = 0;
+    a.split_flags[(chunk + 1 + k) * a.consumers + wg] = 0;
 }
 // The first K/V tile of a work tile or (v15) of a stream-K segment of one.
 template <int D> __device__ __forceinline__ int j_first(const TileCtx &c) {
@@ -1018,11 +1025,11 @@ __device__ __forceinline__ void end_tile(const KernelArgs &a, const Smem<D, BN> 
                                          float (&l)[2]) {
   if constexpr (split_compiled(D)) {
     if (j_first<D>(c) > 0) {
-      write_partial<D>(a, wg, o, m, l);
+      write_partial<D>(a, wg, c.w.chunk(), o, m, l);
       return;
     }
     if (c.w.folds() > 0)
-      fold_partials<D>(a, wg, c.w.folds(), o, m, l);
+      fold_partials<D>(a, wg, c.w.chunk(), c.w.folds(), o, m, l);
   }
   finish_tile<T, D, BN>(a, sm, wg, c, o, m, l);
 }
@@ -1407,7 +1414,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   if (const char *e = std::getenv("FLASHBENCH_FA3_SECTIONS"); e && std::atoi(e) > 0)
     a.order.sections = std::min(std::atoi(e), a.order.groups);
   a.claims = nullptr;
-  if (c.scheduler == kSchedDynamic) {
+  if (c.scheduler == kSchedDynamic || c.scheduler == kSchedStreamK) {
     if (args.semaphores == nullptr || args.semaphore_bytes < kDynamicSemaphoreBytes)
       throw std::invalid_argument("fa3_pipelined: scheduler dynamic needs " +
                                   std::to_string(kDynamicSemaphoreBytes) +
@@ -1435,18 +1442,19 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
       throw std::invalid_argument("fa3_pipelined: scheduler stream_k needs " + std::to_string(ws) +
                                   " bytes of workspace and " + std::to_string(sem) +
                                   " bytes of zeroed semaphores");
-    // Experiment knob (v15): FLASHBENCH_FA3_SPLIT_MIN=n, the shortest share of the tail in K/V
-    // tiles (kSplitMinIters); a large n turns the split off (stream_k is then persistent).
+    // Experiment knob (v15): FLASHBENCH_FA3_SPLIT_MIN=n, the shortest chunk of the tail in K/V
+    // tiles (kSplitMinIters); a large n turns the split off (stream_k is then dynamic).
     int64_t min_iters = kSplitMinIters;
     if (const char *e = std::getenv("FLASHBENCH_FA3_SPLIT_MIN"); e && std::atoi(e) > 0)
       min_iters = std::atoi(e);
-    // The tail may spread over every resident slot, more CTAs than work tiles included.
+    // The tail may spread over every resident slot, more CTAs than work tiles included: as many
+    // chunks as slots (at most), and the grid holds that many CTAs.
     const int64_t slots = int64_t(sm_count()) * std::max(1, per_sm);
     a.split = tail_split(a.total_tiles, slots,
                          kv_tiles_for(0, c.block_m, BN, p.seqlen_q, p.seqlen_kv, false), min_iters);
     grid = std::max(grid, a.split.ctas);
     a.partials = static_cast<float *>(args.workspace);
-    a.split_flags = static_cast<int *>(args.semaphores);
+    a.split_flags = static_cast<int *>(args.semaphores) + 2; // after the claim counters
   }
   kernel<<<grid, threads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();

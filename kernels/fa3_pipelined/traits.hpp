@@ -28,40 +28,48 @@ constexpr int kSchedPersistent = 1;
 // assignment leaves some CTAs with more work than others: simulated on the acceptance shapes, round
 // robin reaches 0.76-0.95 of the even share at d128 causal, claiming 0.98-0.99 (NOTES.md, v7).
 constexpr int kSchedDynamic = 2;
-// v15: persistent grid (one CTA per resident slot, as persistent) whose full waves of work tiles go
-// round robin and whose last, partial wave is shared out by K/V tiles instead (stream-K): the R
-// tiles left after the full waves hold R x iters K/V tiles, and CTA c of `ctas` takes the range
-// [c, c + 1) x R x iters / ctas of them, which cuts a tile into segments on neighbouring CTAs.
+// v15: persistent grid (one CTA per resident slot, as persistent) whose full waves of work tiles are
+// claimed as with dynamic and whose last, partial wave is shared out by K/V tiles instead
+// (stream-K): the R tiles left after the full waves hold R x iters K/V tiles, cut into `ctas`
+// chunks, chunk c = K/V tiles [c, c + 1) x R x iters / ctas of them, which cuts a tile into
+// segments in neighbouring chunks. v15b: the chunks are claimed from the same counter, last chunk
+// first (v15a gave CTA c chunk c after a round robin of the full waves, and the CTAs' arrival at
+// the tail spread: no gain at d128 N2048).
 // Non-causal only (every tile then has the same iters). Why: the acceptance shapes have 2048 work
 // tiles at d128 (16384 tokens x 16 heads / 128 rows), 15.5 waves on 132 SMs, so every persistent or
 // dynamic launch ran a 16th wave with 64 SMs idle (predicted 3% of the launch; cuDNN's persistent
-// kernel loses the same; measured +1.6-2.4% at N >= 4096 and nothing at d128 N2048: NOTES.md, v15).
-// A segment that does not start a tile writes its unnormalised O, its row
-// offsets m and sums l to a workspace slot of its CTA (at most one such segment a CTA: only the
-// first of its range can start mid-tile) and raises a flag; the segment that starts the tile (the
-// last of its CTA's range, so it ends after the others, which began their ranges with theirs)
-// waits for those flags, folds the partials in and writes O and LSE. All CTAs of the grid are
-// resident at once (persistent_grid), so the wait cannot deadlock.
+// kernel loses the same; v15a measured +1.6-2.4% at N >= 4096 and nothing at d128 N2048: NOTES.md).
+// A segment that does not start a tile writes its unnormalised O, its row offsets m and sums l to
+// the workspace slot of its chunk (at most one such segment a chunk: only the first of its range
+// can start mid-tile) and raises a flag; the segment that starts the tile (the last of its chunk,
+// whose later parts sit in chunks claimed before it) waits for those flags, folds the partials in
+// and writes O and LSE. The waits only point at chunks claimed earlier, by CTAs that are resident
+// (persistent_grid), so they cannot deadlock.
 constexpr int kSchedStreamK = 3;
 // Compiled for head_dim 64 and 128: at 256 the producer's four TMA boxes a tile left no register for
 // the segment's start in its 24 (spilled), and no acceptance shape needs it there.
 constexpr bool split_compiled(int64_t head_dim) { return head_dim <= 128; }
-constexpr int kMaxSplitCtas = 256; // workspace slots: CTAs that may share a tail
-// Shortest share of the tail a CTA gets, in K/V tiles: each segment costs a tile start and end
+constexpr int kMaxSplitCtas = 256; // chunks of a tail (workspace slots); 8 bits of WorkTile::part
+// Shortest chunk of the tail, in K/V tiles: each segment costs a tile start and end
 // (Q K^T of its first tile and P V of its last exposed, the partial's write or fold) besides its
 // K/V tiles (experiment knob FLASHBENCH_FA3_SPLIT_MIN). Measured (NOTES.md, v15): 4 against 2,
 // mean over the 1980-MHz pairs 1.009 against 1.004-1.005; at d128 N512 (4 K/V tiles a work tile,
 // no split at 4) 0.986 against 0.974-0.979 of dynamic.
 constexpr int kSplitMinIters = 4;
 // The stream-K tail of a launch: tiles [first, first + tiles) share out tiles x iters K/V tiles
-// over CTAs 0..ctas-1 (ctas = 0: no split, every tile runs whole, round robin).
-// 32-bit arithmetic throughout (c x tiles x iters < 2^31: tail_split's kMaxSplitIters): the
-// producer thread that walks it has 24 registers, and a 64-bit division is a call.
-constexpr int kMaxSplitIters = 1 << 22;
+// over chunks 0..ctas-1 (ctas = 0: no split, every tile runs whole).
+// 32-bit arithmetic throughout (c x tiles x iters < 2^30: kMaxTailIters): the producer thread that
+// walks it has 24 registers, and a 64-bit division is a call. A segment's first K/V tile is below
+// kMaxSplitIters (14 bits of WorkTile::part).
+constexpr int kMaxSplitIters = 1 << 14;
+constexpr int kMaxTailIters = 1 << 22;
 struct TailSplit {
   int first = 0, tiles = 0, iters = 0, ctas = 0;
-  // First K/V tile (counted over the tail's tiles in order) of CTA c's range; lo(ctas) is the end.
+  // First K/V tile (counted over the tail's tiles in order) of chunk c; lo(ctas) is the end.
   FB_HOST_DEVICE int lo(int c) const { return c * (tiles * iters) / (ctas > 0 ? ctas : 1); }
+  // The chunk holding the tail's K/V tile g: the largest c with lo(c) <= g (lo(c) <= g exactly
+  // when c x tiles x iters < (g + 1) x ctas).
+  FB_HOST_DEVICE int chunk_of(int g) const { return ((g + 1) * ctas - 1) / (tiles * iters); }
 };
 // total_tiles work tiles of `iters` K/V tiles each on a persistent grid of `grid` CTAs. The tail is
 // split only where it helps: when more CTAs than tail tiles get a share of at least min_iters.
@@ -74,7 +82,7 @@ inline TailSplit tail_split(int64_t total_tiles, int64_t grid, int64_t iters,
   const int64_t full = total_tiles / grid * grid, tail = total_tiles - full;
   const int64_t ctas = std::min<int64_t>(
       {grid, int64_t(kMaxSplitCtas), tail * iters / std::max<int64_t>(1, min_iters)});
-  if (tail == 0 || ctas <= tail || tail * iters >= kMaxSplitIters)
+  if (tail == 0 || ctas <= tail || iters >= kMaxSplitIters || tail * iters >= kMaxTailIters)
     return s;
   s.first = static_cast<int>(full);
   s.tiles = static_cast<int>(tail);
@@ -82,13 +90,13 @@ inline TailSplit tail_split(int64_t total_tiles, int64_t grid, int64_t iters,
   s.ctas = static_cast<int>(ctas);
   return s;
 }
-// One piece of CTA c's tail range: K/V tiles [j0, j1) of tail tile `tile` (0-based in the tail).
-// split: 0 = the whole tile; -1 = a later part (writes a partial); k > 0 = the tile's first part,
-// which folds in the partials of CTAs c + 1 .. c + k.
+// One piece of chunk c: K/V tiles [j0, j1) of tail tile `tile` (0-based in the tail). split: 0 =
+// the whole tile; -1 = a later part (writes a partial); k > 0 = the tile's first part, which folds
+// in the partials of chunks c + 1 .. c + k.
 struct Segment {
   int tile, j0, j1, split;
 };
-// The segment of CTA c that begins at K/V tile g of the tail (lo(c) <= g < lo(c + 1)).
+// The segment of chunk c that begins at K/V tile g of the tail (lo(c) <= g < lo(c + 1)).
 FB_HOST_DEVICE Segment segment_at(const TailSplit &s, int c, int g) {
   const int hi = s.lo(c + 1);
   Segment seg;
@@ -104,16 +112,16 @@ FB_HOST_DEVICE Segment segment_at(const TailSplit &s, int c, int g) {
       ++seg.split;
   return seg;
 }
-// Workspace of the stream-K tail: per CTA slot and consumer warpgroup, every thread's O
+// Workspace of the stream-K tail: per chunk and consumer warpgroup, every thread's O
 // accumulators (head_dim / 2), m and l of its two rows, fp32, thread-minor (coalesced).
 constexpr int64_t split_partial_floats(int64_t head_dim) { return head_dim / 2 + 4; }
 constexpr int64_t split_workspace_bytes(int64_t head_dim, int consumers) {
   return int64_t(kMaxSplitCtas) * consumers * 128 * split_partial_floats(head_dim) * 4;
 }
-// Semaphores: one flag per CTA slot and consumer warpgroup (set by the partial's writer, reset by
-// the reader that folds it in).
+// Semaphores: the claim counters of the dynamic scheduler, then one flag per chunk and consumer
+// warpgroup (set by the partial's writer, reset by the reader that folds it in).
 constexpr size_t split_semaphore_bytes(int consumers) {
-  return size_t(kMaxSplitCtas) * size_t(consumers) * sizeof(int);
+  return 2 * sizeof(int) + size_t(kMaxSplitCtas) * size_t(consumers) * sizeof(int);
 }
 // Bytes of LaunchArgs::semaphores the dynamic scheduler counts on: the claim counter and the count of
 // CTAs that have made their last claim (the last one resets both to zero).

@@ -554,10 +554,11 @@ TEST(Fa3Pipelined, DynamicClaimsBalanceCausalWork) {
   }
 }
 
-// v15, stream_k: every CTA's tail range cut into segments covers each K/V tile of the tail exactly
-// once; only a CTA's first segment may be a later part of a tile (one workspace slot a CTA); each
-// split tile has one first part, on the CTA just before its later parts, which folds in exactly
-// those; and the makespan in K/V tiles falls to the even share plus at most one tile start a CTA.
+// v15, stream_k: every chunk of the tail cut into segments covers each K/V tile of the tail exactly
+// once; only a chunk's first segment may be a later part of a tile (one workspace slot a chunk);
+// each split tile has one first part, in the chunk just before its later parts, which folds in
+// exactly those; chunk_of finds every K/V tile's chunk (the producer walks the tail by it); and a
+// chunk's K/V tiles plus its tile starts stay within the even share plus two.
 TEST(Fa3Pipelined, StreamKTailCoversEveryKvTileOnce) {
   using fb::fa3::Segment;
   using fb::fa3::TailSplit;
@@ -585,13 +586,14 @@ TEST(Fa3Pipelined, StreamKTailCoversEveryKvTileOnce) {
     int64_t longest = 0;
     for (int c = 0; c < s.ctas; ++c) {
       int n_seg = 0, starts = 0;
-      for (int64_t g = s.lo(c), hi = s.lo(c + 1); g < hi; ++n_seg) {
+      for (int g = s.lo(c), hi = s.lo(c + 1); g < hi; ++n_seg) {
+        ASSERT_EQ(s.chunk_of(g), c) << "K/V tile " << g << " of the tail";
         const Segment seg = fb::fa3::segment_at(s, c, g);
         ASSERT_LT(seg.j0, seg.j1);
         for (int j = seg.j0; j < seg.j1; ++j)
           ++seen[size_t(seg.tile) * s.iters + j];
         if (seg.split < 0) {
-          EXPECT_EQ(n_seg, 0) << "CTA " << c << ": a later part that is not its first segment";
+          EXPECT_EQ(n_seg, 0) << "chunk " << c << ": a later part that is not its first segment";
           ++later_parts[seg.tile];
           part_ctas[seg.tile].push_back(c);
         } else {
@@ -618,7 +620,7 @@ TEST(Fa3Pipelined, StreamKTailCoversEveryKvTileOnce) {
     const int64_t whole = int64_t(s.iters) + 1;
     const int64_t even = (int64_t(s.tiles) * s.iters + s.ctas - 1) / s.ctas;
     EXPECT_LE(longest, even + 2) << total << " tiles of " << iters;
-    std::printf("%d tiles x %d K/V tiles on %d CTAs: tail of %d tiles over %d CTAs, longest share %lld "
+    std::printf("%d tiles x %d K/V tiles on %d CTAs: tail of %d tiles in %d chunks, longest chunk %lld "
                 "(whole tiles: %lld)\n",
                 total, iters, grid, s.tiles, s.ctas, (long long)longest, (long long)whole);
   }
