@@ -30,6 +30,15 @@ if ! command -v nvcc >/dev/null 2>&1; then
   fi
 fi
 
+# cuobjdump (and the nvdisasm it runs) for the SASS test (tests/CMakeLists.txt: fa3_sass); some CUDA installs
+# leave them out. NVIDIA's pip wheels carry both (the test finds them there); without network it reports SKIPPED.
+if ! command -v cuobjdump >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/cuobjdump ] &&
+   ! python3 -c 'import glob, nvidia, sys; sys.exit(not any(glob.glob(p + "/cu*/bin/cuobjdump") for p in nvidia.__path__))' >/dev/null 2>&1; then
+  echo "deps: installing cuobjdump and nvdisasm (pip: nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)"
+  python3 -m pip install -q nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm ||
+    echo "deps: pip install failed; the SASS test will be skipped"
+fi
+
 # Python: the reports package and its test tools.
 if [ "${FLASHBENCH_SKIP_PY:-0}" != 1 ]; then
   if ! python3 -c 'import flashbench_reports, matplotlib, pytest' >/dev/null 2>&1; then

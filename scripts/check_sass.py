@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""The fa3_pipelined kernels' machine code, checked without a GPU (issue #7, point 3).
+
+    scripts/check_sass.py OBJECT...
+
+Disassembles each object with cuobjdump and, for every fa3 kernel in it, checks:
+  - HGMMA (wgmma) and UTMALDG (TMA loads) are there;
+  - no local-memory traffic (STL/LDL: register spills; ptxas also fails the build on a spill);
+  - `WARPGROUP.DEPBAR.LE gsb0, 0x0` (a wait for every wgmma in flight) appears at most 3 times. Every
+    instantiation has 2 (intra_wg_overlap off) or 3 (on); when ptxas cannot prove the wgmma pipeline safe it
+    serialises every HGMMA with such a wait (53 at d128, session 17) and prints nothing.
+Prints one line per kernel; exit 1 on a failed check, 0 otherwise. Without cuobjdump (on PATH, in
+/usr/local/cuda/bin, or from `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`) it prints
+"check_sass: SKIPPED" and exits 0.
+"""
+import glob
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+MAX_FULL_WAITS = 3
+
+
+def find_cuobjdump():
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    if os.access("/usr/local/cuda/bin/cuobjdump", os.X_OK):
+        return "/usr/local/cuda/bin/cuobjdump"
+    try:
+        import nvidia  # the namespace package of NVIDIA's pip wheels
+        for root in nvidia.__path__:
+            for path in sorted(glob.glob(os.path.join(root, "cu*", "bin", "cuobjdump"))):
+                if os.access(path, os.X_OK):
+                    return path
+    except ImportError:
+        pass
+    return None
+
+
+def kernels(sass):
+    """{function name: [instruction lines]} of one cuobjdump -sass listing."""
+    out, name = {}, None
+    for line in sass.splitlines():
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            name = m.group(1)
+            out[name] = []
+        elif name and re.match(r"\s+/\*[0-9a-f]{4,}\*/", line):
+            out[name].append(line)
+    return out
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        return 2
+    tool = find_cuobjdump()
+    if not tool:
+        print("check_sass: SKIPPED: no cuobjdump (pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm)")
+        return 0
+    failed, checked = 0, 0
+    # CTest passes $<TARGET_OBJECTS:...> as one ;-separated argument.
+    objects = [o for arg in argv[1:] for o in arg.split(";") if o]
+    for obj in objects:
+        # cuobjdump runs nvdisasm for -sass: from its own directory (the pip wheels put both in one).
+        env = dict(os.environ, PATH=os.path.dirname(tool) + os.pathsep + os.environ.get("PATH", ""))
+        run = subprocess.run([tool, "-sass", obj], capture_output=True, text=True, env=env)
+        if run.returncode != 0:
+            print(f"check_sass: error: {tool} -sass {obj} failed ({run.stderr.strip()[:200]}); "
+                  "install nvdisasm next to it (pip install nvidia-cuda-nvdisasm)")
+            return 1
+        sass = run.stdout
+        for name, lines in kernels(sass).items():
+            if "fa3_kernel" not in name:
+                continue
+            checked += 1
+            count = lambda pat: sum(1 for l in lines if re.search(pat, l))
+            hgmma, tma = count(r"\bHGMMA\."), count(r"\bUTMALDG\b")
+            local, waits = count(r"\b(STL|LDL)(\.|\s)"), count(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0")
+            bad = []
+            if hgmma == 0:
+                bad.append("no HGMMA")
+            if tma == 0:
+                bad.append("no UTMALDG")
+            if local:
+                bad.append(f"{local} local-memory instructions (spills)")
+            if waits > MAX_FULL_WAITS:
+                bad.append(f"{waits} full wgmma waits (> {MAX_FULL_WAITS}: serialised HGMMAs)")
+            failed += bool(bad)
+            print(f"{'FAIL' if bad else 'ok  '} {os.path.basename(obj)} {name[:90]}: HGMMA {hgmma}, UTMALDG {tma}, "
+                  f"full waits {waits}, STL/LDL {local}{'; ' + '; '.join(bad) if bad else ''}")
+    if checked == 0:
+        print("check_sass: no fa3 kernel found in " + " ".join(objects))
+        return 1
+    print(f"check_sass: {checked} kernels, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
