@@ -97,12 +97,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <vector>
 
 namespace fb::fa3 {
 namespace detail {
@@ -260,6 +262,78 @@ template <int D, int BN> struct Smem {
 // Head and batch are packed too (hb = h | b << 16; both below 2^16, supports()): tile_info holds
 // the whole struct in 16 bytes, and a consumer carries one register for both across its K/V loop
 // (v15: the one `part` takes there; d128 block_n 192 spilled without it).
+// ---- trace (diagnostics; off unless FA3_TRACE is defined: cmake -DFLASHBENCH_FA3_TRACE=ON)
+// %globaltimer stamps (32 ns) of every work item (a work tile, or a stream-K segment of one) on the
+// first thread of each consumer warpgroup and on the producer thread, so that one launch's tile
+// starts and ends can be read per CTA (scripts/dev/fa3_trace.py). Lanes of a CTA's region: consumer
+// warpgroup 0..2, producer 3; record 0 of a lane holds its start, end and item count, records
+// 1.. its items in order:
+//   consumer: q0 | hb << 32, n_tiles | part << 32, tf (fetch_tile entered: the previous item done),
+//             t0 (the item handed over: its Q landed), ts (the first P packed), t1 (the last P V
+//             retired), t2 (O or the partial out);
+//   producer: q0 | hb << 32, -, tq (Q load issued), -, tc (the claim of this item returned),
+//             tv (the item's last V load issued), after the Q, after K(0).
+// Plain stores only: a call (printf, a __noinline__ helper) in the kernel makes ptxas serialise
+// every WGMMA (C7510), so the host prints them: launch_tile, after launch FA3_TRACE_LAUNCH of the
+// process (the check's launches come first, so a timed one), writes "fa3trace ..." lines. Only the
+// overlap path stamps. The stamps cost registers: a trace build may spill where the real one
+// does not (it only warns), so read its times as a picture, not as results.
+#ifdef FA3_TRACE
+#ifndef FA3_TRACE_LAUNCH
+#define FA3_TRACE_LAUNCH 12
+#endif
+constexpr int kTraceRecords = 65536, kTraceWords = 8, kTraceLanes = 4;
+static __device__ unsigned long long fa3_trace_rec[kTraceRecords * kTraceWords];
+__host__ __device__ constexpr int trace_per_lane(int grid) {
+  return kTraceRecords / (grid * kTraceLanes) < 256 ? kTraceRecords / (grid * kTraceLanes) : 256;
+}
+__device__ __forceinline__ unsigned long long trace_now() {
+  unsigned long long v;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+  return v;
+}
+// Record k of this CTA's lane, or null past the lane's room.
+__device__ __forceinline__ unsigned long long *trace_slot(int lane, int k) {
+  const int per = trace_per_lane(gridDim.x);
+  return k < per ? fa3_trace_rec + kTraceWords * ((int64_t(blockIdx.x) * kTraceLanes + lane) * per + k)
+                 : nullptr;
+}
+__device__ __forceinline__ void trace_put(int lane, int k, int word, unsigned long long v) {
+  if (unsigned long long *x = trace_slot(lane, k))
+    x[word] = v;
+}
+__device__ __forceinline__ unsigned long long trace_meta(int q0, int hb) {
+  return (unsigned long long)unsigned(q0) | (unsigned long long)unsigned(hb) << 32;
+}
+// Host: after the launch just queued, the FA3_TRACE_LAUNCH-th of the process, print its records.
+static void trace_dump(int grid, cudaStream_t stream) {
+  static int launches = 0;
+  if (++launches != FA3_TRACE_LAUNCH)
+    return;
+  const int per = trace_per_lane(grid);
+  std::vector<unsigned long long> h(size_t(grid) * kTraceLanes * per * kTraceWords);
+  FB_CUDA_CHECK(cudaStreamSynchronize(stream));
+  FB_CUDA_CHECK(cudaMemcpyFromSymbol(h.data(), fa3_trace_rec, h.size() * 8));
+  std::printf("fa3trace launch %d grid %d per %d\n", launches, grid, per);
+  for (int c = 0; c < grid; ++c)
+    for (int lane = 0; lane < kTraceLanes; ++lane) {
+      const unsigned long long *r = h.data() + (size_t(c) * kTraceLanes + lane) * per * kTraceWords;
+      const int n = std::min(int(r[2]), per - 1);
+      if (r[0] == 0 && n == 0)
+        continue;
+      std::printf("fa3trace lane %d %d %llu %llu %d\n", c, lane, r[0], r[1], n);
+      for (int k = 1; k <= n; ++k) {
+        const unsigned long long *x = r + k * kTraceWords;
+        std::printf("fa3trace rec %d %d", c, lane);
+        for (int w = 0; w < kTraceWords; ++w)
+          std::printf(" %llu", x[w]);
+        std::printf("\n");
+      }
+    }
+  std::fflush(stdout);
+}
+#endif
+
 struct WorkTile {
   int q0, hb, n_tiles, part = 0;
   __device__ __forceinline__ int h() const { return hb & 0xffff; }
@@ -295,6 +369,22 @@ __device__ __forceinline__ int take_q_slot(const Smem<D, BN> &sm, int q_use, con
   return slot;
 }
 
+// Q of work tile w into Q slot use q_use: the slot's wait, tile_info, then the TMA load.
+template <int D, int BN>
+__device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<D, BN> &sm, int q_use,
+                                       const WorkTile &w) {
+  const int slot = take_q_slot(sm, q_use, w);
+  mbar_arrive_expect_tx(sm.q_full(slot), uint32_t(sm.block_m) * D * 2);
+#pragma unroll
+  for (int c = 0; c < Smem<D, BN>::kChunks; ++c)
+    tma_load_4d(sm.q_tile(slot) + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(slot), c * 64, w.q0,
+                w.h(), w.b());
+#ifdef FA3_TRACE
+  trace_put(3, q_use + 1, 2, trace_now());
+  trace_put(3, q_use + 1, 0, trace_meta(w.q0, w.hb));
+#endif
+}
+
 // Loads of one work tile: Q once, K/V tiles j0..n_tiles-1 through the ring.
 template <int D, int BN, class Claim>
 __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, BN> &sm,
@@ -327,15 +417,19 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
     for (int c = 0; c < S::kChunks; ++c)
       tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, w.b());
   };
-  // K(0) before Q: its slot may be free before the consumers retire the last Q K^T that read this
-  // Q slot (the previous work tile's with one Q buffer, the one before it with two).
+  // Q before K(0) (v16; v4-v15 loaded K(0) first). With two Q buffers the Q slot's last use was two
+  // tiles back, while K(0)'s slot waits for Q K^T(n-2) of the tile before: the trace (NOTES v16)
+  // had the next Q go out ~0.35 us after the consumers' last P V of the tile before, and land
+  // ~0.45 us after they were ready for it. With one buffer both wait for the tile's last Q K^T,
+  // and the tile needs both before it can start.
+  load_q(a, sm, q_use, w);
+#ifdef FA3_TRACE
+  trace_put(3, q_use + 1, 6, trace_now());
+#endif
   load_k(j0);
-  const int slot = take_q_slot(sm, q_use, w);
-  mbar_arrive_expect_tx(sm.q_full(slot), uint32_t(sm.block_m) * D * 2);
-#pragma unroll
-  for (int c = 0; c < S::kChunks; ++c)
-    tma_load_4d(sm.q_tile(slot) + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(slot), c * 64, w.q0,
-                w.h(), w.b());
+#ifdef FA3_TRACE
+  trace_put(3, q_use + 1, 7, trace_now());
+#endif
   for (int j = j0 + 1; j < n_tiles; ++j) {
     load_k(j);
     load_v(j - 1);
@@ -345,6 +439,9 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
   // one, early enough that the claim's round trip hides under that wait.
   claim_next();
   load_v(n_tiles - 1);
+#ifdef FA3_TRACE
+  trace_put(3, q_use + 1, 5, trace_now());
+#endif
 }
 
 // ---- producer
@@ -400,8 +497,12 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
       int next = -1;
       produce_tile<D, BN>(a, sm, w, kv_base, q_use, [&] {
         // whole, or the chunk's last segment; from the parameter bank, not a live predicate
-        if (t < a.split.first || ends_chunk(t + w.n_tiles - a.total_tiles))
+        if (t < a.split.first || ends_chunk(t + w.n_tiles - a.total_tiles)) {
           next = cursor_of(next_of(t));
+#ifdef FA3_TRACE
+          trace_put(3, q_use + 2, 4, trace_now());
+#endif
+        }
       });
       kv_base += w.n_tiles;
       ++q_use;
@@ -413,6 +514,10 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
     t = cursor_of(next_of(t));
   }
   mbar_arrive(sm.q_full(take_q_slot(sm, q_use, WorkTile{.q0 = 0, .hb = 0, .n_tiles = -1})));
+#ifdef FA3_TRACE
+  if (unsigned long long *r = trace_slot(3, 0))
+    r[0] = r[1] = trace_now(), r[2] = unsigned(q_use);
+#endif
   // Dynamic: this CTA made its last claim. The last CTA to get here resets both counters, so the
   // next launch finds them zero (LaunchArgs::semaphores); every other CTA's last claim came before
   // its count (the fence), so nothing touches the claim counter after the reset.
@@ -1130,6 +1235,13 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   int q_use = 0; // Q slot uses (work tiles, empty ones included) before the current tile
   RingPos r;     // K/V tile j of the current work tile
   TileCtx c;
+#ifdef FA3_TRACE
+  const bool tracer = threadIdx.x % 128 == 0;
+  const unsigned long long t_begin = trace_now();
+  int items = 0;
+  if (tracer)
+    trace_put(wg, 1, 2, t_begin);
+#endif
   if (fetch_tile<T, D, BN>(a, sm, wg, q_use, c, r)) {
     if constexpr (!OVERLAP) {
       do {
@@ -1208,6 +1320,10 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
       };
       do {
+#ifdef FA3_TRACE
+        if (tracer)
+          trace_put(wg, items + 1, 3, trace_now());
+#endif
         // The tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
         broadcast_tile_state();
         reset_stats();
@@ -1224,6 +1340,10 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         mask_and_softmax(c, j_first<D>(c)); // not settled yet: the exact softmax, never a redo
         pack_p<T, BN>(pa, sacc);
         r.next(sm.stages);
+#ifdef FA3_TRACE
+        if (tracer)
+          trace_put(wg, items + 1, 4, trace_now());
+#endif
         for (int j = j_first<D>(c) + 1; j < c.n_wg; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
           // GEMMs in flight.
@@ -1263,11 +1383,28 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         fence_operands(o);
         fence_operands(pa);
         release_v(rp().s);
+#ifdef FA3_TRACE
+        if (tracer)
+          trace_put(wg, items + 1, 5, trace_now());
+#endif
         end_tile<T, D, BN>(a, sm, wg, c, o, m, l);
+#ifdef FA3_TRACE
+        if (tracer)
+          if (unsigned long long *x = trace_slot(wg, items + 1)) {
+            x[6] = trace_now();
+            x[0] = trace_meta(c.w.q0, c.w.hb);
+            x[1] = (unsigned long long)unsigned(c.w.n_tiles) | (unsigned long long)unsigned(c.w.part) << 32;
+          }
+        ++items;
+#endif
         for (int j = 0; j < pass_count(a, c, wg, BN); ++j) {
           pass_v(sm, r);
           r.next(sm.stages);
         }
+#ifdef FA3_TRACE
+        if (tracer)
+          trace_put(wg, items + 1, 2, trace_now());
+#endif
       } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c, r));
     }
   }
@@ -1278,6 +1415,11 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   // The last O copies must have read the staging buffer before the CTA's shared memory goes.
   if (a.o_tma && threadIdx.x % 128 == 0)
     bulk_wait_all();
+#ifdef FA3_TRACE
+  if (tracer)
+    if (unsigned long long *r = trace_slot(wg, 0))
+      r[0] = t_begin, r[1] = trace_now(), r[2] = unsigned(items);
+#endif
 }
 
 // A CTA per work tile (one_shot) or per resident slot (persistent, walking the work tiles):
@@ -1458,6 +1600,9 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   }
   kernel<<<grid, threads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
+#ifdef FA3_TRACE
+  trace_dump(grid, stream);
+#endif
 }
 
 template <class T, int D, int BN, bool OVERLAP, bool WIDE> const void *kernel_ptr() {
