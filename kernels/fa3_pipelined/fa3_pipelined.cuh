@@ -251,17 +251,6 @@ template <int D, int BN> struct Smem {
   }
 };
 
-// One work tile: Q tile qt (rows q0..q0 + block_m - 1) of head h, batch b, and the K/V tiles it visits:
-// j0..n_tiles - 1. v15: a stream-K segment of tail chunk `chunk` starts at j0 > 0 (a later part of
-// its tile: it leaves a partial in the chunk's slot) or ends before the tile's last K/V tile (the
-// first part: it folds in the partials of the `folds` chunks after its own); all three packed in
-// `part` (j0 < kMaxSplitIters = 2^14, folds in the 9 bits above, chunk < kMaxSplitCtas in the 8
-// above those; a whole tile is part 0), one register in the producer, whose 24 spilled with them
-// apart.
-//
-// Head and batch are packed too (hb = h | b << 16; both below 2^16, supports()): tile_info holds
-// the whole struct in 16 bytes, and a consumer carries one register for both across its K/V loop
-// (v15: the one `part` takes there; d128 block_n 192 spilled without it).
 // ---- trace (diagnostics; off unless FA3_TRACE is defined: cmake -DFLASHBENCH_FA3_TRACE=ON)
 // %globaltimer stamps (32 ns) of every work item (a work tile, or a stream-K segment of one) on the
 // first thread of each consumer warpgroup and on the producer thread, so that one launch's tile
@@ -334,6 +323,17 @@ static void trace_dump(int grid, cudaStream_t stream) {
 }
 #endif
 
+// One work tile: Q tile qt (rows q0..q0 + block_m - 1) of head h, batch b, and the K/V tiles it visits:
+// j0..n_tiles - 1. v15: a stream-K segment of tail chunk `chunk` starts at j0 > 0 (a later part of
+// its tile: it leaves a partial in the chunk's slot) or ends before the tile's last K/V tile (the
+// first part: it folds in the partials of the `folds` chunks after its own); all three packed in
+// `part` (j0 < kMaxSplitIters = 2^14, folds in the 9 bits above, chunk < kMaxSplitCtas in the 8
+// above those; a whole tile is part 0), one register in the producer, whose 24 spilled with them
+// apart.
+//
+// Head and batch are packed too (hb = h | b << 16; both below 2^16, supports()): tile_info holds
+// the whole struct in 16 bytes, and a consumer carries one register for both across its K/V loop
+// (v15: the one `part` takes there; d128 block_n 192 spilled without it).
 struct WorkTile {
   int q0, hb, n_tiles, part = 0;
   __device__ __forceinline__ int h() const { return hb & 0xffff; }
