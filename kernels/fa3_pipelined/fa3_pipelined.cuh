@@ -133,6 +133,7 @@ struct KernelArgs {
   int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
+  int half_diag; // v17 (causal, block_n 128): no exp2 for the keys a warpgroup's last tile's rows never see
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
   TailSplit split;
@@ -640,9 +641,32 @@ __device__ __forceinline__ float half_reduce(const float (&sacc)[BN / 2], int hh
       a[i] = op(a[i], a[i + w]);
   return a[0];
 }
+// P = exp2(S scale_log2 - offset), both row halves in one stream (v8: the MUFU queue never waits on
+// a half's sum). v17, `right_dead` (warp-uniform): no row of this warp sees a key in the tile's
+// right half (the half diagonal tile, half_diag_tile), whose scores the mask made -inf: their P is
+// 0 with no exp2, a quarter of the MUFU work of a causal N512 launch's last tiles.
+template <int BN>
+__device__ __forceinline__ void exp2_scores(float (&sacc)[BN / 2], const float (&off)[2], float sl2,
+                                            bool right_dead) {
+#pragma unroll
+  for (int i = 0; i < BN / 4; ++i)
+    sacc[i] = fast_exp2(fmaf(sacc[i], sl2, -off[(i % 4) / 2]));
+  if (right_dead) {
+    // 0 in place, opaque to the compiler: as the constant 0.f the accumulators of the next Q K^T
+    // became constants on one path, and ptxas serialised every WGMMA of the kernel (C7511).
+#pragma unroll
+    for (int i = BN / 4; i < BN / 2; ++i)
+      asm("and.b32 %0, %0, 0;" : "+f"(sacc[i]));
+  } else {
+#pragma unroll
+    for (int i = BN / 4; i < BN / 2; ++i)
+      sacc[i] = fast_exp2(fmaf(sacc[i], sl2, -off[(i % 4) / 2]));
+  }
+}
 template <int BN>
 __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2], float (&l)[2],
-                                             float (&alpha)[2], float sl2, float slack) {
+                                             float (&alpha)[2], float sl2, float slack,
+                                             bool right_dead) {
   const auto max_op = [](float x, float y) { return fmaxf(x, y); };
   const auto add_op = [](float x, float y) { return x + y; };
   float mx[2];
@@ -663,10 +687,7 @@ __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2
     }
     off[hh] = row_offset(m[hh] * sl2);
   }
-  // Both halves' exp2 in one stream (v8): the MUFU queue never waits on a half's sum.
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i)
-    sacc[i] = fast_exp2(fmaf(sacc[i], sl2, -off[(i % 4) / 2]));
+  exp2_scores<BN>(sacc, off, sl2, right_dead);
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const float sum = half_reduce<BN>(sacc, hh, add_op);
@@ -691,13 +712,11 @@ __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2
 template <int BN>
 __device__ __forceinline__ int softmax_tile_optimistic(float (&sacc)[BN / 2], float (&m)[2],
                                                        float (&l)[2], float (&alpha)[2], float sl2,
-                                                       float p_bound) {
+                                                       float p_bound, bool right_dead) {
   const auto max_op = [](float x, float y) { return fmaxf(x, y); };
   const auto add_op = [](float x, float y) { return x + y; };
   const float off[2] = {m[0] * sl2, m[1] * sl2};
-#pragma unroll
-  for (int i = 0; i < BN / 2; ++i)
-    sacc[i] = fast_exp2(fmaf(sacc[i], sl2, -off[(i % 4) / 2]));
+  exp2_scores<BN>(sacc, off, sl2, right_dead);
   float sum[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh)
@@ -911,6 +930,22 @@ __device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c,
     return 0;
   const int last_row = min(tile_q0(c, wg) + a.consumers * kRowsPerWarpgroup, a.seqlen_q) - 1;
   return kv_tiles_to_row(last_row, bn, a.seqlen_q, a.seqlen_kv, a.causal != 0) - c.n_wg;
+}
+
+// v17, the half diagonal tile: causal, K/V tile j is this warpgroup's last and none of its rows
+// sees a key in the tile's right half. With block_n 128 and seqlen_q = seqlen_kv that is every
+// other 64-row block's diagonal tile (rows 128k .. 128k + 63): a quarter of the tiles a causal N512
+// launch computes at block_m 192 or 128, a ninth at N1024. Any alignment: the test is on the
+// warpgroup's last visible key. (Computing such a tile as m64n64 GEMMs as well was tried: a second,
+// narrower copy of either GEMM in the loop serialised every WGMMA of the 3-consumer kernel
+// (C7511) or spilled it; NOTES.md, v17.)
+template <int BN>
+__device__ __forceinline__ bool half_diag_tile(const KernelArgs &a, const TileCtx &c, int wg,
+                                               int j) {
+  if (!a.causal || !a.half_diag || j != c.n_wg - 1)
+    return false;
+  const int last_row = min(tile_q0(c, wg) + (wg + 1) * kRowsPerWarpgroup, a.seqlen_q) - 1;
+  return last_row + (a.seqlen_kv - a.seqlen_q) - j * BN < BN / 2;
 }
 
 // Position in the CTA's K/V ring: slot and how many times it was used before (the ring runs on
@@ -1203,29 +1238,35 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     for (int i = 0; i < D / 2; ++i)
       o[i] = 0.f;
   };
-  auto exact_softmax = [&]() {
-    grew = softmax_tile<BN>(sacc, m, l, alpha, sl2, a.rescale_slack);
+  auto exact_softmax = [&](bool right_dead) {
+    grew = softmax_tile<BN>(sacc, m, l, alpha, sl2, a.rescale_slack, right_dead);
     settled = lazy && __all_sync(0xffffffffu, m[0] > -INFINITY && m[1] > -INFINITY);
   };
   // True when S was lost to an overflowing exp2 (warp-uniform): the caller then runs redo_softmax
   // before packing P. In the overlap loop it does so after P V(j-1) retired, so that P of j-1 is
   // no longer live: with O, S and that P live the recompute's few registers spilled (bn192).
   auto mask_and_softmax = [&](const TileCtx &c, int j) {
-    if (j >= c.first_mask)
+    bool right_dead = false;
+    if (j >= c.first_mask) {
       apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
+      right_dead = half_diag_tile<BN>(a, c, wg, j);
+    }
     if (settled) {
-      const int r = softmax_tile_optimistic<BN>(sacc, m, l, alpha, sl2, p_bound);
+      const int r = softmax_tile_optimistic<BN>(sacc, m, l, alpha, sl2, p_bound, right_dead);
       grew = r == 1;
       return r == 2;
     }
-    exact_softmax();
+    exact_softmax(right_dead);
     return false;
   };
   auto redo_softmax = [&](const TileCtx &c, int j) {
     recompute_s<T, D, BN>(sacc, a, c.w, c.row0, j, lane);
-    if (j >= c.first_mask)
+    bool right_dead = false;
+    if (j >= c.first_mask) {
       apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
-    exact_softmax();
+      right_dead = half_diag_tile<BN>(a, c, wg, j);
+    }
+    exact_softmax(right_dead);
   };
   auto rescale_o = [&]() {
     if (grew) // warp-uniform
@@ -1522,6 +1563,11 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.wg_pass = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_WG_PASS"); e && std::atoi(e) == 0)
     a.wg_pass = 0;
+  // Experiment knob (v17): FLASHBENCH_FA3_HALF_DIAG=0 runs the exp2s of the half diagonal tile's
+  // right half too.
+  a.half_diag = 1;
+  if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_DIAG"); e && std::atoi(e) == 0)
+    a.half_diag = 0;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);
