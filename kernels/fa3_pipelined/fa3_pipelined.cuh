@@ -122,7 +122,10 @@ struct KernelArgs {
   int seqlen_q, seqlen_kv;
   int heads_q, group;
   float scale_log2;
-  TileOrder order;   // the work order (traits.hpp: tile_coord)
+  TileDecoder order; // the work order (traits.hpp: tile_coord)
+  // v17: heads_q and stages as FastDivs: the producer divides by them for every tile and K/V load
+  // (a `/` by a run-time int queued on the pipe of the consumers' exp2s: NOTES.md, v17).
+  fb::kernels::FastDiv heads_q_div, stages_div;
   int total_tiles;   // num_q_tiles x heads_q x batch
   int *claims;       // dynamic scheduler (v7): [0] tiles claimed past the first wave, [1] CTAs done
   int stages;
@@ -354,7 +357,8 @@ __device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int bloc
   const TileCoord tc = tile_coord(a.order, t);
   WorkTile w;
   w.q0 = tc.qt * block_m;
-  w.hb = (tc.bh % a.heads_q) | ((tc.bh / a.heads_q) << 16);
+  const int b = int(a.heads_q_div.div(uint32_t(tc.bh)));
+  w.hb = (tc.bh - b * a.heads_q) | (b << 16);
   w.n_tiles = int(kv_tiles_for(tc.qt, block_m, BN, a.seqlen_q, a.seqlen_kv, a.causal != 0));
   return w;
 }
@@ -401,7 +405,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
   // which every consumer retired before it needs V(j) (stages >= 2).
   // The ring runs on across work tiles: this tile's K/V tile j is the CTA's (kv_base + j)-th.
   auto load_k = [&](int j) {
-    const int g = kv_base + j, s = g % sm.stages, use = g / sm.stages;
+    const int g = kv_base + j, use = int(a.stages_div.div(uint32_t(g))), s = g - use * sm.stages;
     if (use > 0)
       mbar_wait(sm.k_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.k_full(s), S::kKvBytes);
@@ -410,7 +414,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
       tma_load_4d(sm.k_tile(s) + c * S::kKvChunk, &a.tm_k, sm.k_full(s), c * 64, j * BN, hkv, w.b());
   };
   auto load_v = [&](int j) {
-    const int g = kv_base + j, s = g % sm.stages, use = g / sm.stages;
+    const int g = kv_base + j, use = int(a.stages_div.div(uint32_t(g))), s = g - use * sm.stages;
     if (use > 0)
       mbar_wait(sm.v_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.v_full(s), S::kKvBytes);
@@ -1596,11 +1600,14 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   int64_t section_cap = section_tile_cap(p, resident);
   if (const char *e = std::getenv("FLASHBENCH_FA3_SECTION_WAVES"))
     section_cap = static_cast<int64_t>(std::max(0.0, std::atof(e)) * double(resident));
-  a.order = tile_order(p, c.block_m, D, l2_bytes(), section_cap);
+  TileOrder order = tile_order(p, c.block_m, D, l2_bytes(), section_cap);
   // Experiment knob (NOTES.md, v4): FLASHBENCH_FA3_SECTIONS=n fixes the number of L2 sections (at
   // most one per GQA group; n = groups is close to the version-3 order: one group after another).
   if (const char *e = std::getenv("FLASHBENCH_FA3_SECTIONS"); e && std::atoi(e) > 0)
-    a.order.sections = std::min(std::atoi(e), a.order.groups);
+    order.sections = std::min(std::atoi(e), order.groups);
+  a.order = TileDecoder(order);
+  a.heads_q_div = fb::kernels::FastDiv(uint32_t(p.heads_q));
+  a.stages_div = fb::kernels::FastDiv(uint32_t(c.stages));
   a.claims = nullptr;
   if (c.scheduler == kSchedDynamic || c.scheduler == kSchedStreamK) {
     if (args.semaphores == nullptr || args.semaphore_bytes < kDynamicSemaphoreBytes)

@@ -6,6 +6,7 @@
 #include "flashbench/config.hpp"
 #include "flashbench/problem.hpp"
 #include "flashbench/variant.hpp"
+#include "kernels/common/fast_div.hpp"
 #include "kernels/common/mask.hpp"
 
 #include <algorithm>
@@ -352,24 +353,38 @@ inline int64_t section_tile_cap(const AttentionProblem &p, int64_t resident) {
 struct TileCoord {
   int qt, bh;
 };
-FB_HOST_DEVICE TileCoord tile_coord(const TileOrder &o, int t) {
-  const int small = o.groups / o.sections, big = o.groups % o.sections;
-  const int nq = o.num_q_tiles;
-  const int big_tiles = big * (small + 1) * o.group * nq;
-  int first_group, heads_here, r;
-  if (t < big_tiles) {
-    heads_here = (small + 1) * o.group;
-    const int s = t / (heads_here * nq);
-    first_group = s * (small + 1);
-    r = t - s * heads_here * nq;
-  } else {
-    heads_here = small * o.group;
-    const int s = (t - big_tiles) / (heads_here * nq);
-    first_group = big * (small + 1) + s * small;
-    r = t - big_tiles - s * heads_here * nq;
+// The order's divisors, fixed for a launch, as FastDivs (v17): the producer decodes every tile it
+// claims, and with `/` that decode's conversions and reciprocals queued behind the consumers' exp2s
+// on the same pipe (~1.4 us a tile at d128 N512: the next tile's Q went out that much later).
+struct TileDecoder {
+  int nq = 1, group = 1, big_tiles = 0, big_first = 0, small = 1;
+  fb::kernels::FastDiv big_span, big_heads, small_span, small_heads;
+  TileDecoder() = default;
+  explicit TileDecoder(const TileOrder &o)
+      : nq(o.num_q_tiles), group(o.group), small(o.groups / o.sections) {
+    const int big = o.groups % o.sections;
+    big_tiles = big * (small + 1) * o.group * nq;
+    big_first = big * (small + 1);
+    big_heads = fb::kernels::FastDiv(uint32_t((small + 1) * o.group));
+    big_span = fb::kernels::FastDiv(uint32_t((small + 1) * o.group * nq));
+    small_heads = fb::kernels::FastDiv(uint32_t(small * o.group));
+    small_span = fb::kernels::FastDiv(uint32_t(small * o.group * nq));
   }
-  return TileCoord{nq - 1 - r / heads_here, first_group * o.group + r % heads_here};
+};
+FB_HOST_DEVICE TileCoord tile_coord(const TileDecoder &o, int t) {
+  const bool in_big = t < o.big_tiles;
+  // Copies, not references: in the kernel `o` lives in the parameter space, and a selected
+  // reference into it would need its address.
+  const fb::kernels::FastDiv span = in_big ? o.big_span : o.small_span;
+  const fb::kernels::FastDiv heads = in_big ? o.big_heads : o.small_heads;
+  const int u = in_big ? t : t - o.big_tiles;
+  const int s = int(span.div(uint32_t(u)));
+  const int first_group = in_big ? s * (o.small + 1) : o.big_first + s * o.small;
+  const int r = u - s * int(span.d);
+  const int hr = int(heads.div(uint32_t(r)));
+  return TileCoord{o.nq - 1 - hr, first_group * o.group + (r - hr * int(heads.d))};
 }
+inline TileCoord tile_coord(const TileOrder &o, int t) { return tile_coord(TileDecoder(o), t); }
 
 // CTAs of a persistent launch: every resident slot of the device, never more than the tiles.
 inline int64_t persistent_grid(int64_t total_tiles, int64_t sms, int64_t ctas_per_sm) {
