@@ -136,7 +136,6 @@ struct KernelArgs {
   int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
-  int q_prefetch; // v17c: the next tile's Q into L2 when it is claimed
   int half_diag; // v17 (causal, block_n 128): no exp2 for the keys a warpgroup's last tile's rows never see
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
@@ -505,17 +504,6 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
         // whole, or the chunk's last segment; from the parameter bank, not a live predicate
         if (t < a.split.first || ends_chunk(t + w.n_tiles - a.total_tiles)) {
           next = cursor_of(next_of(t));
-          // v17c: the next whole tile's Q into L2 now, ~2 us before its load (after this tile's
-          // last V). Q is read once, from DRAM: the trace had its load take ~2 us from issue to
-          // hand-over, and the consumers wait ~0.45 us for it at every tile (NOTES.md, v17).
-          // Not at head_dim 256, where its registers spilled the producer (4 bytes).
-          if (D <= 128 && a.q_prefetch && next < a.split.first) {
-            const WorkTile wn = tile_at<BN>(a, next, sm.block_m);
-            if (wn.n_tiles > 0)
-#pragma unroll
-              for (int c = 0; c < Smem<D, BN>::kChunks; ++c)
-                tma_prefetch_l2_4d(&a.tm_q, c * 64, wn.q0, wn.h(), wn.b());
-          }
 #ifdef FA3_TRACE
           trace_put(3, q_use + 2, 4, trace_now());
 #endif
@@ -1579,10 +1567,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.wg_pass = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_WG_PASS"); e && std::atoi(e) == 0)
     a.wg_pass = 0;
-  // Experiment knob (v17c): FLASHBENCH_FA3_Q_PREFETCH=0 leaves the next tile's Q to its load alone.
-  a.q_prefetch = 1;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_Q_PREFETCH"); e && std::atoi(e) == 0)
-    a.q_prefetch = 0;
   // Experiment knob (v17): FLASHBENCH_FA3_HALF_DIAG=0 runs the exp2s of the half diagonal tile's
   // right half too.
   a.half_diag = 1;

@@ -98,13 +98,6 @@ __device__ __forceinline__ int4 ld_shared_v4(uint32_t addr) {
 __device__ __forceinline__ void tma_prefetch_desc(const void *tmap) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(tmap)) : "memory");
 }
-// The same box into L2 only (no shared memory, no barrier): a load of it issued later hits L2.
-__device__ __forceinline__ void tma_prefetch_l2_4d(const void *tmap, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
-                   reinterpret_cast<uint64_t>(tmap)),
-               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
 // A 4-D box (c0 = head_dim column, c1 = sequence row, c2 = head, c3 = batch) into shared memory at
 // dst; completes `box bytes` of transactions on `bar`. Out-of-bounds elements (rows past the
 // sequence end) are written as zeros and still count toward the transaction bytes.
