@@ -136,7 +136,7 @@ struct KernelArgs {
   int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
-  int half_diag; // v17 (causal, block_n 128): no exp2 for the keys a warpgroup's last tile's rows never see
+  int half_diag; // v17 (causal): no exp2 for the right half of a warpgroup's last tile when no row sees it
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
   TailSplit split;
@@ -648,7 +648,8 @@ __device__ __forceinline__ float half_reduce(const float (&sacc)[BN / 2], int hh
 // P = exp2(S scale_log2 - offset), both row halves in one stream (v8: the MUFU queue never waits on
 // a half's sum). v17, `right_dead` (warp-uniform): no row of this warp sees a key in the tile's
 // right half (the half diagonal tile, half_diag_tile), whose scores the mask made -inf: their P is
-// 0 with no exp2, a quarter of the MUFU work of a causal N512 launch's last tiles.
+// 0 with no exp2: half the exp2s of such a tile (block_n 128: a quarter of a causal N512 launch's
+// tiles are such; NOTES.md, v17).
 template <int BN>
 __device__ __forceinline__ void exp2_scores(float (&sacc)[BN / 2], const float (&off)[2], float sl2,
                                             bool right_dead) {
