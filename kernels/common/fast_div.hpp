@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/mask.hpp" // FB_HOST_DEVICE
+#include "kernels/common/host_device.hpp"
 
 namespace fb::kernels {
 

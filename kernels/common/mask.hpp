@@ -5,12 +5,7 @@
 
 #include <cstdint>
 
-// Usable from host-only translation units (traffic models, tests) as well as from device code.
-#ifdef __CUDACC__
-#define FB_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define FB_HOST_DEVICE inline
-#endif
+#include "kernels/common/host_device.hpp"
 
 namespace fb::kernels {
 
