@@ -104,7 +104,6 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 namespace fb::fa3 {
@@ -384,14 +383,11 @@ template <int D, int BN>
 __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<D, BN> &sm, int q_use,
                                        const WorkTile &w) {
   const int slot = take_q_slot(sm, q_use, w);
-  // The sizes from the launch constant (consumers), not from sm.block_m's register: v19's early Q
-  // (two copies of this load in the producer) spilled 4 bytes at head_dim 128 otherwise.
-  const uint32_t chunk = uint32_t(a.consumers) * (kRowsPerWarpgroup * 128);
-  mbar_arrive_expect_tx(sm.q_full(slot), chunk * Smem<D, BN>::kChunks);
-  const uint32_t q = sm.q + uint32_t(slot) * chunk * Smem<D, BN>::kChunks;
-  [&]<int... C>(std::integer_sequence<int, C...>) {
-    (tma_load_4d_col<C * 64>(q + C * chunk, &a.tm_q, sm.q_full(slot), w.q0, w.h(), w.b()), ...);
-  }(std::make_integer_sequence<int, Smem<D, BN>::kChunks>{});
+  mbar_arrive_expect_tx(sm.q_full(slot), uint32_t(sm.block_m) * D * 2);
+#pragma unroll
+  for (int c = 0; c < Smem<D, BN>::kChunks; ++c)
+    tma_load_4d(sm.q_tile(slot) + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(slot), c * 64, w.q0,
+                w.h(), w.b());
 #ifdef FA3_TRACE
   trace_put(3, q_use + 1, 2, trace_now());
   trace_put(3, q_use + 1, 0, trace_meta(w.q0, w.hb));
@@ -404,7 +400,7 @@ __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<D, BN> &s
 // the same place, the Q too, 2 = before this tile's last K. Experiment setting for the A/B of
 // builds (-DFA3_EARLY_Q=n).
 #ifndef FA3_EARLY_Q
-#define FA3_EARLY_Q 0
+#define FA3_EARLY_Q 1
 #endif
 constexpr int kEarlyQ = FA3_EARLY_Q;
 

@@ -110,18 +110,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *tmap, uint
                : "memory");
 }
 
-// The same with the column coordinate a compile-time constant (v19): ptxas then builds it in a
-// uniform register, where a run-time 64 took a vector register that the producer did not have.
-template <int C0>
-__device__ __forceinline__ void tma_load_4d_col(uint32_t dst, const void *tmap, uint32_t bar,
-                                                int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-               "[%0], [%1, {%2, %3, %4, %5}], "
-               "[%6];" ::"r"(dst),
-               "l"(reinterpret_cast<uint64_t>(tmap)), "n"(C0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-               : "memory");
-}
-
 // v18, clusters of 2: the same box, written into the shared memory of every CTA of the cluster in
 // `mask` at this CTA's offset `dst`, each CTA's barrier at offset `bar` receiving the box's bytes.
 // Two CTAs on neighbouring Q tiles of one head each load half of a K/V tile for both.
