@@ -395,19 +395,10 @@ __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<D, BN> &s
 }
 
 // Loads of one work tile: Q once, K/V tiles j0..n_tiles-1 through the ring.
-// v19: where the producer claims the next work tile and, with two Q buffers, issues its Q: 0 =
-// after this tile's last K and before its last V (v7-v18: the Q then went out after that V), 1 =
-// the same place, the Q too, 2 = before this tile's last K. Experiment setting for the A/B of
-// builds (-DFA3_EARLY_Q=n).
-#ifndef FA3_EARLY_Q
-#define FA3_EARLY_Q 1
-#endif
-constexpr int kEarlyQ = FA3_EARLY_Q;
-
 template <int D, int BN, bool CLUSTER, class Claim>
 __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, BN> &sm,
                                              const WorkTile &w, int kv_base, int q_use,
-                                             bool q_issued, Claim &&claim_next) {
+                                             Claim &&claim_next) {
   using S = Smem<D, BN>;
   // kv_base: K/V tiles of the CTA's ring before this tile's K/V tile 0 (j0 of them not loaded).
   const int n_tiles = w.n_tiles, hkv = w.h() / a.group, j0 = split_compiled(D) && !CLUSTER ? w.j0() : 0;
@@ -456,9 +447,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
   // had the next Q go out ~0.35 us after the consumers' last P V of the tile before, and land
   // ~0.45 us after they were ready for it. With one buffer both wait for the tile's last Q K^T,
   // and the tile needs both before it can start.
-  // q_issued (v19): the claim of the tile before issued this Q already.
-  if (!q_issued)
-    load_q(a, sm, q_use, w);
+  load_q(a, sm, q_use, w);
 #ifdef FA3_TRACE
   trace_put(3, q_use + 1, 6, trace_now());
 #endif
@@ -467,16 +456,13 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
   trace_put(3, q_use + 1, 7, trace_now());
 #endif
   for (int j = j0 + 1; j < n_tiles; ++j) {
-    if (kEarlyQ == 2 && j == n_tiles - 1)
-      claim_next();
     load_k(j);
     load_v(j - 1);
   }
   // The next work tile is claimed here, about a K/V tile before the consumers finish this one (the
   // V slot's wait below): late enough that a CTA never holds a tile it could have left to an idle
   // one, early enough that the claim's round trip hides under that wait.
-  if (kEarlyQ < 2 || n_tiles - j0 < 2)
-    claim_next();
+  claim_next();
   load_v(n_tiles - 1);
 #ifdef FA3_TRACE
   trace_put(3, q_use + 1, 5, trace_now());
@@ -522,22 +508,6 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
   };
   // The segment ending at the tail's K/V tile g_end (exclusive) ends its chunk.
   auto ends_chunk = [&](int g_end) { return g_end == a.split.lo(a.split.chunk_of(g_end - 1) + 1); };
-  // v19: with two Q buffers each whole tile's Q (or an empty tile's plain arrive) goes out from
-  // the claim of the item before it, ahead of that item's last V (with kEarlyQ 2 its last K) in
-  // the copy engine's queue: the consumers waited 0.45-0.8 us for every tile's Q with it behind
-  // those loads (NOTES.md, v16-v17). Its slot's last use was the tile before that item, long
-  // handed back. Not with one buffer: that slot frees only after the item's last Q K^T, which
-  // needs the loads behind it. Every whole tile but the CTA's first is then handed over early
-  // (whole tiles never follow a stream-K segment), so no flag stays live: q_use > 0 says it.
-  // Not in the cluster copy nor at head_dim 256: both spilled.
-  auto early_q = [&]() { return kEarlyQ > 0 && !CLUSTER && D <= 128 && a.q_bufs == 2; };
-  auto hand_over = [&](int qu, int u) {
-    const WorkTile x = tile_at<BN, CLUSTER>(a, u, sm.block_m);
-    if (x.n_tiles > 0)
-      load_q(a, sm, qu, x);
-    else
-      mbar_arrive(sm.q_full(take_q_slot(sm, qu, x)));
-  };
   int t = cursor_of(CLUSTER ? int(cluster_id()) : int(blockIdx.x)), kv_base = 0, q_use = 0; // K/V tiles and Q slots used before
   while (true) {
     const bool whole = t < a.split.first;
@@ -561,15 +531,13 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
         kv_base -= w.j0();
       }
       int next = -1;
-      produce_tile<D, BN, CLUSTER>(a, sm, w, kv_base, q_use, early_q() && whole && q_use > 0, [&] {
+      produce_tile<D, BN, CLUSTER>(a, sm, w, kv_base, q_use, [&] {
         // whole, or the chunk's last segment; from the parameter bank, not a live predicate
         if (t < a.split.first || (kSplit && ends_chunk(t + w.n_tiles - a.total_tiles))) {
           next = cursor_of(next_of(t));
 #ifdef FA3_TRACE
           trace_put(3, q_use + 2, 4, trace_now());
 #endif
-          if (early_q() && next < a.split.first)
-            hand_over(q_use + 1, next);
         }
       });
       kv_base += w.n_tiles;
@@ -577,12 +545,9 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
       t = next >= 0 ? next : t + w.n_tiles;
       continue;
     }
-    if (!(early_q() && q_use > 0)) // whole tiles only: segments have keys
-      mbar_arrive(sm.q_full(take_q_slot(sm, q_use, w)));
+    mbar_arrive(sm.q_full(take_q_slot(sm, q_use, w))); // whole tiles only: segments have keys
     ++q_use;
     t = cursor_of(next_of(t));
-    if (early_q() && t < a.split.first)
-      hand_over(q_use, t);
   }
   mbar_arrive(sm.q_full(take_q_slot(sm, q_use, WorkTile{.q0 = 0, .hb = 0, .n_tiles = -1})));
 #ifdef FA3_TRACE
