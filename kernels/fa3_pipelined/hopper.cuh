@@ -259,14 +259,9 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 }
 // An arrive on the barrier at offset `bar` in the shared memory of CTA `cta` of the cluster.
-// Release at CTA scope (the default), not `.release.cluster`: that one compiles to a full GPU
-// memory barrier (MEMBAR.ALL.GPU, ERRBAR, CGAERRBAR) before every arrive, and cost a cluster launch
-// ~30% (NOTES.md, v18). Nothing needs it: the arrive hands back a slot whose last readers were
-// WGMMAs already retired (wgmma.wait_group), so no write of this CTA has to be ordered before
-// the other CTA's TMA refill.
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t cta) {
   asm volatile("{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, %0, %1;\n\t"
-               "mbarrier.arrive.shared::cluster.b64 _, [ra];\n\t}" ::"r"(bar),
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n\t}" ::"r"(bar),
                "r"(cta)
                : "memory");
 }
