@@ -137,7 +137,6 @@ struct KernelArgs {
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
   int half_diag; // v17 (causal): no exp2 for the right half of a warpgroup's last tile when no row sees it
-  int cluster;   // v18: CTAs per cluster (Params::cluster), 1 or 2; the pair's ranks share K/V loads
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
   TailSplit split;
@@ -353,17 +352,14 @@ __device__ __forceinline__ int pack_part(int j0, int split, int chunk) {
 }
 static_assert(kMaxSplitIters == 1 << 14 && kMaxSplitCtas <= (1 << 8), "WorkTile::part's fields");
 // Work tile t in the order described at the top of the file (traits.hpp: tile_coord).
-template <int BN, bool CLUSTER = false>
+template <int BN>
 __device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int block_m) {
   const TileCoord tc = tile_coord(a.order, t);
-  // v18: with clusters of 2, t is a pair of Q tiles (the order counts pairs) and this CTA takes
-  // the pair's tile of its rank.
-  const int qt = CLUSTER ? 2 * tc.qt + int(cluster_rank()) : tc.qt;
   WorkTile w;
-  w.q0 = qt * block_m;
+  w.q0 = tc.qt * block_m;
   const int b = int(a.heads_q_div.div(uint32_t(tc.bh)));
   w.hb = (tc.bh - b * a.heads_q) | (b << 16);
-  w.n_tiles = int(kv_tiles_for(qt, block_m, BN, a.seqlen_q, a.seqlen_kv, a.causal != 0));
+  w.n_tiles = int(kv_tiles_for(tc.qt, block_m, BN, a.seqlen_q, a.seqlen_kv, a.causal != 0));
   return w;
 }
 
@@ -395,52 +391,36 @@ __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<D, BN> &s
 }
 
 // Loads of one work tile: Q once, K/V tiles j0..n_tiles-1 through the ring.
-template <int D, int BN, bool CLUSTER, class Claim>
+template <int D, int BN, class Claim>
 __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, BN> &sm,
                                              const WorkTile &w, int kv_base, int q_use,
                                              Claim &&claim_next) {
   using S = Smem<D, BN>;
   // kv_base: K/V tiles of the CTA's ring before this tile's K/V tile 0 (j0 of them not loaded).
-  const int n_tiles = w.n_tiles, hkv = w.h() / a.group, j0 = split_compiled(D) && !CLUSTER ? w.j0() : 0;
+  const int n_tiles = w.n_tiles, hkv = w.h() / a.group, j0 = split_compiled(D) ? w.j0() : 0;
   // Order K(0), K(1), V(0), K(2), V(1), ..., V(n-1): the order in which the overlapped consumer
   // needs them (Q K^T(j) is issued with P V(j-1)), so a V slot that is still busy with P V(j-2)
   // never holds up K(j). K slot of tile j is free once Q K^T(j - stages) retired (k_empty), the V
   // slot once P V(j - stages) retired (v_empty). No deadlock: K(j+1) waits for Q K^T(j+1-stages),
   // which every consumer retired before it needs V(j) (stages >= 2).
   // The ring runs on across work tiles: this tile's K/V tile j is the CTA's (kv_base + j)-th.
-  // v18, clusters of 2: each CTA loads rows [rank x BN/2, + BN/2) of every column chunk (the maps'
-  // boxes are BN/2 rows) into both CTAs; each CTA's full barrier expects the whole tile, and its
-  // empty barrier counts both CTAs' consumers (release_slot), since either half may be refilled
-  // only once both have read the slot. BN/2 rows x 128 bytes is a multiple of 1024, so a half
-  // starts on the 128-byte swizzle's period.
-  // V: which map, a compile-time choice (a map's address as a run-time value spilled the
-  // producer).
-  auto load_kv = [&]<bool V>(uint32_t full, uint32_t tile, int j) {
-    const CUtensorMap *map = V ? &a.tm_v : &a.tm_k;
-    mbar_arrive_expect_tx(full, S::kKvBytes);
-    if constexpr (CLUSTER) {
-      const int rank = int(cluster_rank());
-#pragma unroll
-      for (int c = 0; c < S::kChunks; ++c)
-        tma_load_4d_multicast(tile + c * S::kKvChunk + rank * (S::kKvChunk / 2), map, full,
-                              c * 64, j * BN + rank * (BN / 2), hkv, w.b(), 0x3);
-    } else {
-#pragma unroll
-      for (int c = 0; c < S::kChunks; ++c)
-        tma_load_4d(tile + c * S::kKvChunk, map, full, c * 64, j * BN, hkv, w.b());
-    }
-  };
   auto load_k = [&](int j) {
     const int g = kv_base + j, use = int(a.stages_div.div(uint32_t(g))), s = g - use * sm.stages;
     if (use > 0)
       mbar_wait(sm.k_empty(s), (use - 1) & 1);
-    load_kv.template operator()<false>(sm.k_full(s), sm.k_tile(s), j);
+    mbar_arrive_expect_tx(sm.k_full(s), S::kKvBytes);
+#pragma unroll
+    for (int c = 0; c < S::kChunks; ++c)
+      tma_load_4d(sm.k_tile(s) + c * S::kKvChunk, &a.tm_k, sm.k_full(s), c * 64, j * BN, hkv, w.b());
   };
   auto load_v = [&](int j) {
     const int g = kv_base + j, use = int(a.stages_div.div(uint32_t(g))), s = g - use * sm.stages;
     if (use > 0)
       mbar_wait(sm.v_empty(s), (use - 1) & 1);
-    load_kv.template operator()<true>(sm.v_full(s), sm.v_tile(s), j);
+    mbar_arrive_expect_tx(sm.v_full(s), S::kKvBytes);
+#pragma unroll
+    for (int c = 0; c < S::kChunks; ++c)
+      tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, w.b());
   };
   // Q before K(0) (v16; v4-v15 loaded K(0) first). With two Q buffers the Q slot's last use was two
   // tiles back, while K(0)'s slot waits for Q K^T(n-2) of the tile before: the trace (NOTES v16)
@@ -471,9 +451,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
 
 // ---- producer
 // ----------------------------------------------------------------------------------------------
-// CLUSTER (v18): clusters of 2 (KernelArgs::cluster), a copy of its own so that the one-CTA
-// producer keeps its 24 registers to itself (one copy with run-time branches spilled 76 bytes).
-template <int D, int BN, bool CLUSTER>
+template <int D, int BN>
 __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> &sm) {
   tma_prefetch_desc(&a.tm_q);
   tma_prefetch_desc(&a.tm_k);
@@ -481,13 +459,8 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
   // Work tiles: blockIdx.x first; then blockIdx.x + gridDim.x, ... (one_shot, persistent) or, with
   // the dynamic scheduler, whatever the claim counter gives: gridDim.x + (claims before this one).
   const bool dynamic = a.claims != nullptr;
-  // v18: with clusters of 2 the order counts pairs, one per cluster (blockIdx.x / 2), and both
-  // CTAs of a cluster walk the same ones (one_shot or persistent only).
   auto next_of = [&](int t) {
-    if constexpr (CLUSTER)
-      return t + int(cluster_count()); // read where used: as a live value it spilled
-    else
-      return dynamic ? int(gridDim.x) + atomicAdd(a.claims, 1) : t + int(gridDim.x);
+    return dynamic ? int(gridDim.x) + atomicAdd(a.claims, 1) : t + int(gridDim.x);
   };
   // Every tile, empty or not, and the end, go to the consumers through a Q slot (tile_info): an
   // empty tile (no row sees a key) and the end come with a plain arrive and no load.
@@ -497,25 +470,21 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
   // it: no register); after a chunk's last segment the CTA claims again. One cursor, one loop and
   // one produce_tile: a second copy of the loop, or a second cursor, spilled the producer's 24
   // registers. Without a split (split.first = total_tiles, ctas 0) every claim past the tiles ends.
-  // The stream-K tail is not in the cluster copy (cluster_sched_ok).
-  constexpr bool kSplit = split_compiled(D) && !CLUSTER;
   const int tail_end = a.total_tiles + a.split.lo(a.split.ctas);
   auto cursor_of = [&](int u) {
-    if constexpr (!kSplit)
-      return u; // split.first = total_tiles: any u past it ends the loop
     const int k = a.split.ctas - 1 - (u - a.split.first);
     return u < a.split.first ? u : k >= 0 ? a.total_tiles + a.split.lo(k) : tail_end;
   };
   // The segment ending at the tail's K/V tile g_end (exclusive) ends its chunk.
   auto ends_chunk = [&](int g_end) { return g_end == a.split.lo(a.split.chunk_of(g_end - 1) + 1); };
-  int t = cursor_of(CLUSTER ? int(cluster_id()) : int(blockIdx.x)), kv_base = 0, q_use = 0; // K/V tiles and Q slots used before
+  int t = cursor_of(int(blockIdx.x)), kv_base = 0, q_use = 0; // K/V tiles and Q slots used before
   while (true) {
     const bool whole = t < a.split.first;
-    if (!whole && (!kSplit || t >= tail_end))
+    if (!whole && (!split_compiled(D) || t >= tail_end))
       break;
     WorkTile w;
-    if (whole || !kSplit) {
-      w = tile_at<BN, CLUSTER>(a, t, sm.block_m);
+    if (whole || !split_compiled(D)) {
+      w = tile_at<BN>(a, t, sm.block_m);
     } else {
       const int g = t - a.total_tiles, chunk = a.split.chunk_of(g);
       const Segment seg = segment_at(a.split, chunk, g);
@@ -526,14 +495,14 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
     if (w.n_tiles > 0) {
       // Both cursors move back by j0 in place (0 for a whole tile), so that nothing more stays
       // live through the loads than for a whole tile: t + n_tiles is then the tail's next segment.
-      if constexpr (kSplit) {
+      if constexpr (split_compiled(D)) {
         t -= w.j0();
         kv_base -= w.j0();
       }
       int next = -1;
-      produce_tile<D, BN, CLUSTER>(a, sm, w, kv_base, q_use, [&] {
+      produce_tile<D, BN>(a, sm, w, kv_base, q_use, [&] {
         // whole, or the chunk's last segment; from the parameter bank, not a live predicate
-        if (t < a.split.first || (kSplit && ends_chunk(t + w.n_tiles - a.total_tiles))) {
+        if (t < a.split.first || ends_chunk(t + w.n_tiles - a.total_tiles)) {
           next = cursor_of(next_of(t));
 #ifdef FA3_TRACE
           trace_put(3, q_use + 2, 4, trace_now());
@@ -1005,14 +974,6 @@ __device__ __forceinline__ int next_turn_bar(int wg, int consumers) {
   return kBarTurn0 + (wg + 1 == consumers ? 0 : wg + 1);
 }
 
-// A ring slot handed back (lane 0 of a consumer warp): with clusters of 2 (v18) the slot holds
-// both CTAs' halves, so both producers wait for it: the arrive goes to the other CTA's barrier too.
-__device__ __forceinline__ void release_slot(const KernelArgs &a, uint32_t empty_bar) {
-  mbar_arrive(empty_bar);
-  if (a.cluster > 1)
-    mbar_arrive_remote(empty_bar, cluster_rank() ^ 1u);
-}
-
 // A K/V tile this warpgroup does not compute (rows past seqlen_q, v12; keys right of its diagonal,
 // v13) still has its books kept, or the others would wait forever: its ping-pong turn, taken in the
 // ring's order, and both ring slots handed back. A slot goes back only once it has filled: an arrive
@@ -1026,13 +987,13 @@ __device__ __forceinline__ void pass_k(const KernelArgs &a, const Smem<D, BN> &s
     named_arrive(next_turn_bar(wg, a.consumers), 256);
   }
   if (threadIdx.x % 32 == 0)
-    release_slot(a, sm.k_empty(r.s));
+    mbar_arrive(sm.k_empty(r.s));
 }
 template <int D, int BN>
-__device__ __forceinline__ void pass_v(const KernelArgs &a, const Smem<D, BN> &sm, const RingPos &r) {
+__device__ __forceinline__ void pass_v(const Smem<D, BN> &sm, const RingPos &r) {
   mbar_wait(sm.v_full(r.s), r.use & 1);
   if (threadIdx.x % 32 == 0)
-    release_slot(a, sm.v_empty(r.s));
+    mbar_arrive(sm.v_empty(r.s));
 }
 
 // Rows of a tile that sees no key (causal with seqlen_q > seqlen_kv): O = 0 and LSE = -inf,
@@ -1088,7 +1049,7 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
     if (w.n_tiles > 0) { // all rows past seqlen_q
       for (int j = w.j0(); j < w.n_tiles; ++j) {
         pass_k(a, sm, wg, r);
-        pass_v(a, sm, r);
+        pass_v(sm, r);
         r.next(sm.stages);
       }
     } else {
@@ -1251,14 +1212,14 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   // warpgroup's last one of the tile, its Q slot too (n_wg = n_tiles in the ablation path).
   auto release_k = [&](int s, int j, const TileCtx &c) {
     if (lane == 0) {
-      release_slot(a, sm.k_empty(s));
+      mbar_arrive(sm.k_empty(s));
       if (j == c.n_wg - 1)
         mbar_arrive(sm.q_empty(c.q_slot));
     }
   };
   auto release_v = [&](int s) {
     if (lane == 0)
-      release_slot(a, sm.v_empty(s));
+      mbar_arrive(sm.v_empty(s));
   };
 
   float o[D / 2];
@@ -1358,7 +1319,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         }
         for (int j = 0, n = pass_count(a, c, wg, BN); j < n; ++j) { // v13, as in the overlap path
           pass_k(a, sm, wg, r);
-          pass_v(a, sm, r);
+          pass_v(sm, r);
           r.next(sm.stages);
         }
         end_tile<T, D, BN>(a, sm, wg, c, o, m, l);
@@ -1483,7 +1444,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         ++items;
 #endif
         for (int j = 0; j < pass_count(a, c, wg, BN); ++j) {
-          pass_v(a, sm, r);
+          pass_v(sm, r);
           r.next(sm.stages);
         }
 #ifdef FA3_TRACE
@@ -1526,42 +1487,23 @@ __global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
     for (int s = 0; s < a.stages; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.v_full(s), 1);
-      // v18: with clusters of 2 both CTAs' consumers hand a slot back (release_slot).
-      mbar_init(sm.k_empty(s), 4 * a.consumers * a.cluster);
-      mbar_init(sm.v_empty(s), 4 * a.consumers * a.cluster);
+      mbar_init(sm.k_empty(s), 4 * a.consumers);
+      mbar_init(sm.v_empty(s), 4 * a.consumers);
     }
     mbar_fence_init();
   }
-  // With clusters the other CTA's loads and arrives land on these barriers: both must be set up
-  // first.
-  if (a.cluster > 1)
-    cluster_sync();
-  else
-    __syncthreads();
+  __syncthreads();
 
   // Warp-uniform by construction (a broadcast), so the role branch is uniform for the compiler too.
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {
     regs_dealloc<kProducerRegs>();
-    // v18: no CTA of a cluster leaves while the other may still arrive on its barriers (its
-    // consumers' last release_slot) or multicast into its shared memory. On each path of its own:
-    // after a join, the producer's path spilled.
-    if (cluster_compiled(D) && a.cluster > 1) {
-      if (threadIdx.x == 0) {
-        producer<D, BN, true>(a, sm);
-        cluster_sync();
-      } else {
-        cluster_sync();
-      }
-    } else if (threadIdx.x == 0) {
-      producer<D, BN, false>(a, sm);
-    }
+    if (threadIdx.x == 0)
+      producer<D, BN>(a, sm);
     return;
   }
   regs_alloc<WIDE ? kConsumerRegsWide : kConsumerRegs>();
   consumer<T, D, BN, OVERLAP>(a, sm, wg - 1);
-  if (a.cluster > 1)
-    cluster_sync();
 }
 
 // The device's L2 size, read once per process (the section size of the work order).
@@ -1601,57 +1543,14 @@ inline int resident_per_sm(const void *kernel, int threads, int64_t smem) {
   return cache[key] = per_sm;
 }
 
-// v18: a launch of `grid` CTAs in clusters of `cluster` along x; `attr` holds the cluster shape
-// and must live as long as the config.
-inline cudaLaunchConfig_t cluster_launch(int grid, int threads, int64_t smem, cudaStream_t stream,
-                                         int cluster, cudaLaunchAttribute &attr) {
-  attr = cudaLaunchAttribute{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = unsigned(cluster);
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(grid));
-  cfg.blockDim = dim3(unsigned(threads));
-  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-  cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = 1;
-  return cfg;
-}
-// v18: clusters of `cluster` CTAs of one instantiation that fit on the device at once, asked once
-// per (kernel, threads, size) like resident_per_sm.
-inline int resident_clusters(const void *kernel, int threads, int64_t smem, int cluster) {
-  static std::mutex mu;
-  static std::map<std::tuple<const void *, int, int64_t, int>, int> cache;
-  const std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_tuple(kernel, threads, smem, cluster);
-  if (const auto it = cache.find(key); it != cache.end())
-    return it->second;
-  cudaLaunchAttribute attr;
-  const cudaLaunchConfig_t cfg = cluster_launch(cluster, threads, smem, nullptr, cluster, attr);
-  int n = 0;
-  FB_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-  if (n < 1)
-    throw std::invalid_argument("fa3_pipelined: no cluster of " + std::to_string(cluster) +
-                                " CTAs fits on this device at " + std::to_string(smem) +
-                                " bytes of shared memory each");
-  return cache[key] = n;
-}
-
 template <class T, int D, int BN, bool OVERLAP, bool WIDE>
 void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
                  cudaStream_t stream) {
   KernelArgs a{};
   const Strides qs = p.q_strides(), ks = p.kv_strides();
   a.tm_q = make_tile_map(args.q, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, c.block_m);
-  // v18: with clusters of 2 each CTA loads half of a K/V tile's rows (load_kv).
-  if (c.cluster > 1 && (!cluster_compiled(D) || p.causal || !cluster_sched_ok(c.scheduler)))
-    throw std::invalid_argument("fa3_pipelined: cluster_m 2 runs non-causal problems at head_dim 64 "
-                                "or 128 with scheduler one_shot or persistent");
-  a.cluster = c.cluster;
-  a.tm_k = make_tile_map(args.k, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN / c.cluster);
-  a.tm_v = make_tile_map(args.v, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN / c.cluster);
+  a.tm_k = make_tile_map(args.k, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN);
+  a.tm_v = make_tile_map(args.v, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN);
   a.o_tma = o_staged(D, c) ? 1 : 0;
   a.q_bufs = q_buffers(D, c);
   // Experiment knob (NOTES.md, v5): FLASHBENCH_FA3_Q_BUFS=1 keeps one Q buffer (the ablation of the
@@ -1688,7 +1587,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.heads_q = static_cast<int>(p.heads_q);
   a.group = static_cast<int>(p.group_size());
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
-  a.total_tiles = static_cast<int>(work_units(p, c)); // v18: pairs with clusters of 2
+  a.total_tiles = static_cast<int>(total_work_tiles(p, c));
   const auto kernel = fa3_kernel<T, D, BN, OVERLAP, WIDE>;
   const int64_t smem =
       launch_smem_bytes(D, c) - int64_t(q_buffers(D, c) - a.q_bufs) * 2 * D * c.block_m;
@@ -1696,20 +1595,13 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
                                      static_cast<int>(smem)));
   const int threads = 128 * (1 + c.consumers);
   const int per_sm = resident_per_sm(reinterpret_cast<const void *>(kernel), threads, smem);
-  // v18: with clusters of 2, the clusters that fit at once (a GPC with an odd number of free SMs
-  // leaves one out), each taking one unit (a pair) at a time.
-  const int64_t resident =
-      c.cluster > 1 ? persistent_grid(a.total_tiles,
-                                      resident_clusters(reinterpret_cast<const void *>(kernel),
-                                                        threads, smem, c.cluster),
-                                      1)
-                    : persistent_grid(a.total_tiles, sm_count(), per_sm);
+  const int64_t resident = persistent_grid(a.total_tiles, sm_count(), per_sm);
   // Experiment knob (v12): FLASHBENCH_FA3_SECTION_WAVES=x caps an L2 section at x waves of resident
   // CTAs' worth of work tiles instead of section_tile_cap(); x = 0: the half-L2 rule alone (v4-v11).
   int64_t section_cap = section_tile_cap(p, resident);
   if (const char *e = std::getenv("FLASHBENCH_FA3_SECTION_WAVES"))
     section_cap = static_cast<int64_t>(std::max(0.0, std::atof(e)) * double(resident));
-  TileOrder order = tile_order(p, int64_t(c.block_m) * c.cluster, D, l2_bytes(), section_cap);
+  TileOrder order = tile_order(p, c.block_m, D, l2_bytes(), section_cap);
   // Experiment knob (NOTES.md, v4): FLASHBENCH_FA3_SECTIONS=n fixes the number of L2 sections (at
   // most one per GQA group; n = groups is close to the version-3 order: one group after another).
   if (const char *e = std::getenv("FLASHBENCH_FA3_SECTIONS"); e && std::atoi(e) > 0)
@@ -1730,7 +1622,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.pingpong = c.pingpong;
   a.causal = p.causal ? 1 : 0;
 
-  int grid = (persistent_sched(c) ? static_cast<int>(resident) : a.total_tiles) * c.cluster;
+  int grid = persistent_sched(c) ? static_cast<int>(resident) : a.total_tiles;
   a.split = TailSplit{};
   a.split.first = a.total_tiles;
   a.partials = nullptr;
@@ -1760,13 +1652,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
     a.partials = static_cast<float *>(args.workspace);
     a.split_flags = static_cast<int *>(args.semaphores) + 2; // after the claim counters
   }
-  if (c.cluster > 1) {
-    cudaLaunchAttribute attr;
-    const cudaLaunchConfig_t cfg = cluster_launch(grid, threads, smem, stream, c.cluster, attr);
-    FB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a));
-  } else {
-    kernel<<<grid, threads, static_cast<size_t>(smem), stream>>>(a);
-  }
+  kernel<<<grid, threads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 #ifdef FA3_TRACE
   trace_dump(grid, stream);

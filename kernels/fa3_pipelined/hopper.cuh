@@ -110,19 +110,6 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *tmap, uint
                : "memory");
 }
 
-// v18, clusters of 2: the same box, written into the shared memory of every CTA of the cluster in
-// `mask` at this CTA's offset `dst`, each CTA's barrier at offset `bar` receiving the box's bytes.
-// Two CTAs on neighbouring Q tiles of one head each load half of a K/V tile for both.
-__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const void *tmap, uint32_t bar,
-                                                      int c0, int c1, int c2, int c3,
-                                                      uint16_t mask) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-               ".multicast::cluster [%0], [%1, {%2, %3, %4, %5}], [%6], %7;" ::"r"(dst),
-               "l"(reinterpret_cast<uint64_t>(tmap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar),
-               "h"(mask)
-               : "memory");
-}
-
 // Shared -> global: the box of `tmap` at (c0, c1, c2, c3) from shared memory at src, in the
 // issuing thread's bulk async-group. Out-of-bounds rows of the box (past the sequence end) are not
 // written. The shared memory may be reused once wait_group.read says the group has been read.
@@ -231,39 +218,6 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 }
 __device__ __forceinline__ void named_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
-// ---- clusters (v18)
-// -------------------------------------------------------------------------------------------------
-// This CTA's rank in its cluster (0 in a launch without clusters).
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-// This CTA's cluster, and the clusters of the grid (x only: the kernel's clusters are 1-D).
-// Volatile, so that the compiler reads them where they are used rather than keeping them live.
-__device__ __forceinline__ uint32_t cluster_id() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-  return r;
-}
-__device__ __forceinline__ uint32_t cluster_count() {
-  uint32_t r;
-  asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
-  return r;
-}
-// Every thread of the cluster that has not exited meets here. Not `.aligned`: the producer
-// warp's thread 0 gets here after the others of its warp.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
-}
-// An arrive on the barrier at offset `bar` in the shared memory of CTA `cta` of the cluster.
-__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar, uint32_t cta) {
-  asm volatile("{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, %0, %1;\n\t"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n\t}" ::"r"(bar),
-               "r"(cta)
-               : "memory");
 }
 
 // ---- flags between CTAs (v15, the stream-K tail)

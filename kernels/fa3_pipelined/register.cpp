@@ -94,13 +94,6 @@ public:
       return Support::no("scheduler stream_k shares out the last wave of equal work tiles by K/V "
                          "tiles: non-causal only (causal tiles differ in length; dynamic "
                          "balances them)");
-    if (!fa3::cluster_compiled(p.head_dim) && fa3::params_of(c).cluster > 1)
-      return Support::no("cluster_m 2 is compiled for head_dim 64 and 128 only (at 256 the "
-                         "producer has no register left for the multicast); use cluster_m 1");
-    if (p.causal && fa3::params_of(c).cluster > 1)
-      return Support::no("cluster_m 2 pairs neighbouring Q tiles that share every K/V load: "
-                         "non-causal only (causal, the two tiles of a pair see different keys); "
-                         "use cluster_m 1");
     if (!fa3::split_compiled(p.head_dim) && fa3::params_of(c).scheduler == fa3::kSchedStreamK)
       return Support::no("scheduler stream_k is compiled for head_dim 64 and 128 only (at 256 the "
                          "producer has no register left for a segment's start); use dynamic");

@@ -174,19 +174,7 @@ struct Params {
   int intra_overlap = 1; // issue the next tile's Q K^T before this tile's softmax is done
   int scheduler = kSchedDynamic; // v7: the fastest or within noise of it on every acceptance shape
   int o_store = kOStoreAuto;
-  // v18: CTAs per cluster along the Q tiles (1 or 2). With 2, a cluster's CTAs take neighbouring Q
-  // tiles of one head and each loads half of every K/V tile for both (TMA multicast), so L2 serves
-  // each K/V tile once per pair: at d128 N512 L2 ran at 69% of its throughput (ncu, NOTES.md v11)
-  // for 4 K/V tiles of work a Q tile. Non-causal (both tiles must visit the same K/V tiles) and the
-  // one_shot or persistent scheduler (both CTAs must take the same pairs without talking).
-  int cluster = 1;
 };
-// Compiled for head_dim 64 and 128: at 256 the cluster copy of the producer (four TMA boxes a
-// tile, each a multicast) spilled 12 bytes of its 24 registers, and no acceptance shape needs it.
-constexpr bool cluster_compiled(int64_t head_dim) { return head_dim <= 128; }
-constexpr bool cluster_sched_ok(int scheduler) {
-  return scheduler == kSchedOneShot || scheduler == kSchedPersistent;
-}
 
 inline std::optional<std::string> config_problem(const Params &c) {
   if (c.block_m != 64 && c.block_m != 128 && c.block_m != 192)
@@ -210,11 +198,6 @@ inline std::optional<std::string> config_problem(const Params &c) {
     return "scheduler must be one_shot (0), persistent (1), dynamic (2) or stream_k (3)";
   if (c.o_store != kOStoreDirect && c.o_store != kOStoreAuto)
     return "o_store must be direct (0) or auto (1)";
-  if (c.cluster != 1 && c.cluster != 2)
-    return "cluster_m must be 1 or 2";
-  if (c.cluster == 2 && !cluster_sched_ok(c.scheduler))
-    return "cluster_m 2 needs scheduler one_shot or persistent (the two CTAs of a cluster must "
-           "take the same pairs of Q tiles without a claim between them)";
   return std::nullopt;
 }
 
@@ -227,8 +210,7 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("pingpong", d.pingpong)),
                 static_cast<int>(c.get_or("intra_wg_overlap", d.intra_overlap)),
                 static_cast<int>(c.get_or("scheduler", d.scheduler)),
-                static_cast<int>(c.get_or("o_store", d.o_store)),
-                static_cast<int>(c.get_or("cluster_m", d.cluster))};
+                static_cast<int>(c.get_or("o_store", d.o_store))};
 }
 
 inline ConfigSpace make_space() {
@@ -263,12 +245,7 @@ inline ConfigSpace make_space() {
             {kOStoreDirect, kOStoreAuto},
             {"direct", "auto"},
             "O from registers with 4-byte stores, or (auto) through shared memory and TMA stores "
-            "where the staging buffer fits next to the ring"},
-       Axis{"cluster_m",
-            {1, 2},
-            {},
-            "CTAs per cluster: 2 take neighbouring Q tiles of a head and share every K/V tile "
-            "(each loads half for both by TMA multicast); non-causal, one_shot or persistent"}},
+            "where the staging buffer fits next to the ring"}},
       Config({{"block_m", d.block_m},
               {"block_n", d.block_n},
               {"stages", d.stages},
@@ -276,8 +253,7 @@ inline ConfigSpace make_space() {
               {"pingpong", d.pingpong},
               {"intra_wg_overlap", d.intra_overlap},
               {"scheduler", d.scheduler},
-              {"o_store", d.o_store},
-              {"cluster_m", d.cluster}}),
+              {"o_store", d.o_store}}),
       [](const Config &c) { return config_problem(params_of(c)); });
 }
 
@@ -326,12 +302,6 @@ inline int64_t num_q_tiles(const AttentionProblem &p, const Params &c) {
 // Work tiles: one per (Q tile, head, batch).
 inline int64_t total_work_tiles(const AttentionProblem &p, const Params &c) {
   return num_q_tiles(p, c) * p.heads_q * p.batch;
-}
-// What the scheduler hands out (v18): a work tile, or with clusters of 2 a pair of neighbouring Q
-// tiles of one head (the last pair of an odd count has a second tile with no rows: its CTA still
-// loads its half of the K/V tiles for the first).
-inline int64_t work_units(const AttentionProblem &p, const Params &c) {
-  return (num_q_tiles(p, c) + c.cluster - 1) / c.cluster * p.heads_q * p.batch;
 }
 
 // The work order (v4, sections evened out in v7). A work tile is one (Q tile, head, batch). The
@@ -440,12 +410,9 @@ FB_HOST_DEVICE int64_t kv_tiles_for(int64_t i, int64_t block_m, int64_t block_n,
 // the re-reads in practice; the measured DRAM bytes show how much).
 inline double traffic_bytes(const AttentionProblem &p, const Params &c) {
   const double e = dtype_bytes(p.dtype), d = static_cast<double>(p.head_dim);
-  // v18: a cluster of 2 reads a K/V tile once for both of its Q tiles (the later one's: the most).
   double kv_rows = 0;
-  for (int64_t i = 0, n = num_q_tiles(p, c); i < n; i += c.cluster) {
-    const int64_t last = std::min<int64_t>(i + c.cluster - 1, n - 1);
-    const int64_t tiles =
-        kv_tiles_for(last, c.block_m, c.block_n, p.seqlen_q, p.seqlen_kv, p.causal);
+  for (int64_t i = 0, n = num_q_tiles(p, c); i < n; ++i) {
+    const int64_t tiles = kv_tiles_for(i, c.block_m, c.block_n, p.seqlen_q, p.seqlen_kv, p.causal);
     kv_rows += static_cast<double>(std::min<int64_t>(p.seqlen_kv, tiles * c.block_n));
   }
   const double per_head = 2.0 * e * d * static_cast<double>(p.seqlen_q) +

@@ -399,14 +399,6 @@ TEST(Fa3Pipelined, ConfigSpaceSaysWhy) {
             fb::fa3::kDynamicSemaphoreBytes);
   EXPECT_EQ(fa3().semaphore_bytes(p, sp.make({{"scheduler", "persistent"}})), 0u);
   EXPECT_EQ(fa3().semaphore_bytes(p, sp.make({{"scheduler", "one_shot"}})), 0u);
-  // v18: clusters of 2 take pairs in a fixed order; a claim would need the two CTAs to agree.
-  EXPECT_FALSE(sp.check(sp.make({{"scheduler", "persistent"}, {"cluster_m", "2"}})).has_value());
-  EXPECT_FALSE(sp.check(sp.make({{"scheduler", "one_shot"}, {"cluster_m", "2"}})).has_value());
-  for (const char *sched : {"dynamic", "stream_k"}) {
-    const auto why = sp.check(sp.make({{"scheduler", sched}, {"cluster_m", "2"}}));
-    ASSERT_TRUE(why.has_value()) << sched;
-    EXPECT_NE(why->find("one_shot or persistent"), std::string::npos) << *why;
-  }
 }
 
 TEST(Fa3Pipelined, OStagedWhereItFits) {
@@ -666,14 +658,6 @@ TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
   DeviceInfo blackwell = dev;
   blackwell.present = true, blackwell.cc_major = 10, blackwell.cc_minor = 0;
   EXPECT_NE(fa3().supports(p, def, blackwell).reason.find("needs sm_90a"), std::string::npos);
-  // v18: a cluster's two Q tiles share every K/V load, so they must visit the same K/V tiles.
-  {
-    const Config pair = fa3().space().make({{"scheduler", "persistent"}, {"cluster_m", "2"}});
-    EXPECT_NE(fa3().supports(p, pair, dev).reason.find("non-causal only"), std::string::npos);
-    AttentionProblem nc = p;
-    nc.causal = false;
-    EXPECT_TRUE(fa3().supports(nc, pair, dev).ok) << fa3().supports(nc, pair, dev).reason;
-  }
   p.head_dim = 96;
   EXPECT_NE(fa3().supports(p, def, dev).reason.find("head_dim 96"), std::string::npos);
   p.head_dim = 128;
@@ -747,15 +731,6 @@ TEST(Fa3Pipelined, TrafficModelIsOneKvPassPerQTile) {
   EXPECT_DOUBLE_EQ(fa3().model_bytes(p, c), want);
   p.causal = true;
   EXPECT_LT(fa3().model_bytes(p, c), 0.65 * want);
-  // v18: a cluster of 2 reads each K/V tile once for its pair of Q tiles; with an odd count the
-  // last pair is a single tile (1100 rows: 9 Q tiles, 5 pairs), and its units are pairs too.
-  p.causal = false;
-  p.seqlen_q = 1100;
-  const Config pair = fa3().space().make({{"scheduler", "persistent"}, {"cluster_m", "2"}});
-  EXPECT_DOUBLE_EQ(fa3().model_bytes(p, pair),
-                   2.0 * 2 * 1100 * 128 + 4.0 * 1100 + 5 * 2.0 * 2 * 1024 * 128);
-  EXPECT_EQ(fb::fa3::work_units(p, fb::fa3::params_of(pair)), 5);
-  EXPECT_EQ(fb::fa3::work_units(p, fb::fa3::params_of(c)), 9);
 }
 
 // v13: a causal warpgroup computes K/V tiles up to its own last row's last visible key
