@@ -37,7 +37,7 @@ def load(path):
         if w[1] != "rec":
             continue
         c, lane, k = int(w[2]), int(w[3]), None
-        x = list(map(int, w[4:12]))
+        x = list(map(int, w[4:])) + [0] * 12
         if lane == 3:
             prod.setdefault(c, []).append(x)
             continue
@@ -46,7 +46,9 @@ def load(path):
         part = x[1] >> 32
         items.append(dict(cta=c, wg=lane, q0=x[0] & 0xffffffff, h=(x[0] >> 32) & 0xffff, b=x[0] >> 48, n=n,
                           j0=part & 0x3fff, folds=(part >> 14) & 511, chunk=part >> 23,
-                          tf=x[2], t0=x[3], ts=x[4], t1=x[5], t2=x[6]))
+                          tf=x[2], t0=x[3], ts=x[4], t1=x[5], t2=x[6],
+                          # v19's stamps (0 in older logs): q_full passed, the first k_full passed, S(0) retired
+                          tqp=x[7] or None, tk=x[8] or None, ts0=x[9] or None))
     # the k-th item of a CTA's warpgroup is the producer's k-th Q load (non-causal: no empty or idle tiles)
     seen = {}
     for it in items:
@@ -97,6 +99,15 @@ def summary(ctas, items, out):
             out.write(f"{wg:2d} {k:6} {len(lst):6d} {st.median(kv):5.1f} {med([us(i['t0'], i['tf']) for i in lst]):6.2f} "
                       f"{med([us(i['ts'], i['t0']) for i in lst]):6.2f} {med(loop):8.3f} {st.median(end):6.2f} "
                       f"{pct(end, 0.9):7.2f} {med([us(i['t0'], i['tq']) for i in lst]):7.2f}\n")
+    # v19: the wait and the start split at the q_full pass, the first k_full pass and S(0)'s retirement
+    if any(i["tk"] for i in items):
+        out.write(f"{'wg':>2} {'q_full wait':>11} {'fetch rest':>10} {'to k_full':>9} {'QK(0)':>6} "
+                  f"{'softmax(0)':>10}   (us, medians over whole tiles)\n")
+        for wg in sorted({i["wg"] for i in items}):
+            lst = [i for i in items if i["wg"] == wg and kind(i) == "whole" and i["tk"]]
+            out.write(f"{wg:2d} {med([us(i['tqp'], i['tf']) for i in lst]):11.2f} "
+                      f"{med([us(i['t0'], i['tqp']) for i in lst]):10.2f} {med([us(i['tk'], i['t0']) for i in lst]):9.2f} "
+                      f"{med([us(i['ts0'], i['tk']) for i in lst]):6.2f} {med([us(i['ts'], i['ts0']) for i in lst]):10.2f}\n")
     # warpgroup 1 against 0 on the same item
     by = {(i["cta"], i["wg"]): [] for i in items}
     for i in items:
