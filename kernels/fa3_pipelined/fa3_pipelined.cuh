@@ -147,7 +147,6 @@ struct KernelArgs {
   // loop's waits, 8 the producer's.
   int spin;
   uint32_t spin_hint;
-  int cross; // v20: the cross-tile boundary (consumer); knob FLASHBENCH_FA3_CROSS=0 turns it off
 };
 
 // The v19 knob's mask as a head_dim sees it: 0 at head_dim 256, whose consumer spilled 4 bytes
@@ -1085,14 +1084,12 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
 
 // O / l and LSE = (m * scale_log2 + log2 l) * ln 2 of a finished work tile. Every multiply and
 // conversion comes before the first store, so no shuffle or row sum queues behind the stores.
-// finish_stats: LSE, and 1 / l into inv; finish_o: O / l. Apart for the cross-tile boundary (v20),
-// which takes the statistics before the next tile's first softmax overwrites them and O after the
-// last P V.
-__device__ __forceinline__ void finish_stats(const KernelArgs &a, const TileCtx &c,
-                                             const float (&m)[2], const float (&l)[2],
-                                             float (&inv)[2]) {
+template <class T, int D, int BN>
+__device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
+                                            const TileCtx &c, const float (&o)[D / 2],
+                                            const float (&m)[2], const float (&l)[2]) {
   const int lane = threadIdx.x % 32, sq = a.seqlen_q;
-  float lt[2];
+  float inv[2], lt[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     lt[hh] = quad_sum(l[hh]);
@@ -1105,12 +1102,6 @@ __device__ __forceinline__ void finish_stats(const KernelArgs &a, const TileCtx 
     if (row < sq && lane % 4 == 0)
       lse[row] = lt[hh] > 0.f ? (m[hh] * a.scale_log2 + fast_log2(lt[hh])) * kLn2 : -INFINITY;
   }
-}
-template <class T, int D, int BN>
-__device__ __forceinline__ void finish_o(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
-                                         const TileCtx &c, const float (&o)[D / 2],
-                                         const float (&inv)[2]) {
-  const int lane = threadIdx.x % 32, sq = a.seqlen_q;
   if (a.o_tma) {
     store_o_tma<T, D, BN>(a, sm, wg, WorkTile{.q0 = tile_q0(c, wg), .hb = c.w.hb, .n_tiles = 0},
                           o, inv);
@@ -1130,14 +1121,6 @@ __device__ __forceinline__ void finish_o(const KernelArgs &a, const Smem<D, BN> 
       *reinterpret_cast<uint32_t *>(orow + 8 * i) =
           TypeOps<T>::pack(o[4 * i + 2 * hh] * inv[hh], o[4 * i + 2 * hh + 1] * inv[hh]);
   }
-}
-template <class T, int D, int BN>
-__device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
-                                            const TileCtx &c, const float (&o)[D / 2],
-                                            const float (&m)[2], const float (&l)[2]) {
-  float inv[2];
-  finish_stats(a, c, m, l, inv);
-  finish_o<T, D, BN>(a, sm, wg, c, o, inv);
 }
 
 // v15, stream_k: a segment that does not start its tile leaves this thread's O accumulators, m and
@@ -1227,13 +1210,7 @@ __device__ __forceinline__ void end_tile(const KernelArgs &a, const Smem<D, BN> 
 // The work tiles come from the producer (fetch_tile), whatever the scheduler.
 //
 // intra_wg_overlap off: one tile at a time, each GEMM waited for (the ablation).
-// v20: the instantiations whose consumer has the registers for the cross-tile boundary (ptxas, no
-// spill): not head_dim 128 at block_n 192 (20 bytes spilled) nor three consumers at block_n 128 (16).
-constexpr bool cross_compiled(int d, int bn, bool wide) {
-  return !(d == 128 && bn == 192) && !(wide && bn == 128);
-}
-
-template <class T, int D, int BN, bool OVERLAP, bool CROSS>
+template <class T, int D, int BN, bool OVERLAP>
 __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> &sm, int wg) {
   const int lane = threadIdx.x % 32;
   const int sq = a.seqlen_q, skv = a.seqlen_kv;
@@ -1409,12 +1386,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         fence_operands(m);
         pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
       };
-      // A work tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
-      auto start_tile = [&]() {
+      do {
 #ifdef FA3_TRACE
         if (tracer)
           trace_put(wg, items + 1, 3, trace_now());
 #endif
+        // The tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
         broadcast_tile_state();
         reset_stats();
         zero_o();
@@ -1444,12 +1421,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         if (tracer)
           trace_put(wg, items + 1, 4, trace_now());
 #endif
-      };
-      bool started = false; // the cross-tile boundary did the tile's start
-      while (true) {
-        if (!started)
-          start_tile();
-        started = false;
         for (int j = j_first<D>(c) + 1; j < c.n_wg; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
           // GEMMs in flight.
@@ -1474,115 +1445,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           pack_p<T, BN>(pa, sacc);
           r.next(sm.stages);
         }
-        const int n_pass = pass_count(a, c, wg, BN);
-        // v20, the cross-tile boundary: when the next work tile is a whole one that this warpgroup
-        // computes, its Q K^T(0) goes out in this tile's last turn with the last P V, its exact
-        // softmax runs while that P V (and the other consumers' GEMMs) do, and this tile's O
-        // follows. The trace (NOTES.md, v20) had both consumers at their tile boundaries together
-        // (ping-pong keeps them within a turn), so the tensor pipe idled through each one's O,
-        // fetch, first Q K^T and first softmax in turn. The next tile's Q is awaited before the
-        // last P V is issued. Not with a pass over V slots as deep as the ring (passes >= stages:
-        // the producer's next loads would wait for this tile's last V slot, which waits for them),
-        // nor across stream-K parts (part != 0).
-        bool cross = false;
-        WorkTile nx{};
-        const int n_slot = (q_use + 1) & (sm.q_bufs - 1);
-        if (CROSS && a.cross && c.w.part == 0 && n_pass < sm.stages) {
-#ifdef FA3_TRACE
-          if (tracer)
-            trace_put(wg, items + 2, 2, trace_now());
-#endif
-          mbar_wait(sm.q_full(n_slot), ((q_use + 1) >> (sm.q_bufs - 1)) & 1);
-          int4 info = make_int4(0, 0, 0, 0);
-          if (lane == 0) // as fetch_tile: the lane that hands the slot back reads it
-            info = ld_shared_v4(sm.tile_info(n_slot));
-          nx = WorkTile{__shfl_sync(0xffffffffu, info.x, 0), __shfl_sync(0xffffffffu, info.y, 0),
-                        __shfl_sync(0xffffffffu, info.z, 0), __shfl_sync(0xffffffffu, info.w, 0)};
-          cross = nx.n_tiles > 0 && nx.part == 0 && nx.q0 + wg * kRowsPerWarpgroup < sq;
-        }
-        if (cross) {
-#ifdef FA3_TRACE
-          if (tracer) {
-            const unsigned long long now = trace_now();
-            trace_put(wg, items + 2, 3, now);
-            trace_put(wg, items + 2, 7, now);
-          }
-#endif
-          // This tile's passes (turns, K slots, then V slots: each has filled, since fewer than
-          // `stages` of them follow the last V this warpgroup reads), then the next tile.
-          RingPos rk = r;
-          for (int j = 0; j < n_pass; ++j) {
-            pass_k(a, sm, wg, rk);
-            rk.next(sm.stages);
-          }
-          const RingPos rv = rp(); // this tile's last V
-          for (int j = 0; j < n_pass; ++j) {
-            pass_v(sm, r);
-            r.next(sm.stages);
-          }
-          // This tile's LSE and 1 / l now (m and l are final), and of its context only what O's
-          // store reads: with m, l and the whole context live through the next turn, ptxas had too
-          // few registers left for the WGMMA pipeline and serialised every WGMMA (C7511).
-          float inv[2];
-          finish_stats(a, c, m, l, inv);
-          TileCtx co;
-          co.row0 = c.row0;
-          co.w.hb = c.w.hb;
-          ++q_use;
-          c = make_ctx(a, nx, wg, n_slot, BN);
-          broadcast_tile_state();
-          mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rv.s), rv.use & 1);
-#ifdef FA3_TRACE
-          if (tracer)
-            trace_put(wg, items + 2, 8, trace_now());
-#endif
-          qk_turn_begin();
-          wgmma_fence();
-          issue_qk<T, D, BN>(sacc, sm, wg, c.q_slot, r.s);
-          wgmma_commit();
-          rescale_o();
-          wgmma_fence();
-          issue_pv<T, D, BN>(o, pa, sm, rv.s);
-          wgmma_commit();
-          qk_turn_end();
-          wgmma_wait<1>();
-          fence_operands(sacc);
-#ifdef FA3_TRACE
-          if (tracer)
-            trace_put(wg, items + 2, 9, trace_now());
-#endif
-          release_k(r.s, 0, c);
-          reset_stats();
-          mask_and_softmax(c, 0); // the exact softmax, never a redo
-          pin_above_wait();
-          wgmma_wait<0>();
-          fence_operands(o);
-          fence_operands(pa);
-          release_v(rv.s);
-#ifdef FA3_TRACE
-          if (tracer)
-            trace_put(wg, items + 1, 5, trace_now());
-#endif
-          finish_o<T, D, BN>(a, sm, wg, co, o, inv);
-#ifdef FA3_TRACE
-          if (tracer)
-            if (unsigned long long *x = trace_slot(wg, items + 1)) {
-              x[6] = trace_now();
-              x[0] = trace_meta(tile_q0(co, wg), co.w.hb);
-              x[1] = 0;
-            }
-          ++items;
-#endif
-          zero_o();
-          pack_p<T, BN>(pa, sacc);
-          r.next(sm.stages);
-#ifdef FA3_TRACE
-          if (tracer)
-            trace_put(wg, items + 1, 4, trace_now());
-#endif
-          started = true;
-          continue;
-        }
         // The last P V alone, then the tile's O.
         mbar_wait_as(spin_of<D>(a) & 4, a.spin_hint, sm.v_full(rp().s), rp().use & 1);
         rescale_o();
@@ -1593,6 +1455,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         // place of the Q K^T that is not issued, so the other consumers' turns are not held up by
         // this one's O; their V slots after it (the producer needs them only for the next tile's
         // second V).
+        const int n_pass = pass_count(a, c, wg, BN);
         RingPos rk = r;
         for (int j = 0; j < n_pass; ++j) {
           pass_k(a, sm, wg, rk);
@@ -1624,9 +1487,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         if (tracer)
           trace_put(wg, items + 1, 2, trace_now());
 #endif
-        if (!fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c, r))
-          break;
-      }
+      } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c, r));
     }
   }
   // The last consumer opened consumer 0's turn after its last Q K^T (and at the start): consumer 0
@@ -1678,7 +1539,7 @@ __global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
     return;
   }
   regs_alloc<WIDE ? kConsumerRegsWide : kConsumerRegs>();
-  consumer<T, D, BN, OVERLAP, cross_compiled(D, BN, WIDE)>(a, sm, wg - 1);
+  consumer<T, D, BN, OVERLAP>(a, sm, wg - 1);
 }
 
 // The device's L2 size, read once per process (the section size of the work order).
@@ -1751,10 +1612,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   // Experiment knob (v19): FLASHBENCH_FA3_SPIN=mask (KernelArgs::spin), FLASHBENCH_FA3_SPIN_HINT=ns.
   a.spin = 0;
   a.spin_hint = 0;
-  // v20: the cross-tile boundary in the consumers (KernelArgs::cross); knob FLASHBENCH_FA3_CROSS=0.
-  a.cross = 1;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_CROSS"); e && std::atoi(e) == 0)
-    a.cross = 0;
   if (const char *e = std::getenv("FLASHBENCH_FA3_SPIN"))
     a.spin = std::atoi(e);
   if (const char *e = std::getenv("FLASHBENCH_FA3_SPIN_HINT"))
