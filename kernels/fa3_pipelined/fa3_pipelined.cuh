@@ -142,18 +142,7 @@ struct KernelArgs {
   TailSplit split;
   float *partials;
   int *split_flags;
-  // Experiment knob (v19, FLASHBENCH_FA3_SPIN, FLASHBENCH_FA3_SPIN_HINT): which waits poll without
-  // suspending (mbar_wait_as): 1 the consumers' q_full, 2 their tile's first k_full, 4 their K/V
-  // loop's waits, 8 the producer's.
-  int spin;
-  uint32_t spin_hint;
 };
-
-// The v19 knob's mask as a head_dim sees it: 0 at head_dim 256, whose consumer spilled 4 bytes
-// with the run-time branches.
-template <int D> __device__ __forceinline__ int spin_of(const KernelArgs &a) {
-  return D == 256 ? 0 : a.spin;
-}
 
 constexpr float kLn2 = 0.69314718055994531f;
 constexpr float kRescaleSlack = 8.f; // log2 units: P stays <= 2^8 between rescales (softmax_tile)
@@ -274,7 +263,8 @@ template <int D, int BN> struct Smem {
 // 1.. its items in order:
 //   consumer: q0 | hb << 32, n_tiles | part << 32, tf (fetch_tile entered: the previous item done),
 //             t0 (the item handed over: its Q landed), ts (the first P packed), t1 (the last P V
-//             retired), t2 (O or the partial out);
+//             retired), t2 (O or the partial out), -, and (v19) the q_full wait passed, the first
+//             k_full wait passed, S(0) retired;
 //   producer: q0 | hb << 32, -, tq (Q load issued), -, tc (the claim of this item returned),
 //             tv (the item's last V load issued), after the Q, after K(0).
 // Plain stores only: a call (printf, a __noinline__ helper) in the kernel makes ptxas serialise
@@ -377,11 +367,10 @@ __device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int bloc
 // Takes Q slot use `q_use` for work tile w (waits until the consumers handed the slot's previous
 // use back) and writes w into its tile_info; the caller's arrive on q_full publishes it.
 template <int D, int BN>
-__device__ __forceinline__ int take_q_slot(const Smem<D, BN> &sm, int q_use, const WorkTile &w,
-                                           int a_spin, uint32_t a_hint) {
+__device__ __forceinline__ int take_q_slot(const Smem<D, BN> &sm, int q_use, const WorkTile &w) {
   const int slot = q_use & (sm.q_bufs - 1), n = q_use >> (sm.q_bufs - 1); // q_bufs 1 or 2
   if (n > 0)
-    mbar_wait_as(a_spin & 8, a_hint, sm.q_empty(slot), (n - 1) & 1);
+    mbar_wait(sm.q_empty(slot), (n - 1) & 1);
   st_shared_v4(sm.tile_info(slot), make_int4(w.q0, w.hb, w.n_tiles, w.part));
   return slot;
 }
@@ -390,7 +379,7 @@ __device__ __forceinline__ int take_q_slot(const Smem<D, BN> &sm, int q_use, con
 template <int D, int BN>
 __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<D, BN> &sm, int q_use,
                                        const WorkTile &w) {
-  const int slot = take_q_slot(sm, q_use, w, spin_of<D>(a), a.spin_hint);
+  const int slot = take_q_slot(sm, q_use, w);
   mbar_arrive_expect_tx(sm.q_full(slot), uint32_t(sm.block_m) * D * 2);
 #pragma unroll
   for (int c = 0; c < Smem<D, BN>::kChunks; ++c)
@@ -419,7 +408,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
   auto load_k = [&](int j) {
     const int g = kv_base + j, use = int(a.stages_div.div(uint32_t(g))), s = g - use * sm.stages;
     if (use > 0)
-      mbar_wait_as(spin_of<D>(a) & 8, a.spin_hint, sm.k_empty(s), (use - 1) & 1);
+      mbar_wait(sm.k_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.k_full(s), S::kKvBytes);
 #pragma unroll
     for (int c = 0; c < S::kChunks; ++c)
@@ -428,7 +417,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
   auto load_v = [&](int j) {
     const int g = kv_base + j, use = int(a.stages_div.div(uint32_t(g))), s = g - use * sm.stages;
     if (use > 0)
-      mbar_wait_as(spin_of<D>(a) & 8, a.spin_hint, sm.v_empty(s), (use - 1) & 1);
+      mbar_wait(sm.v_empty(s), (use - 1) & 1);
     mbar_arrive_expect_tx(sm.v_full(s), S::kKvBytes);
 #pragma unroll
     for (int c = 0; c < S::kChunks; ++c)
@@ -526,11 +515,11 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
       t = next >= 0 ? next : t + w.n_tiles;
       continue;
     }
-    mbar_arrive(sm.q_full(take_q_slot(sm, q_use, w, spin_of<D>(a), a.spin_hint))); // whole tiles only: segments have keys
+    mbar_arrive(sm.q_full(take_q_slot(sm, q_use, w))); // whole tiles only: segments have keys
     ++q_use;
     t = cursor_of(next_of(t));
   }
-  mbar_arrive(sm.q_full(take_q_slot(sm, q_use, WorkTile{.q0 = 0, .hb = 0, .n_tiles = -1}, spin_of<D>(a), a.spin_hint)));
+  mbar_arrive(sm.q_full(take_q_slot(sm, q_use, WorkTile{.q0 = 0, .hb = 0, .n_tiles = -1})));
 #ifdef FA3_TRACE
   if (unsigned long long *r = trace_slot(3, 0))
     r[0] = r[1] = trace_now(), r[2] = unsigned(q_use);
@@ -1045,7 +1034,7 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
                                            int &q_use, TileCtx &c, RingPos &r) {
   while (true) {
     const int slot = q_use & (sm.q_bufs - 1), parity = (q_use >> (sm.q_bufs - 1)) & 1; // 1 or 2
-    mbar_wait_as(spin_of<D>(a) & 1, a.spin_hint, sm.q_full(slot), parity);
+    mbar_wait(sm.q_full(slot), parity);
 #ifdef FA3_TRACE
     const unsigned long long t_q = trace_now();
 #endif
@@ -1395,7 +1384,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         broadcast_tile_state();
         reset_stats();
         zero_o();
-        mbar_wait_as(spin_of<D>(a) & 2, a.spin_hint, sm.k_full(r.s), r.use & 1);
+        mbar_wait(sm.k_full(r.s), r.use & 1);
 #ifdef FA3_TRACE
         if (tracer) {
           trace_put(wg, items + 1, 7, c.t_q);
@@ -1424,12 +1413,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         for (int j = j_first<D>(c) + 1; j < c.n_wg; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
           // GEMMs in flight.
-          if (spin_of<D>(a) & 4) {
-            mbar_wait_as(true, a.spin_hint, sm.k_full(r.s), r.use & 1);
-            mbar_wait_as(true, a.spin_hint, sm.v_full(rp().s), rp().use & 1);
-          } else {
-            mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp().s), rp().use & 1);
-          }
+          mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp().s), rp().use & 1);
           issue_qk_and_pv(c.q_slot); // Q K^T(j), P V(j-1)
           wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
           fence_operands(sacc);
@@ -1446,7 +1430,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           r.next(sm.stages);
         }
         // The last P V alone, then the tile's O.
-        mbar_wait_as(spin_of<D>(a) & 4, a.spin_hint, sm.v_full(rp().s), rp().use & 1);
+        mbar_wait(sm.v_full(rp().s), rp().use & 1);
         rescale_o();
         wgmma_fence();
         issue_pv<T, D, BN>(o, pa, sm, rp().s);
@@ -1609,13 +1593,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.half_diag = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_DIAG"); e && std::atoi(e) == 0)
     a.half_diag = 0;
-  // Experiment knob (v19): FLASHBENCH_FA3_SPIN=mask (KernelArgs::spin), FLASHBENCH_FA3_SPIN_HINT=ns.
-  a.spin = 0;
-  a.spin_hint = 0;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_SPIN"))
-    a.spin = std::atoi(e);
-  if (const char *e = std::getenv("FLASHBENCH_FA3_SPIN_HINT"))
-    a.spin_hint = uint32_t(std::atoi(e));
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);

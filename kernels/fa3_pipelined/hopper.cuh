@@ -65,36 +65,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
 }
-// Experiment (NOTES.md, v19): the same wait without the thread's suspension. hint 0: polls with
-// test_wait, which never suspends; else try_wait with a suspend-time hint of `hint` ns.
-__device__ __forceinline__ bool mbar_test_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 "
-               "%0, 1, 0, p;\n}\n"
-               : "=r"(done)
-               : "r"(bar), "r"(parity)
-               : "memory");
-  return done != 0;
-}
-__device__ __forceinline__ bool mbar_try_wait_hint(uint32_t bar, uint32_t parity, uint32_t hint) {
-  uint32_t done;
-  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 "
-               "%0, 1, 0, p;\n}\n"
-               : "=r"(done)
-               : "r"(bar), "r"(parity), "r"(hint)
-               : "memory");
-  return done != 0;
-}
-__device__ __forceinline__ void mbar_wait_as(bool other, uint32_t hint, uint32_t bar, uint32_t parity) {
-  if (!other)
-    mbar_wait(bar, parity);
-  else if (hint == 0)
-    while (!mbar_test_wait(bar, parity)) {
-    }
-  else
-    while (!mbar_try_wait_hint(bar, parity, hint)) {
-    }
-}
 // Two waits whose try_waits go out back to back, so their round trips overlap (v8: the consumer's
 // K and V waits at the top of the K/V loop, 7% of its time in ncu, one after the other before).
 __device__ __forceinline__ void mbar_wait2(uint32_t bar0, uint32_t parity0, uint32_t bar1,
