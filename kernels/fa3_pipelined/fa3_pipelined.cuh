@@ -142,7 +142,6 @@ struct KernelArgs {
   TailSplit split;
   float *partials;
   int *split_flags;
-  int stagger_ns; // v21 experiment (FLASHBENCH_FA3_STAGGER_NS): without ping-pong, consumer w starts w x this late
 };
 
 constexpr float kLn2 = 0.69314718055994531f;
@@ -1211,13 +1210,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   const int my_turn = turn_bar(wg), other_turn = next_turn_bar(wg, nwg);
   if (pp && wg == nwg - 1)
     named_arrive(kBarTurn0, 256); // consumer 0 takes the first turn
-  if (!pp && a.stagger_ns > 0 && wg > 0) {
-    unsigned long long t0, t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    do
-      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    while (t - t0 < (unsigned long long)(wg * a.stagger_ns));
-  }
   auto qk_turn_begin = [&]() {
     if (pp)
       named_sync(my_turn, 256);
@@ -1601,9 +1593,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.half_diag = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_DIAG"); e && std::atoi(e) == 0)
     a.half_diag = 0;
-  a.stagger_ns = 0;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_STAGGER_NS"))
-    a.stagger_ns = std::atoi(e);
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);
