@@ -263,7 +263,7 @@ template <int D, int BN> struct Smem {
 // 1.. its items in order:
 //   consumer: q0 | hb << 32, n_tiles | part << 32, tf (fetch_tile entered: the previous item done),
 //             t0 (the item handed over: its Q landed), ts (the first P packed), t1 (the last P V
-//             retired), t2 (O or the partial out), -, and (v19) the q_full wait passed, the first
+//             retired), t2 (O or the partial out), and (v19) the q_full wait passed, the first
 //             k_full wait passed, S(0) retired;
 //   producer: q0 | hb << 32, -, tq (Q load issued), -, tc (the claim of this item returned),
 //             tv (the item's last V load issued), after the Q, after K(0).

@@ -16,6 +16,8 @@ Reported:
     leaves a partial), medians: count, K/V tiles, the wait for the item (t0 - tf), the start (ts - t0: the first
     Q K^T and softmax alone), the loop per K/V tile after it ((t1 - ts) / (K/V - 1)), the end (t2 - t1: O, LSE, or
     the partial, and the fold), and the Q's lead (t0 - tq: from its load's issue to the hand-over);
+  - (logs with v19's stamps) the wait and the start split: the q_full wait, the rest of the fetch, up to the first
+    k_full pass, the first Q K^T, and the first softmax and pack;
   - the CTAs that finish last, with their last three items.
 """
 import argparse
