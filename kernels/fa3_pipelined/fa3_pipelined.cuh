@@ -1260,12 +1260,15 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   // True when S was lost to an overflowing exp2 (warp-uniform): the caller then runs redo_softmax
   // before packing P. In the overlap loop it does so after P V(j-1) retired, so that P of j-1 is
   // no longer live: with O, S and that P live the recompute's few registers spilled (bn192).
+  // The mask of K/V tile j where it needs one; true when its right half holds no key for this warp.
+  auto mask_tile = [&](const TileCtx &c, int j) {
+    if (j < c.first_mask)
+      return false;
+    apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
+    return half_diag_tile<BN>(a, c, wg, j);
+  };
   auto mask_and_softmax = [&](const TileCtx &c, int j) {
-    bool right_dead = false;
-    if (j >= c.first_mask) {
-      apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
-      right_dead = half_diag_tile<BN>(a, c, wg, j);
-    }
+    const bool right_dead = mask_tile(c, j);
     if (settled) {
       const int r = softmax_tile_optimistic<BN>(sacc, m, l, alpha, sl2, p_bound, right_dead);
       grew = r == 1;
@@ -1276,12 +1279,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   };
   auto redo_softmax = [&](const TileCtx &c, int j) {
     recompute_s<T, D, BN>(sacc, a, c.w, c.row0, j, lane);
-    bool right_dead = false;
-    if (j >= c.first_mask) {
-      apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
-      right_dead = half_diag_tile<BN>(a, c, wg, j);
-    }
-    exact_softmax(right_dead);
+    exact_softmax(mask_tile(c, j));
   };
   auto rescale_o = [&]() {
     if (grew) // warp-uniform

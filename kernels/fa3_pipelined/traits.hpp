@@ -384,7 +384,6 @@ FB_HOST_DEVICE TileCoord tile_coord(const TileDecoder &o, int t) {
   const int hr = int(heads.div(uint32_t(r)));
   return TileCoord{o.nq - 1 - hr, first_group * o.group + (r - hr * int(heads.d))};
 }
-inline TileCoord tile_coord(const TileOrder &o, int t) { return tile_coord(TileDecoder(o), t); }
 
 // CTAs of a persistent launch: every resident slot of the device, never more than the tiles.
 inline int64_t persistent_grid(int64_t total_tiles, int64_t sms, int64_t ctas_per_sm) {

@@ -487,6 +487,7 @@ TEST(Fa3Pipelined, WorkOrderIsAPermutationOfWholeGroupSections) {
     AttentionProblem p = Shape{"x", batch, hq, hkv, n, n, 128, true, DType::bf16}.problem();
     fb::fa3::TileOrder o = fb::fa3::tile_order(p, 128, 128, 50ll << 20);
     o.sections = sections;
+    const fb::fa3::TileDecoder dec(o); // the kernel's decoder, built once per order as a launch does
     const int nq = o.num_q_tiles, bh_total = batch * hq;
     std::vector<int> seen(size_t(nq) * bh_total, 0);
     // Walk the sections in order: section s holds `size` whole groups, the first groups % sections
@@ -497,7 +498,7 @@ TEST(Fa3Pipelined, WorkOrderIsAPermutationOfWholeGroupSections) {
       ASSERT_GE(size, 1);
       int prev_qt = nq - 1;
       for (int i = 0; i < size * o.group * nq; ++i, ++t) {
-        const fb::fa3::TileCoord c = fb::fa3::tile_coord(o, t);
+        const fb::fa3::TileCoord c = fb::fa3::tile_coord(dec, t);
         ASSERT_GE(c.qt, 0);
         ASSERT_LE(c.qt, prev_qt) << "t " << t << ": a lighter Q tile came before a heavier one";
         ASSERT_GE(c.bh / o.group, first_group) << "t " << t << " left its section";
@@ -528,9 +529,10 @@ TEST(Fa3Pipelined, DynamicClaimsBalanceCausalWork) {
     const AttentionProblem p = Shape{"x", batch, heads, heads, n, n, d, true, DType::bf16}.problem();
     const fb::fa3::TileOrder o =
         fb::fa3::tile_order(p, bm, d, 50ll << 20, fb::fa3::section_tile_cap(p, ctas));
+    const fb::fa3::TileDecoder dec(o);
     std::vector<double> cost;
     for (int t = 0; t < int(o.tiles()); ++t)
-      cost.push_back(1.0 + double(fb::fa3::kv_tiles_for(fb::fa3::tile_coord(o, t).qt, bm, bn, n, n, true)));
+      cost.push_back(1.0 + double(fb::fa3::kv_tiles_for(fb::fa3::tile_coord(dec, t).qt, bm, bn, n, n, true)));
     double total = 0;
     for (double c : cost)
       total += c;
