@@ -266,7 +266,8 @@ template <int D, int BN> struct Smem {
 //             retired), t2 (O or the partial out), and (v19) the q_full wait passed, the first
 //             k_full wait passed, S(0) retired;
 //   producer: q0 | hb << 32, -, tq (Q load issued), -, tc (the claim of this item returned),
-//             tv (the item's last V load issued), after the Q, after K(0).
+//             tv (the item's last V load issued), after the Q, after K(0), and (v24) load_q entered,
+//             the Q slot taken, the Q's first box issued.
 // Plain stores only: a call (printf, a __noinline__ helper) in the kernel makes ptxas serialise
 // every WGMMA (C7510), so the host prints them: launch_tile, after launch FA3_TRACE_LAUNCH of the
 // process (the check's launches come first, so a timed one), writes "fa3trace ..." lines. Only the
@@ -379,12 +380,23 @@ __device__ __forceinline__ int take_q_slot(const Smem<D, BN> &sm, int q_use, con
 template <int D, int BN>
 __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<D, BN> &sm, int q_use,
                                        const WorkTile &w) {
+#ifdef FA3_TRACE
+  trace_put(3, q_use + 1, 8, trace_now());
+#endif
   const int slot = take_q_slot(sm, q_use, w);
+#ifdef FA3_TRACE
+  trace_put(3, q_use + 1, 9, trace_now());
+#endif
   mbar_arrive_expect_tx(sm.q_full(slot), uint32_t(sm.block_m) * D * 2);
 #pragma unroll
-  for (int c = 0; c < Smem<D, BN>::kChunks; ++c)
+  for (int c = 0; c < Smem<D, BN>::kChunks; ++c) {
     tma_load_4d(sm.q_tile(slot) + c * sm.q_chunk_bytes(), &a.tm_q, sm.q_full(slot), c * 64, w.q0,
                 w.h(), w.b());
+#ifdef FA3_TRACE
+    if (c == 0)
+      trace_put(3, q_use + 1, 10, trace_now());
+#endif
+  }
 #ifdef FA3_TRACE
   trace_put(3, q_use + 1, 2, trace_now());
   trace_put(3, q_use + 1, 0, trace_meta(w.q0, w.hb));

@@ -26,7 +26,7 @@ import sys
 
 
 def load(path):
-    """{cta: (start, end, items)} of warpgroup 0, [items of every consumer warpgroup], {(cta, k): tq}."""
+    """{cta: (start, end, items)} of warpgroup 0, [items of every consumer warpgroup], {cta: [producer records]}."""
     ctas, items, prod = {}, [], {}
     for line in open(path, errors="replace"):
         if "fa3trace" not in line:
@@ -58,7 +58,7 @@ def load(path):
         seen[(it["cta"], it["wg"])] = k + 1
         q = prod.get(it["cta"], [])
         it["tq"], it["tc"], it["tv"] = (q[k][2], q[k][4], q[k][5]) if k < len(q) else (None, None, None)
-    return ctas, items
+    return ctas, items, prod
 
 
 def kind(it):
@@ -75,7 +75,7 @@ def med(xs):
     return st.median(xs) if xs else float("nan")
 
 
-def summary(ctas, items, out):
+def summary(ctas, items, out, prod=None):
     if not ctas:
         out.write("no fa3trace lines (a trace build? the launch number reached?)\n")
         return
@@ -134,6 +134,17 @@ def summary(ctas, items, out):
             pq.append(us(b["tq"], a["t1"]))
     out.write(f"producer, from warpgroup 0's last P V of a tile: next claim returned {med(pc):+.2f} us, the tile's "
               f"last V issued {med(pv):+.2f} us, the next Q issued {med(pq):+.2f} us\n")
+    # v24: the producer between a tile's last V issue and the next tile's Q issue
+    gaps = [[], [], [], []]
+    for recs in (prod or {}).values():
+        for a, b in zip(recs, recs[1:]):
+            if a[5] and b[8] and b[9] and b[10] and b[2]:
+                for k, (x, y) in enumerate(((b[8], a[5]), (b[9], b[8]), (b[10], b[9]), (b[2], b[10]))):
+                    gaps[k].append(us(x, y))
+    if gaps[0]:
+        out.write(f"producer, last V issued to next Q issued: to load_q {med(gaps[0]):.2f}, Q slot taken "
+                  f"{med(gaps[1]):.2f}, first Q box issued {med(gaps[2]):.2f}, second box issued {med(gaps[3]):.2f} us "
+                  f"(medians)\n")
     w0 = {c: sorted(l, key=lambda i: i["t0"]) for (c, wg), l in by.items() if wg == 0}
     last = sorted(w0.items(), key=lambda kv: -ctas[kv[0]][1])[:6]
     out.write("CTAs that finish last (warpgroup 0's last three items: kind K/V t0-t1-t2 in us from the launch start):\n")
@@ -168,9 +179,9 @@ def main():
     ap.add_argument("--png", help="a Gantt chart of the (last) log's launch")
     args = ap.parse_args()
     for path in args.logs:
-        ctas, items = load(path)
+        ctas, items, prod = load(path)
         sys.stdout.write(f"== {path}\n")
-        summary(ctas, items, sys.stdout)
+        summary(ctas, items, sys.stdout, prod)
     if args.png and ctas:
         gantt(ctas, items, args.png)
 
