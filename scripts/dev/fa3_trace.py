@@ -18,6 +18,8 @@ Reported:
     the partial, and the fold), and the Q's lead (t0 - tq: from its load's issue to the hand-over);
   - (logs with v19's stamps) the wait and the start split: the q_full wait, the rest of the fetch, up to the first
     k_full pass, the first Q K^T, and the first softmax and pack;
+  - (logs with v24's producer stamps) the producer from a tile's last V issue to the next tile's Q issue: up to
+    load_q, the Q slot taken, the Q's first and second box issued;
   - the CTAs that finish last, with their last three items.
 """
 import argparse
