@@ -137,6 +137,7 @@ struct KernelArgs {
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
   int half_diag; // v17 (causal): no exp2 for the right half of a warpgroup's last tile when no row sees it
+  int lse_late;  // v25 experiment: LSE stored after O's TMA store is issued, not before its fence
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
   TailSplit split;
@@ -863,7 +864,11 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[BN / 16][4], const float (
 template <class T, int D, int BN>
 __device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
                                             const WorkTile &w, const float (&o)[D / 2],
-                                            const float (&inv)[2]) {
+                                            const float (&inv)[2]
+#ifdef FA3_TRACE
+                                            , unsigned long long *tf = nullptr
+#endif
+) {
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   if (t == 0)
     bulk_wait_read_all();
@@ -882,7 +887,15 @@ __device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem<D, B
                 TypeOps<T>::pack(o[4 * i + 4] * inv[0], o[4 * i + 5] * inv[0]),
                 TypeOps<T>::pack(o[4 * i + 6] * inv[1], o[4 * i + 7] * inv[1]));
   }
+#ifdef FA3_TRACE
+  if (tf && t == 0)
+    tf[0] = trace_now();
+#endif
   fence_proxy_async_smem();
+#ifdef FA3_TRACE
+  if (tf && t == 0)
+    tf[1] = trace_now();
+#endif
   named_sync(kBarEpi0 + wg, 128);
   if (t == 0) {
 #pragma unroll
@@ -906,6 +919,7 @@ struct TileCtx {
   int q_slot;
 #ifdef FA3_TRACE
   unsigned long long t_q; // fetch_tile: q_full passed
+  mutable unsigned long long tf[2]; // v25: O's fence entered and passed (store_o_tma)
 #endif
 };
 __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile &w, int wg,
@@ -932,6 +946,9 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
     c.n_wg = max(1, kv_tiles_to_row(min(w.q0 + (wg + 1) * kRowsPerWarpgroup, a.seqlen_q) - 1, bn,
                                     a.seqlen_q, a.seqlen_kv, true));
   c.q_slot = q_slot;
+#ifdef FA3_TRACE
+  c.tf[0] = c.tf[1] = 0;
+#endif
   return c;
 }
 
@@ -1097,17 +1114,28 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
     inv[hh] = lt[hh] > 0.f ? fast_rcp(lt[hh]) : 0.f;
   }
   float *lse = a.lse + (int64_t(c.w.b()) * a.heads_q + c.w.h()) * sq;
+  auto write_lse = [&]() {
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int row = c.row0 + 8 * hh;
-    if (row < sq && lane % 4 == 0)
-      lse[row] = lt[hh] > 0.f ? (m[hh] * a.scale_log2 + fast_log2(lt[hh])) * kLn2 : -INFINITY;
-  }
+    for (int hh = 0; hh < 2; ++hh) {
+      const int row = c.row0 + 8 * hh;
+      if (row < sq && lane % 4 == 0)
+        lse[row] = lt[hh] > 0.f ? (m[hh] * a.scale_log2 + fast_log2(lt[hh])) * kLn2 : -INFINITY;
+    }
+  };
   if (a.o_tma) {
+    if (!a.lse_late)
+      write_lse();
     store_o_tma<T, D, BN>(a, sm, wg, WorkTile{.q0 = tile_q0(c, wg), .hb = c.w.hb, .n_tiles = 0},
-                          o, inv);
+                          o, inv
+#ifdef FA3_TRACE
+                          , c.tf
+#endif
+    );
+    if (a.lse_late)
+      write_lse();
     return;
   }
+  write_lse();
   // Direct: 4-byte stores from the accumulators (a quad writes 16 contiguous bytes per row and
   // column block); the v4 epilogue, kept for configs whose ring leaves no room for the staging.
   T *og = static_cast<T *>(a.o) + int64_t(c.w.b()) * a.o_batch + int64_t(c.w.h()) * a.o_head;
@@ -1468,6 +1496,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         if (tracer)
           if (unsigned long long *x = trace_slot(wg, items + 1)) {
             x[6] = trace_now();
+            x[10] = c.tf[0];
+            x[11] = c.tf[1];
             x[0] = trace_meta(c.w.q0, c.w.hb);
             x[1] = (unsigned long long)unsigned(c.w.n_tiles) | (unsigned long long)unsigned(c.w.part) << 32;
           }
@@ -1603,6 +1633,10 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.half_diag = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_DIAG"); e && std::atoi(e) == 0)
     a.half_diag = 0;
+  // Experiment knob (v25): FLASHBENCH_FA3_LSE_LATE=1 stores LSE after O's TMA store is issued.
+  a.lse_late = 0;
+  if (const char *e = std::getenv("FLASHBENCH_FA3_LSE_LATE"); e && std::atoi(e) == 1)
+    a.lse_late = 1;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);

@@ -20,6 +20,7 @@ Reported:
     k_full pass, the first Q K^T, and the first softmax and pack;
   - (logs with v24's producer stamps) the producer from a tile's last V issue to the next tile's Q issue: up to
     load_q, the Q slot taken, the Q's first and second box issued;
+  - (logs with v25's stamps) the end split at O's fence: up to it, the fence itself, and from it to O out;
   - the CTAs that finish last, with their last three items.
 """
 import argparse
@@ -52,7 +53,10 @@ def load(path):
                           j0=part & 0x3fff, folds=(part >> 14) & 511, chunk=part >> 23,
                           tf=x[2], t0=x[3], ts=x[4], t1=x[5], t2=x[6],
                           # v19's stamps (0 in older logs): q_full passed, the first k_full passed, S(0) retired
-                          tqp=x[7] or None, tk=x[8] or None, ts0=x[9] or None))
+                          tqp=x[7] or None, tk=x[8] or None, ts0=x[9] or None,
+                          # v25's stamps (0 in older logs and with direct O): O's fence entered and passed
+                          tfe=(x[10] or None) if len(x) > 10 else None,
+                          tfp=(x[11] or None) if len(x) > 11 else None))
     # the k-th item of a CTA's warpgroup is the producer's k-th Q load (non-causal: no empty or idle tiles)
     seen = {}
     for it in items:
@@ -112,6 +116,14 @@ def summary(ctas, items, out, prod=None):
             out.write(f"{wg:2d} {med([us(i['tqp'], i['tf']) for i in lst]):11.2f} "
                       f"{med([us(i['t0'], i['tqp']) for i in lst]):10.2f} {med([us(i['tk'], i['t0']) for i in lst]):9.2f} "
                       f"{med([us(i['ts0'], i['tk']) for i in lst]):6.2f} {med([us(i['ts'], i['ts0']) for i in lst]):10.2f}\n")
+    # v25: the end split at O's fence (fence.proxy.async: MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S)
+    if any(i["tfe"] for i in items):
+        out.write(f"{'wg':>2} {'to fence':>8} {'fence':>6} {'after':>6}   (us, medians over whole tiles: the last P V "
+                  f"retired to O out)\n")
+        for wg in sorted({i["wg"] for i in items}):
+            lst = [i for i in items if i["wg"] == wg and kind(i) == "whole" and i["tfe"] and i["tfp"]]
+            out.write(f"{wg:2d} {med([us(i['tfe'], i['t1']) for i in lst]):8.2f} "
+                      f"{med([us(i['tfp'], i['tfe']) for i in lst]):6.2f} {med([us(i['t2'], i['tfp']) for i in lst]):6.2f}\n")
     # warpgroup 1 against 0 on the same item
     by = {(i["cta"], i["wg"]): [] for i in items}
     for i in items:
