@@ -628,9 +628,19 @@ def measure_ceilings(torch, args) -> dict:
 
 
 def git_sha() -> str:
+    """The source tree's commit, as CMakeLists.txt stamps the harness's results: FLASHBENCH_SOURCE_SHA wins; else git's
+    HEAD, but only where this checkout is the repository itself. A snapshot extracted inside another checkout (a GPU
+    runner's copy) would otherwise be stamped with the enclosing repository's HEAD: unknown then ("")."""
+    if os.environ.get("FLASHBENCH_SOURCE_SHA"):
+        return os.environ["FLASHBENCH_SOURCE_SHA"].strip()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10,
+                             cwd=root).stdout.strip()
+        if not top or os.path.realpath(top) != os.path.realpath(root):
+            return ""
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+                              cwd=root).stdout.strip()
     except Exception:
         return ""
 

@@ -137,7 +137,6 @@ struct KernelArgs {
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
   int half_diag; // v17 (causal): no exp2 for the right half of a warpgroup's last tile when no row sees it
-  int softmax_turn; // v27 experiment (overlap off): the ping-pong turn around the softmax, not the Q K^T issue
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
   TailSplit split;
@@ -1336,29 +1335,18 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         zero_o();
         for (int j = j_first<D>(c); j < c.n_wg; ++j) {
           mbar_wait(sm.k_full(r.s), r.use & 1);
-          if (!a.softmax_turn)
-            qk_turn_begin();
+          qk_turn_begin();
           wgmma_fence();
           issue_qk<T, D, BN>(sacc, sm, wg, c.q_slot, r.s);
           wgmma_commit();
-          if (!a.softmax_turn)
-            qk_turn_end();
+          qk_turn_end();
           wgmma_wait<0>();
           fence_operands(sacc);
           release_k(r.s, j, c);
-          // v27 experiment (softmax_turn): the turn taken around the softmax instead of the Q K^T
-          // issue, so that one consumer's softmax runs while the others' GEMMs do (cuDNN's order).
-          if (a.softmax_turn)
-            qk_turn_begin();
           if (mask_and_softmax(c, j))
             redo_softmax(c, j);
           rescale_o();
           pack_p<T, BN>(pa, sacc);
-          if (a.softmax_turn) {
-            fence_operands(pa);
-            fence_operands(o);
-            qk_turn_end();
-          }
           mbar_wait(sm.v_full(r.s), r.use & 1);
           wgmma_fence();
           issue_pv<T, D, BN>(o, pa, sm, r.s);
@@ -1637,11 +1625,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.half_diag = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_DIAG"); e && std::atoi(e) == 0)
     a.half_diag = 0;
-  // Experiment knob (v27): FLASHBENCH_FA3_SOFTMAX_TURN=1 moves the ping-pong turn of the overlap-off
-  // path from the Q K^T issue to the softmax.
-  a.softmax_turn = 0;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_SOFTMAX_TURN"); e && std::atoi(e) == 1)
-    a.softmax_turn = 1;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);

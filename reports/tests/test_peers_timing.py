@@ -1,6 +1,7 @@
 """scripts/peers.py's timed loop: the harness's stopping rule and policy, without a GPU."""
 import argparse
 import random
+import sys
 import time
 
 import pytest
@@ -186,3 +187,25 @@ def test_a_batch_the_host_queued_too_late_is_void(peers):
     never = FakeTorch(late=10 ** 6)
     with pytest.raises(RuntimeError, match="could not queue"):
         peers.Timer(never, fake_args(), 1 << 20, NoNvml()).measure(never.call)
+
+
+def test_git_sha_prefers_the_explicit_source_sha(peers, monkeypatch):
+    monkeypatch.setenv("FLASHBENCH_SOURCE_SHA", "0123abc")
+    assert peers.git_sha() == "0123abc"
+
+
+def test_git_sha_of_a_snapshot_inside_another_checkout_is_unknown(peers, monkeypatch, tmp_path):
+    # A copy of scripts/ under an unrelated git repository must not take that repository's HEAD.
+    import shutil
+    import subprocess
+    monkeypatch.delenv("FLASHBENCH_SOURCE_SHA", raising=False)
+    outer = tmp_path / "outer"
+    (outer / "snap" / "scripts").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(outer)], check=True)
+    subprocess.run(["git", "-C", str(outer), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
+                    "--allow-empty", "-m", "outer"], check=True)
+    shutil.copy(peers.__file__, outer / "snap" / "scripts" / "peers.py")
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import peers; "
+                          "print(repr(peers.git_sha()))", str(outer / "snap" / "scripts")],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "''"
