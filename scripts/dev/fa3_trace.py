@@ -107,23 +107,21 @@ def summary(ctas, items, out, prod=None):
             out.write(f"{wg:2d} {k:6} {len(lst):6d} {st.median(kv):5.1f} {med([us(i['t0'], i['tf']) for i in lst]):6.2f} "
                       f"{med([us(i['ts'], i['t0']) for i in lst]):6.2f} {med(loop):8.3f} {st.median(end):6.2f} "
                       f"{pct(end, 0.9):7.2f} {med([us(i['t0'], i['tq']) for i in lst]):7.2f}\n")
+    def split_table(chain, labels, note=""):
+        """Per warpgroup, medians over whole tiles of the intervals between consecutive stamps of `chain`."""
+        if not any(i[chain[1]] for i in items):
+            return
+        ws = [max(6, len(l)) for l in labels]
+        out.write(f"{'wg':>2} " + " ".join(f"{l:>{w}}" for l, w in zip(labels, ws)) +
+                  f"   (us, medians over whole tiles{note})\n")
+        for wg in sorted({i["wg"] for i in items}):
+            lst = [i for i in items if i["wg"] == wg and kind(i) == "whole" and all(i[k] for k in chain)]
+            out.write(f"{wg:2d} " + " ".join(f"{med([us(i[b], i[a]) for i in lst]):{w}.2f}"
+                                             for a, b, w in zip(chain, chain[1:], ws)) + "\n")
     # v19: the wait and the start split at the q_full pass, the first k_full pass and S(0)'s retirement
-    if any(i["tk"] for i in items):
-        out.write(f"{'wg':>2} {'q_full wait':>11} {'fetch rest':>10} {'to k_full':>9} {'QK(0)':>6} "
-                  f"{'softmax(0)':>10}   (us, medians over whole tiles)\n")
-        for wg in sorted({i["wg"] for i in items}):
-            lst = [i for i in items if i["wg"] == wg and kind(i) == "whole" and i["tk"]]
-            out.write(f"{wg:2d} {med([us(i['tqp'], i['tf']) for i in lst]):11.2f} "
-                      f"{med([us(i['t0'], i['tqp']) for i in lst]):10.2f} {med([us(i['tk'], i['t0']) for i in lst]):9.2f} "
-                      f"{med([us(i['ts0'], i['tk']) for i in lst]):6.2f} {med([us(i['ts'], i['ts0']) for i in lst]):10.2f}\n")
+    split_table(("tf", "tqp", "t0", "tk", "ts0", "ts"), ("q_full wait", "fetch rest", "to k_full", "QK(0)", "softmax(0)"))
     # v25: the end split at O's fence (fence.proxy.async: MEMBAR.ALL.CTA + FENCE.VIEW.ASYNC.S)
-    if any(i["tfe"] for i in items):
-        out.write(f"{'wg':>2} {'to fence':>8} {'fence':>6} {'after':>6}   (us, medians over whole tiles: the last P V "
-                  f"retired to O out)\n")
-        for wg in sorted({i["wg"] for i in items}):
-            lst = [i for i in items if i["wg"] == wg and kind(i) == "whole" and i["tfe"] and i["tfp"]]
-            out.write(f"{wg:2d} {med([us(i['tfe'], i['t1']) for i in lst]):8.2f} "
-                      f"{med([us(i['tfp'], i['tfe']) for i in lst]):6.2f} {med([us(i['t2'], i['tfp']) for i in lst]):6.2f}\n")
+    split_table(("t1", "tfe", "tfp", "t2"), ("to fence", "fence", "after"), ": the last P V retired to O out")
     # warpgroup 1 against 0 on the same item
     by = {(i["cta"], i["wg"]): [] for i in items}
     for i in items:
