@@ -264,7 +264,8 @@ template <int D, int BN> struct Smem {
 //   consumer: q0 | hb << 32, n_tiles | part << 32, tf (fetch_tile entered: the previous item done),
 //             t0 (the item handed over: its Q landed), ts (the first P packed), t1 (the last P V
 //             retired), t2 (O or the partial out), and (v19) the q_full wait passed, the first
-//             k_full wait passed, S(0) retired;
+//             k_full wait passed, S(0) retired, and (v25) O's fence entered and passed (0 with
+//             direct O stores);
 //   producer: q0 | hb << 32, -, tq (Q load issued), -, tc (the claim of this item returned),
 //             tv (the item's last V load issued), after the Q, after K(0), and (v24) load_q entered,
 //             the Q slot taken, the Q's first box issued.
