@@ -55,8 +55,7 @@ def load(path):
                           # v19's stamps (0 in older logs): q_full passed, the first k_full passed, S(0) retired
                           tqp=x[7] or None, tk=x[8] or None, ts0=x[9] or None,
                           # v25's stamps (0 in older logs and with direct O): O's fence entered and passed
-                          tfe=(x[10] or None) if len(x) > 10 else None,
-                          tfp=(x[11] or None) if len(x) > 11 else None))
+                          tfe=x[10] or None, tfp=x[11] or None))
     # the k-th item of a CTA's warpgroup is the producer's k-th Q load (non-causal: no empty or idle tiles)
     seen = {}
     for it in items:
