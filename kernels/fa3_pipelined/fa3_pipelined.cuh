@@ -137,7 +137,6 @@ struct KernelArgs {
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
   int half_diag; // v17 (causal): no exp2 for the right half of a warpgroup's last tile when no row sees it
-  int sm0_chain; // v28 (ping-pong): a tile's first softmaxes run one warpgroup after the other
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
   TailSplit split;
@@ -149,7 +148,6 @@ constexpr float kLn2 = 0.69314718055994531f;
 constexpr float kRescaleSlack = 8.f; // log2 units: P stays <= 2^8 between rescales (softmax_tile)
 constexpr int kBarTurn0 = 1; // named barrier ids; 0 is __syncthreads; turns use 1..3
 constexpr int kBarEpi0 = 4;  // one per consumer warpgroup (4..6): its O staging buffer
-constexpr int kBarSm0 = 7;   // v28: warpgroup w's first softmax done, for w + 1 (7..10: 2 per pair)
 
 template <class T> struct TypeOps;
 template <> struct TypeOps<__nv_bfloat16> {
@@ -1088,9 +1086,6 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
       return true;
     }
     if (w.n_tiles > 0) { // all rows past seqlen_q
-      // v28: the warpgroup before this one computes the tile and opens this one's first softmax.
-      if (a.sm0_chain && wg > 0 && w.q0 + (wg - 1) * kRowsPerWarpgroup < a.seqlen_q)
-        named_sync(kBarSm0 + 2 * (wg - 1) + (q_use & 1), 256);
       for (int j = w.j0(); j < w.n_tiles; ++j) {
         pass_k(a, sm, wg, r);
         pass_v(sm, r);
@@ -1439,19 +1434,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           trace_put(wg, items + 1, 9, trace_now());
 #endif
         release_k(r.s, j_first<D>(c), c);
-        // v28: the first softmaxes of a tile one warpgroup after the other (after the one before
-        // it; it then opens the next one's), not all at once with the tensor pipe idle: the first
-        // warpgroup's Q K^T(1) and P V(0) then run under the second one's softmax, the phase the
-        // steady loop keeps. Two barriers a pair, by the tile's parity: a warpgroup cannot get two
-        // tiles ahead of the next one (its Q K^T(0) of tile t + 2 waits for that one's turns of
-        // tile t + 1, which it takes after its wait of tile t), so no barrier is arrived at twice
-        // before its wait. A warpgroup whose rows all lie past seqlen_q takes its wait in fetch_tile.
-        if (a.sm0_chain && wg > 0)
-          named_sync(kBarSm0 + 2 * (wg - 1) + (q_use & 1), 256);
         mask_and_softmax(c, j_first<D>(c)); // not settled yet: the exact softmax, never a redo
         pack_p<T, BN>(pa, sacc);
-        if (a.sm0_chain && wg + 1 < a.consumers)
-          named_arrive(kBarSm0 + 2 * wg + (q_use & 1), 256);
         r.next(sm.stages);
 #ifdef FA3_TRACE
         if (tracer)
@@ -1642,11 +1626,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.half_diag = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_DIAG"); e && std::atoi(e) == 0)
     a.half_diag = 0;
-  // Experiment knob (v28): FLASHBENCH_FA3_SM0_CHAIN=1 runs a tile's first softmaxes one
-  // warpgroup after the other (ping-pong only).
-  a.sm0_chain = 0;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_SM0_CHAIN"); e && std::atoi(e) == 1)
-    a.sm0_chain = c.pingpong ? 1 : 0;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);
