@@ -137,7 +137,6 @@ struct KernelArgs {
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
   int half_diag; // v17 (causal): no exp2 for the right half of a warpgroup's last tile when no row sees it
-  int early_kv; // v26 experiment: the next whole tile's Q at the claim and its K(0) right after the last V
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
   TailSplit split;
@@ -405,29 +404,12 @@ __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<D, BN> &s
 #endif
 }
 
-// K (V = false) or V tile j of a work tile on K/V head hkv of batch b, as the CTA's g-th K/V tile
-// through the ring: the slot's wait (its previous use retired), then the TMA load.
-template <bool V, int D, int BN>
-__device__ __forceinline__ void load_kv(const KernelArgs &a, const Smem<D, BN> &sm, int g, int j,
-                                        int hkv, int b) {
-  using S = Smem<D, BN>;
-  const int use = int(a.stages_div.div(uint32_t(g))), s = g - use * sm.stages;
-  if (use > 0)
-    mbar_wait(V ? sm.v_empty(s) : sm.k_empty(s), (use - 1) & 1);
-  const uint32_t full = V ? sm.v_full(s) : sm.k_full(s), dst = V ? sm.v_tile(s) : sm.k_tile(s);
-  mbar_arrive_expect_tx(full, S::kKvBytes);
-#pragma unroll
-  for (int c = 0; c < S::kChunks; ++c)
-    tma_load_4d(dst + c * S::kKvChunk, V ? &a.tm_v : &a.tm_k, full, c * 64, j * BN, hkv, b);
-}
-
-// Loads of one work tile: Q once, K/V tiles j0..n_tiles-1 through the ring. `ahead` (v26): the
-// item before handed this whole tile over already (its Q at that item's claim, its K(0) right
-// after that item's last V), so the loads start at K(1).
-template <int D, int BN, class Claim, class AfterLastV>
+// Loads of one work tile: Q once, K/V tiles j0..n_tiles-1 through the ring.
+template <int D, int BN, class Claim>
 __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, BN> &sm,
-                                             const WorkTile &w, int kv_base, int q_use, bool ahead,
-                                             Claim &&claim_next, AfterLastV &&after_last_v) {
+                                             const WorkTile &w, int kv_base, int q_use,
+                                             Claim &&claim_next) {
+  using S = Smem<D, BN>;
   // kv_base: K/V tiles of the CTA's ring before this tile's K/V tile 0 (j0 of them not loaded).
   const int n_tiles = w.n_tiles, hkv = w.h() / a.group, j0 = split_compiled(D) ? w.j0() : 0;
   // Order K(0), K(1), V(0), K(2), V(1), ..., V(n-1): the order in which the overlapped consumer
@@ -436,23 +418,37 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
   // slot once P V(j - stages) retired (v_empty). No deadlock: K(j+1) waits for Q K^T(j+1-stages),
   // which every consumer retired before it needs V(j) (stages >= 2).
   // The ring runs on across work tiles: this tile's K/V tile j is the CTA's (kv_base + j)-th.
-  auto load_k = [&](int j) { load_kv<false>(a, sm, kv_base + j, j, hkv, w.b()); };
-  auto load_v = [&](int j) { load_kv<true>(a, sm, kv_base + j, j, hkv, w.b()); };
+  auto load_k = [&](int j) {
+    const int g = kv_base + j, use = int(a.stages_div.div(uint32_t(g))), s = g - use * sm.stages;
+    if (use > 0)
+      mbar_wait(sm.k_empty(s), (use - 1) & 1);
+    mbar_arrive_expect_tx(sm.k_full(s), S::kKvBytes);
+#pragma unroll
+    for (int c = 0; c < S::kChunks; ++c)
+      tma_load_4d(sm.k_tile(s) + c * S::kKvChunk, &a.tm_k, sm.k_full(s), c * 64, j * BN, hkv, w.b());
+  };
+  auto load_v = [&](int j) {
+    const int g = kv_base + j, use = int(a.stages_div.div(uint32_t(g))), s = g - use * sm.stages;
+    if (use > 0)
+      mbar_wait(sm.v_empty(s), (use - 1) & 1);
+    mbar_arrive_expect_tx(sm.v_full(s), S::kKvBytes);
+#pragma unroll
+    for (int c = 0; c < S::kChunks; ++c)
+      tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, w.b());
+  };
   // Q before K(0) (v16; v4-v15 loaded K(0) first). With two Q buffers the Q slot's last use was two
   // tiles back, while K(0)'s slot waits for Q K^T(n-2) of the tile before: the trace (NOTES v16)
   // had the next Q go out ~0.35 us after the consumers' last P V of the tile before, and land
   // ~0.45 us after they were ready for it. With one buffer both wait for the tile's last Q K^T,
   // and the tile needs both before it can start.
-  if (!ahead) {
-    load_q(a, sm, q_use, w);
+  load_q(a, sm, q_use, w);
 #ifdef FA3_TRACE
-    trace_put(3, q_use + 1, 6, trace_now());
+  trace_put(3, q_use + 1, 6, trace_now());
 #endif
-    load_k(j0);
+  load_k(j0);
 #ifdef FA3_TRACE
-    trace_put(3, q_use + 1, 7, trace_now());
+  trace_put(3, q_use + 1, 7, trace_now());
 #endif
-  }
   for (int j = j0 + 1; j < n_tiles; ++j) {
     load_k(j);
     load_v(j - 1);
@@ -465,7 +461,6 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
 #ifdef FA3_TRACE
   trace_put(3, q_use + 1, 5, trace_now());
 #endif
-  after_last_v();
 }
 
 // ---- producer
@@ -497,7 +492,6 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
   // The segment ending at the tail's K/V tile g_end (exclusive) ends its chunk.
   auto ends_chunk = [&](int g_end) { return g_end == a.split.lo(a.split.chunk_of(g_end - 1) + 1); };
   int t = cursor_of(int(blockIdx.x)), kv_base = 0, q_use = 0; // K/V tiles and Q slots used before
-  bool ahead = false; // v26: this whole tile was handed over by the item before (produce_tile)
   while (true) {
     const bool whole = t < a.split.first;
     if (!whole && (!split_compiled(D) || t >= tail_end))
@@ -519,34 +513,16 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
         t -= w.j0();
         kv_base -= w.j0();
       }
-      int next = -1, hb_next = -1;
-      produce_tile<D, BN>(
-          a, sm, w, kv_base, q_use, ahead,
-          [&] {
-            // whole, or the chunk's last segment; from the parameter bank, not a live predicate
-            if (t < a.split.first || ends_chunk(t + w.n_tiles - a.total_tiles)) {
-              next = cursor_of(next_of(t));
+      int next = -1;
+      produce_tile<D, BN>(a, sm, w, kv_base, q_use, [&] {
+        // whole, or the chunk's last segment; from the parameter bank, not a live predicate
+        if (t < a.split.first || ends_chunk(t + w.n_tiles - a.total_tiles)) {
+          next = cursor_of(next_of(t));
 #ifdef FA3_TRACE
-              trace_put(3, q_use + 2, 4, trace_now());
+          trace_put(3, q_use + 2, 4, trace_now());
 #endif
-              // v26: a whole next tile with keys is handed over here: its Q now (the second Q
-              // buffer's last use was the tile before this one), its K(0) right after this
-              // tile's last V, with nothing between them in the copy engine's queue.
-              if (a.early_kv && next < a.split.first) {
-                const WorkTile x = tile_at<BN>(a, next, sm.block_m);
-                if (x.n_tiles > 0) {
-                  load_q(a, sm, q_use + 1, x);
-                  hb_next = x.hb;
-                }
-              }
-            }
-          },
-          [&] {
-            if (hb_next >= 0)
-              load_kv<false>(a, sm, kv_base + w.n_tiles, 0, (hb_next & 0xffff) / a.group,
-                             hb_next >> 16);
-          });
-      ahead = hb_next >= 0;
+        }
+      });
       kv_base += w.n_tiles;
       ++q_use;
       t = next >= 0 ? next : t + w.n_tiles;
@@ -555,7 +531,6 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
     mbar_arrive(sm.q_full(take_q_slot(sm, q_use, w))); // whole tiles only: segments have keys
     ++q_use;
     t = cursor_of(next_of(t));
-    ahead = false;
   }
   mbar_arrive(sm.q_full(take_q_slot(sm, q_use, WorkTile{.q0 = 0, .hb = 0, .n_tiles = -1})));
 #ifdef FA3_TRACE
@@ -1431,86 +1406,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         fence_operands(m);
         pin_softmax(sm.pin_slot(int(threadIdx.x)), l, alpha);
       };
-#ifdef FA3_CROSS
-      // v29 experiment (cross build): the next work tile's Q K^T(0) goes out before this tile's O
-      // is written: the last P V retires, the next tile is fetched and its first GEMM issued, and
-      // O / LSE go out while it runs. With the last P V still in flight across the fetch, or a
-      // loop that could end with a WGMMA in flight, ptxas serialised every WGMMA (C7515, C7518).
-      // head_dim 256 spills with it (O alone is 128 registers): the normal loop there.
-      if constexpr (D <= 128) {
-      bool pending = false, have = true; // O of c_prev still to write; c holds a tile to start
-      TileCtx c_prev = c;
-      while (true) {
-        // Warp-uniform for ptxas too (a WGMMA is in flight across the branch below).
-        have = __shfl_sync(0xffffffffu, int(have), 0) != 0;
-        if (!have) {
-          if (pending)
-            end_tile<T, D, BN>(a, sm, wg, c_prev, o, m, l);
-          break;
-        }
-        broadcast_tile_state();
-        mbar_wait(sm.k_full(r.s), r.use & 1);
-        qk_turn_begin();
-        wgmma_fence();
-        issue_qk<T, D, BN>(sacc, sm, wg, c.q_slot, r.s);
-        wgmma_commit();
-        qk_turn_end();
-        if (pending) {
-          wgmma_wait<1>(); // retires nothing (the last P V did before the fetch); ptxas needs it (C7518)
-          end_tile<T, D, BN>(a, sm, wg, c_prev, o, m, l);
-        }
-        pending = true;
-        reset_stats();
-        wgmma_wait<0>();
-        fence_operands(sacc);
-        zero_o(); // with no WGMMA in flight (C7515 between an issue and its wait)
-        release_k(r.s, j_first<D>(c), c);
-        mask_and_softmax(c, j_first<D>(c)); // not settled yet: the exact softmax, never a redo
-        pack_p<T, BN>(pa, sacc);
-        r.next(sm.stages);
-        for (int j = j_first<D>(c) + 1; j < c.n_wg; ++j) {
-          mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp().s), rp().use & 1);
-          issue_qk_and_pv(c.q_slot); // Q K^T(j), P V(j-1)
-          wgmma_wait<1>();
-          fence_operands(sacc);
-          release_k(r.s, j, c);
-          const bool redo = mask_and_softmax(c, j);
-          pin_above_wait();
-          wgmma_wait<0>();
-          fence_operands(o);
-          fence_operands(pa);
-          release_v(rp().s);
-          if (redo)
-            redo_softmax(c, j);
-          pack_p<T, BN>(pa, sacc);
-          r.next(sm.stages);
-        }
-        mbar_wait(sm.v_full(rp().s), rp().use & 1);
-        rescale_o();
-        wgmma_fence();
-        issue_pv<T, D, BN>(o, pa, sm, rp().s);
-        wgmma_commit();
-        // Passed K/V tiles (v13): their turns and K slots, as below, under the last P V.
-        const int n_pass = pass_count(a, c, wg, BN);
-        RingPos rk = r;
-        for (int j = 0; j < n_pass; ++j) {
-          pass_k(a, sm, wg, rk);
-          rk.next(sm.stages);
-        }
-        wgmma_wait<0>();
-        fence_operands(o);
-        fence_operands(pa);
-        release_v(rp().s);
-        // Their V slots before the fetch, which moves the ring on (the path below: after O).
-        for (int j = 0; j < n_pass; ++j) {
-          pass_v(sm, r);
-          r.next(sm.stages);
-        }
-        c_prev = c;
-        have = fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c, r);
-      }
-      } else
-#endif
       do {
 #ifdef FA3_TRACE
         if (tracer)
@@ -1731,11 +1626,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.half_diag = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_DIAG"); e && std::atoi(e) == 0)
     a.half_diag = 0;
-  // Experiment knob (v26): FLASHBENCH_FA3_EARLY_KV=1 hands the next whole tile over early (producer);
-  // with two Q buffers only (with one, the next Q waits for this tile's last Q K^T).
-  a.early_kv = 0;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_EARLY_KV"); e && std::atoi(e) == 1)
-    a.early_kv = a.q_bufs == 2 ? 1 : 0;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);
