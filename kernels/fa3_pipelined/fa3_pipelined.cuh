@@ -137,7 +137,6 @@ struct KernelArgs {
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
   int half_diag; // v17 (causal): no exp2 for the right half of a warpgroup's last tile when no row sees it
-  int o_warp; // v30 experiment: each warp stores its own 16 rows of O (tm_o boxes of 16 rows), no warpgroup barrier
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
   TailSplit split;
@@ -871,17 +870,9 @@ __device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem<D, B
 #endif
 ) {
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-  // v30 experiment (o_warp): the staging buffer's wait, the fence and the TMA store per warp, for
-  // the warp's own 16 rows, with no warpgroup barrier (cuDNN's epilogue does so).
-  if (a.o_warp) {
-    if (lane == 0)
-      bulk_wait_read_all();
-    __syncwarp();
-  } else {
-    if (t == 0)
-      bulk_wait_read_all();
-    named_sync(kBarEpi0 + wg, 128);
-  }
+  if (t == 0)
+    bulk_wait_read_all();
+  named_sync(kBarEpi0 + wg, 128);
   // Lane 8j + r addresses row r of matrix j: j % 2 = row half, j / 2 = second column block.
   const int mtx = lane / 8, r = lane % 8;
   const uint32_t row_addr =
@@ -905,19 +896,6 @@ __device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem<D, B
   if (tf && t == 0)
     tf[1] = trace_now();
 #endif
-  if (a.o_warp) {
-    __syncwarp();
-    if (lane == 0) {
-#pragma unroll
-      for (int c = 0; c < D / 64; ++c)
-        tma_store_4d(&a.tm_o,
-                     sm.o + uint32_t(c) * sm.q_chunk_bytes() +
-                         uint32_t(wg * kRowsPerWarpgroup + 16 * warp) * 128,
-                     c * 64, w.q0 + wg * kRowsPerWarpgroup + 16 * warp, w.h(), w.b());
-      bulk_commit();
-    }
-    return;
-  }
   named_sync(kBarEpi0 + wg, 128);
   if (t == 0) {
 #pragma unroll
@@ -1534,7 +1512,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   if (pp && wg == 0)
     named_sync(kBarTurn0, 256);
   // The last O copies must have read the staging buffer before the CTA's shared memory goes.
-  if (a.o_tma && threadIdx.x % (a.o_warp ? 32 : 128) == 0)
+  if (a.o_tma && threadIdx.x % 128 == 0)
     bulk_wait_all();
 #ifdef FA3_TRACE
   if (tracer)
@@ -1648,13 +1626,9 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.half_diag = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_DIAG"); e && std::atoi(e) == 0)
     a.half_diag = 0;
-  // Experiment knob (v30): FLASHBENCH_FA3_O_WARP=1 stores O per warp (16-row boxes).
-  a.o_warp = 0;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_O_WARP"); e && std::atoi(e) == 1)
-    a.o_warp = 1;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
-                           a.o_warp ? 16 : kRowsPerWarpgroup);
+                           kRowsPerWarpgroup);
   a.o = args.o;
   a.lse = args.lse;
   a.o_batch = qs.batch, a.o_seq = qs.seq, a.o_head = qs.head;
