@@ -104,7 +104,6 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 
 namespace fb::fa3 {
@@ -138,7 +137,6 @@ struct KernelArgs {
   float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is rescaled
   int wg_pass; // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
   int half_diag; // v17 (causal): no exp2 for the right half of a warpgroup's last tile when no row sees it
-  int opt_first; // v31 experiment (bf16): a work tile's first softmax optimistic, from offset 0
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
   TailSplit split;
@@ -733,8 +731,7 @@ __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2
 template <int BN>
 __device__ __forceinline__ int softmax_tile_optimistic(float (&sacc)[BN / 2], float (&m)[2],
                                                        float (&l)[2], float (&alpha)[2], float sl2,
-                                                       float p_bound, bool right_dead,
-                                                       bool first = false) {
+                                                       float p_bound, bool right_dead) {
   const auto max_op = [](float x, float y) { return fmaxf(x, y); };
   const auto add_op = [](float x, float y) { return x + y; };
   const float off[2] = {m[0] * sl2, m[1] * sl2};
@@ -743,12 +740,6 @@ __device__ __forceinline__ int softmax_tile_optimistic(float (&sacc)[BN / 2], fl
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh)
     sum[hh] = half_reduce<BN>(sacc, hh, add_op);
-  // v31 (first, offsets 0 by guess): a row whose P all but vanished (its scores far below the
-  // guess, or no key at all) goes back to S and the exact softmax; past 2^-100 every P within
-  // 2^19 of the row's largest is a normal float (bf16 P, fp32 l).
-  if (first && __any_sync(0xffffffffu, !(quad_sum(sum[0]) >= 0x1p-100f) ||
-                                           !(quad_sum(sum[1]) >= 0x1p-100f)))
-    return 2;
   // !(x <= bound): NaN counts as past the bound.
   if (!__any_sync(0xffffffffu, !(sum[0] <= p_bound) || !(sum[1] <= p_bound))) {
 #pragma unroll
@@ -1290,17 +1281,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
       m[hh] = -INFINITY, l[hh] = 0.f;
     settled = false;
   };
-  // v31 experiment (opt_first, bf16 only: fp16 P would lose rows whose scores lie far below the
-  // guess): the tile's first softmax optimistic from offset 0, with no max phase; a warp with a row
-  // it cannot take back to the exact softmax (first_redo).
-  constexpr bool kOptFirst = std::is_same_v<T, __nv_bfloat16> && D == 128 && BN == 128; // elsewhere it spilled
-  const bool opt_first = kOptFirst && a.opt_first && lazy;
-  auto reset_first = [&]() {
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh)
-      m[hh] = opt_first ? 0.f : -INFINITY, l[hh] = 0.f;
-    settled = opt_first;
-  };
   auto zero_o = [&]() {
 #pragma unroll
     for (int i = 0; i < D / 2; ++i)
@@ -1320,10 +1300,10 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
     return half_diag_tile<BN>(a, c, wg, j);
   };
-  auto mask_and_softmax = [&](const TileCtx &c, int j, bool first = false) {
+  auto mask_and_softmax = [&](const TileCtx &c, int j) {
     const bool right_dead = mask_tile(c, j);
     if (settled) {
-      const int r = softmax_tile_optimistic<BN>(sacc, m, l, alpha, sl2, p_bound, right_dead, first);
+      const int r = softmax_tile_optimistic<BN>(sacc, m, l, alpha, sl2, p_bound, right_dead);
       grew = r == 1;
       return r == 2;
     }
@@ -1433,7 +1413,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
 #endif
         // The tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
         broadcast_tile_state();
-        reset_first();
+        reset_stats();
         zero_o();
         mbar_wait(sm.k_full(r.s), r.use & 1);
 #ifdef FA3_TRACE
@@ -1454,12 +1434,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           trace_put(wg, items + 1, 9, trace_now());
 #endif
         release_k(r.s, j_first<D>(c), c);
-        // Not settled yet: the exact softmax, never a redo; or (v31) the optimistic one from offset 0,
-        // and the exact one after all if a row lost its P.
-        if (mask_and_softmax(c, j_first<D>(c), kOptFirst)) {
-          reset_stats();
-          redo_softmax(c, j_first<D>(c));
-        }
+        mask_and_softmax(c, j_first<D>(c)); // not settled yet: the exact softmax, never a redo
         pack_p<T, BN>(pa, sacc);
         r.next(sm.stages);
 #ifdef FA3_TRACE
@@ -1651,11 +1626,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.half_diag = 1;
   if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_DIAG"); e && std::atoi(e) == 0)
     a.half_diag = 0;
-  // Experiment knob (v31): FLASHBENCH_FA3_OPT_FIRST=1 starts each work tile's softmax from offset 0
-  // with the optimistic softmax (bf16 only).
-  a.opt_first = 0;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_OPT_FIRST"); e && std::atoi(e) == 1)
-    a.opt_first = 1;
   if (a.o_tma)
     a.tm_o = make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs,
                            kRowsPerWarpgroup);
