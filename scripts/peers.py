@@ -635,12 +635,12 @@ def git_sha() -> str:
         return os.environ["FLASHBENCH_SOURCE_SHA"].strip()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10,
-                             cwd=root).stdout.strip()
-        if not top or os.path.realpath(top) != os.path.realpath(root):
+        r = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True,
+                           timeout=10, cwd=root)
+        out = r.stdout.split()
+        if r.returncode != 0 or len(out) != 2 or os.path.realpath(out[0]) != os.path.realpath(root):
             return ""
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10,
-                              cwd=root).stdout.strip()
+        return out[1]
     except Exception:
         return ""
 
