@@ -659,35 +659,58 @@ __device__ __forceinline__ float half_reduce(const float (&sacc)[BN / 2], int hh
       a[i] = op(a[i], a[i + w]);
   return a[0];
 }
-// P = exp2(S scale_log2 - offset), both row halves in one stream (v8: the MUFU queue never waits on
-// a half's sum). v17, `right_dead` (warp-uniform): no row of this warp sees a key in the tile's
-// right half (the half diagonal tile, half_diag_tile), whose scores the mask made -inf: their P is
-// 0 with no exp2: half the exp2s of such a tile (block_n 128: a quarter of a causal N512 launch's
-// tiles are such; NOTES.md, v17).
-template <int BN>
-__device__ __forceinline__ void exp2_scores(float (&sacc)[BN / 2], const float (&off)[2], float sl2,
-                                            bool right_dead) {
+// P = exp2(S scale_log2 - offset) and the lane-partial row sums of P, each P added to one of
+// kLanes chains per row half as it comes out (as half_reduce), both row halves in one stream (v8:
+// the MUFU queue never waits on a half's sum). v34: exp2s, FFMAs and FADDs in one basic block, so
+// that ptxas fills the MUFU's issue gaps (a warp's MUFU.EX2 after MUFU.EX2 waits 8 cycles: 16
+// lanes a clock per SM) with the scale FFMAs and the sums. With exp2s and sums in separate blocks
+// (v8-v33: a branch on right_dead between the row halves' exp2s, the sums after the join) ptxas
+// issued 32 FFMAs, 32 MUFUs back to back (stall 8 each), the branch, the same again, then 62
+// FADDs: ~128 issue cycles a tile and warp on top of the MUFU's 512 (NOTES.md, v34).
+// kRightDead (v17): no row of this warp sees a key in the tile's right half (the half diagonal
+// tile, half_diag_tile), whose scores the mask made -inf: their P is 0 with no exp2: half the
+// exp2s of such a tile (block_n 128: a quarter of a causal N512 launch's tiles are such).
+template <int BN, bool kRightDead>
+__device__ __forceinline__ void exp2_sum_block(float (&sacc)[BN / 2], const float (&off)[2],
+                                               float sl2, float (&sum)[2]) {
+  constexpr int kLanes = 8, kEnd = kRightDead ? BN / 4 : BN / 2;
+  float acc[2][kLanes];
 #pragma unroll
-  for (int i = 0; i < BN / 4; ++i)
-    sacc[i] = fast_exp2(fmaf(sacc[i], sl2, -off[(i % 4) / 2]));
-  if (right_dead) {
+  for (int k = 0; k < kEnd; ++k) {
+    sacc[k] = fast_exp2(fmaf(sacc[k], sl2, -off[(k % 4) / 2]));
+    const int hh = (k % 4) / 2, n = (k / 4) * 2 + k % 2; // n: the score's place in its row half
+    acc[hh][n % kLanes] = n < kLanes ? sacc[k] : acc[hh][n % kLanes] + sacc[k];
+  }
+  if constexpr (kRightDead) {
     // 0 in place, opaque to the compiler: as the constant 0.f the accumulators of the next Q K^T
     // became constants on one path, and ptxas serialised every WGMMA of the kernel (C7511).
 #pragma unroll
     for (int i = BN / 4; i < BN / 2; ++i)
       asm("and.b32 %0, %0, 0;" : "+f"(sacc[i]));
-  } else {
-#pragma unroll
-    for (int i = BN / 4; i < BN / 2; ++i)
-      sacc[i] = fast_exp2(fmaf(sacc[i], sl2, -off[(i % 4) / 2]));
   }
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+#pragma unroll
+    for (int w = kLanes / 2; w >= 1; w /= 2)
+#pragma unroll
+      for (int i = 0; i < w; ++i)
+        acc[hh][i] += acc[hh][i + w];
+    sum[hh] = acc[hh][0];
+  }
+}
+template <int BN>
+__device__ __forceinline__ void exp2_sum(float (&sacc)[BN / 2], const float (&off)[2], float sl2,
+                                         bool right_dead, float (&sum)[2]) {
+  if (right_dead) // warp-uniform
+    exp2_sum_block<BN, true>(sacc, off, sl2, sum);
+  else
+    exp2_sum_block<BN, false>(sacc, off, sl2, sum);
 }
 template <int BN>
 __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], float sl2, float slack,
                                              bool right_dead) {
   const auto max_op = [](float x, float y) { return fmaxf(x, y); };
-  const auto add_op = [](float x, float y) { return x + y; };
   float mx[2];
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh)
@@ -706,12 +729,11 @@ __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2
     }
     off[hh] = row_offset(m[hh] * sl2);
   }
-  exp2_scores<BN>(sacc, off, sl2, right_dead);
+  float sum[2];
+  exp2_sum<BN>(sacc, off, sl2, right_dead, sum);
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const float sum = half_reduce<BN>(sacc, hh, add_op);
-    l[hh] = grow ? l[hh] * alpha[hh] + sum : l[hh] + sum; // lane-partial; the quad's parts are summed once at the end
-  }
+  for (int hh = 0; hh < 2; ++hh)
+    l[hh] = grow ? l[hh] * alpha[hh] + sum[hh] : l[hh] + sum[hh]; // lane-partial; the quad's parts are summed once at the end
   return grow;
 }
 
@@ -733,13 +755,9 @@ __device__ __forceinline__ int softmax_tile_optimistic(float (&sacc)[BN / 2], fl
                                                        float (&l)[2], float (&alpha)[2], float sl2,
                                                        float p_bound, bool right_dead) {
   const auto max_op = [](float x, float y) { return fmaxf(x, y); };
-  const auto add_op = [](float x, float y) { return x + y; };
   const float off[2] = {m[0] * sl2, m[1] * sl2};
-  exp2_scores<BN>(sacc, off, sl2, right_dead);
   float sum[2];
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh)
-    sum[hh] = half_reduce<BN>(sacc, hh, add_op);
+  exp2_sum<BN>(sacc, off, sl2, right_dead, sum);
   // !(x <= bound): NaN counts as past the bound.
   if (!__any_sync(0xffffffffu, !(sum[0] <= p_bound) || !(sum[1] <= p_bound))) {
 #pragma unroll
