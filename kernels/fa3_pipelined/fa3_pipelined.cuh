@@ -637,14 +637,15 @@ __device__ __forceinline__ void apply_mask(float (&sacc)[BN / 2], int row0, int 
 // warp-uniform (__any_sync): a lane that did not grow rescales by exactly 1. slack = -inf restores
 // the exact running max (every tile rescales): the ablation.
 //
-// Both row reductions (max, sum) run as kLanes independent chains folded by a tree at the end
-// (v8): the softmax runs while the other consumer issues its GEMMs, one warp of this warpgroup per
+// Both row reductions run as kReduceLanes independent chains folded by a tree at the end (v8; the
+// max here, the sum in exp2_sum_block as the exp2s come out, v34): the softmax runs while the other consumer issues its GEMMs, one warp of this warpgroup per
 // scheduler, so it is latency bound; v7's single chains (x = max(x, ...), sum += ...) were 17 and 32
 // dependent steps per row half (ncu: the max phase alone 18% of the consumer warps' time at d 128,
 // mostly `wait` stalls). A full tree needs a temporary per pair and spilled at block_n 128-192.
+constexpr int kReduceLanes = 8;
 template <int BN, class Op>
 __device__ __forceinline__ float half_reduce(const float (&sacc)[BN / 2], int hh, Op op) {
-  constexpr int kN = BN / 4, kLanes = 8; // the BN / 4 scores of row half hh that this thread holds
+  constexpr int kN = BN / 4, kLanes = kReduceLanes; // the BN / 4 scores of row half hh that this thread holds
   static_assert(kN % kLanes == 0, "half_reduce: block_n must be a multiple of 32");
   float a[kLanes];
 #pragma unroll
@@ -660,7 +661,7 @@ __device__ __forceinline__ float half_reduce(const float (&sacc)[BN / 2], int hh
   return a[0];
 }
 // P = exp2(S scale_log2 - offset) and the lane-partial row sums of P, each P added to one of
-// kLanes chains per row half as it comes out (as half_reduce), both row halves in one stream (v8:
+// kReduceLanes chains per row half as it comes out (as half_reduce), both row halves in one stream (v8:
 // the MUFU queue never waits on a half's sum). v34: exp2s, FFMAs and FADDs in one basic block, so
 // that ptxas fills the MUFU's issue gaps (a warp's MUFU.EX2 after MUFU.EX2 waits 8 cycles: 16
 // lanes a clock per SM) with the scale FFMAs and the sums. With exp2s and sums in separate blocks
@@ -673,7 +674,7 @@ __device__ __forceinline__ float half_reduce(const float (&sacc)[BN / 2], int hh
 template <int BN, bool kRightDead>
 __device__ __forceinline__ void exp2_sum_block(float (&sacc)[BN / 2], const float (&off)[2],
                                                float sl2, float (&sum)[2]) {
-  constexpr int kLanes = 8, kEnd = kRightDead ? BN / 4 : BN / 2;
+  constexpr int kLanes = kReduceLanes, kEnd = kRightDead ? BN / 4 : BN / 2;
   float acc[2][kLanes];
 #pragma unroll
   for (int k = 0; k < kEnd; ++k) {
