@@ -354,15 +354,22 @@ __device__ __forceinline__ int pack_part(int j0, int split, int chunk) {
   return j0 | ((split > 0 ? split : 0) << 14) | (chunk << 23);
 }
 static_assert(kMaxSplitIters == 1 << 14 && kMaxSplitCtas <= (1 << 8), "WorkTile::part's fields");
+// Whether the launch is causal: known at compile time except in the all-paths kernel (kModeAny, v37).
+template <int MODE> __device__ __forceinline__ bool causal_of(const KernelArgs &a) {
+  if constexpr (MODE == kModeAny)
+    return a.causal != 0;
+  return MODE == kModeCausal;
+}
+
 // Work tile t in the order described at the top of the file (traits.hpp: tile_coord).
-template <int BN>
+template <int BN, int MODE>
 __device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int block_m) {
   const TileCoord tc = tile_coord(a.order, t);
   WorkTile w;
   w.q0 = tc.qt * block_m;
   const int b = int(a.heads_q_div.div(uint32_t(tc.bh)));
   w.hb = (tc.bh - b * a.heads_q) | (b << 16);
-  w.n_tiles = int(kv_tiles_for(tc.qt, block_m, BN, a.seqlen_q, a.seqlen_kv, a.causal != 0));
+  w.n_tiles = int(kv_tiles_for(tc.qt, block_m, BN, a.seqlen_q, a.seqlen_kv, causal_of<MODE>(a)));
   return w;
 }
 
@@ -405,13 +412,13 @@ __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<D, BN> &s
 }
 
 // Loads of one work tile: Q once, K/V tiles j0..n_tiles-1 through the ring.
-template <int D, int BN, class Claim>
+template <int D, int BN, int MODE, class Claim>
 __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, BN> &sm,
                                              const WorkTile &w, int kv_base, int q_use,
                                              Claim &&claim_next) {
   using S = Smem<D, BN>;
   // kv_base: K/V tiles of the CTA's ring before this tile's K/V tile 0 (j0 of them not loaded).
-  const int n_tiles = w.n_tiles, hkv = w.h() / a.group, j0 = split_compiled(D) ? w.j0() : 0;
+  const int n_tiles = w.n_tiles, hkv = w.h() / a.group, j0 = mode_has_split(D, MODE) ? w.j0() : 0;
   // Order K(0), K(1), V(0), K(2), V(1), ..., V(n-1): the order in which the overlapped consumer
   // needs them (Q K^T(j) is issued with P V(j-1)), so a V slot that is still busy with P V(j-2)
   // never holds up K(j). K slot of tile j is free once Q K^T(j - stages) retired (k_empty), the V
@@ -465,7 +472,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
 
 // ---- producer
 // ----------------------------------------------------------------------------------------------
-template <int D, int BN>
+template <int D, int BN, int MODE>
 __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> &sm) {
   tma_prefetch_desc(&a.tm_q);
   tma_prefetch_desc(&a.tm_k);
@@ -494,27 +501,27 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
   int t = cursor_of(int(blockIdx.x)), kv_base = 0, q_use = 0; // K/V tiles and Q slots used before
   while (true) {
     const bool whole = t < a.split.first;
-    if (!whole && (!split_compiled(D) || t >= tail_end))
+    if (!whole && (!mode_has_split(D, MODE) || t >= tail_end))
       break;
     WorkTile w;
-    if (whole || !split_compiled(D)) {
-      w = tile_at<BN>(a, t, sm.block_m);
+    if (whole || !mode_has_split(D, MODE)) {
+      w = tile_at<BN, MODE>(a, t, sm.block_m);
     } else {
       const int g = t - a.total_tiles, chunk = a.split.chunk_of(g);
       const Segment seg = segment_at(a.split, chunk, g);
-      w = tile_at<BN>(a, a.split.first + seg.tile, sm.block_m);
+      w = tile_at<BN, MODE>(a, a.split.first + seg.tile, sm.block_m);
       w.n_tiles = seg.j1;
       w.part = pack_part(seg.j0, seg.split, chunk);
     }
     if (w.n_tiles > 0) {
       // Both cursors move back by j0 in place (0 for a whole tile), so that nothing more stays
       // live through the loads than for a whole tile: t + n_tiles is then the tail's next segment.
-      if constexpr (split_compiled(D)) {
+      if constexpr (mode_has_split(D, MODE)) {
         t -= w.j0();
         kv_base -= w.j0();
       }
       int next = -1;
-      produce_tile<D, BN>(a, sm, w, kv_base, q_use, [&] {
+      produce_tile<D, BN, MODE>(a, sm, w, kv_base, q_use, [&] {
         // whole, or the chunk's last segment; from the parameter bank, not a live predicate
         if (t < a.split.first || ends_chunk(t + w.n_tiles - a.total_tiles)) {
           next = cursor_of(next_of(t));
@@ -941,6 +948,7 @@ struct TileCtx {
   mutable unsigned long long tf[2]; // v25: O's fence entered and passed (store_o_tma)
 #endif
 };
+template <int MODE>
 __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile &w, int wg,
                                             int q_slot, int bn) {
   const int t = threadIdx.x % 128;
@@ -950,7 +958,7 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
   // The K/V tile holding key seqlen_kv, or (causal) the first whose last key lies right of the
   // diagonal for the warpgroup's first row.
   c.first_mask = a.seqlen_kv / bn;
-  if (a.causal) {
+  if (causal_of<MODE>(a)) {
     const int x = w.q0 + wg * kRowsPerWarpgroup + (a.seqlen_kv - a.seqlen_q) + 1;
     c.first_mask = min(c.first_mask, x <= 0 ? 0 : x / bn);
   }
@@ -961,7 +969,7 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
   // n_wg takes n_tiles' register in the K/V loop (a second one spilled 4 bytes at d64 with three
   // consumers and at d128 block_n 192); the passes after it recompute n_tiles (pass_count).
   c.n_wg = w.n_tiles;
-  if (a.causal && a.wg_pass)
+  if (causal_of<MODE>(a) && a.wg_pass)
     c.n_wg = max(1, kv_tiles_to_row(min(w.q0 + (wg + 1) * kRowsPerWarpgroup, a.seqlen_q) - 1, bn,
                                     a.seqlen_q, a.seqlen_kv, true));
   c.q_slot = q_slot;
@@ -982,11 +990,12 @@ __device__ __forceinline__ int tile_q0(const TileCtx &c, int wg) {
 // K/V tiles of the work tile that this warpgroup passes over (v13): n_tiles - n_wg, n_tiles
 // recomputed as tile_at did (kv_tiles_for), from the CTA's last row.
 // Non-causal (or wg_pass off): none, and n_wg is the segment's end (v15), not n_tiles.
+template <int MODE>
 __device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c, int wg, int bn) {
-  if (!a.causal || !a.wg_pass)
+  if (!causal_of<MODE>(a) || !a.wg_pass)
     return 0;
   const int last_row = min(tile_q0(c, wg) + a.consumers * kRowsPerWarpgroup, a.seqlen_q) - 1;
-  return kv_tiles_to_row(last_row, bn, a.seqlen_q, a.seqlen_kv, a.causal != 0) - c.n_wg;
+  return kv_tiles_to_row(last_row, bn, a.seqlen_q, a.seqlen_kv, true) - c.n_wg;
 }
 
 // v17, the half diagonal tile: causal, K/V tile j is this warpgroup's last and none of its rows
@@ -996,10 +1005,10 @@ __device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c,
 // warpgroup's last visible key. (Computing such a tile as m64n64 GEMMs as well was tried: a second,
 // narrower copy of either GEMM in the loop serialised every WGMMA of the 3-consumer kernel
 // (C7511) or spilled it; NOTES.md, v17.)
-template <int BN>
+template <int BN, int MODE>
 __device__ __forceinline__ bool half_diag_tile(const KernelArgs &a, const TileCtx &c, int wg,
                                                int j) {
-  if (!a.causal || !a.half_diag || j != c.n_wg - 1)
+  if (!causal_of<MODE>(a) || !a.half_diag || j != c.n_wg - 1)
     return false;
   const int last_row = min(tile_q0(c, wg) + (wg + 1) * kRowsPerWarpgroup, a.seqlen_q) - 1;
   return last_row + (a.seqlen_kv - a.seqlen_q) - j * BN < BN / 2;
@@ -1077,7 +1086,7 @@ __device__ __forceinline__ void write_empty_tile(const KernelArgs &a, const Work
 // (an arrive before the fill would count towards the phase of the slot's previous use), which
 // moves the ring position r on. Here rather than in the consumer's loop, where the branch cost
 // d128 block_n 192 a 4-byte spill.
-template <class T, int D, int BN>
+template <class T, int D, int BN, int MODE>
 __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
                                            int &q_use, TileCtx &c, RingPos &r) {
   while (true) {
@@ -1098,7 +1107,7 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
     if (w.n_tiles < 0)
       return false;
     if (w.n_tiles > 0 && w.q0 + wg * kRowsPerWarpgroup < a.seqlen_q) {
-      c = make_ctx(a, w, wg, slot, BN);
+      c = make_ctx<MODE>(a, w, wg, slot, BN);
 #ifdef FA3_TRACE
       c.t_q = t_q;
 #endif
@@ -1221,17 +1230,17 @@ __device__ __forceinline__ void fold_partials(const KernelArgs &a, int wg, int c
     a.split_flags[(chunk + 1 + k) * a.consumers + wg] = 0;
 }
 // The first K/V tile of a work tile or (v15) of a stream-K segment of one.
-template <int D> __device__ __forceinline__ int j_first(const TileCtx &c) {
-  return split_compiled(D) ? c.w.j0() : 0;
+template <int D, int MODE> __device__ __forceinline__ int j_first(const TileCtx &c) {
+  return mode_has_split(D, MODE) ? c.w.j0() : 0;
 }
 // The end of a work tile, or (v15) of a stream-K segment of one: a later part leaves a partial; the
 // first part of a split tile folds the others in before it writes O and LSE as a whole tile does.
-template <class T, int D, int BN>
+template <class T, int D, int BN, int MODE>
 __device__ __forceinline__ void end_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,
                                          const TileCtx &c, float (&o)[D / 2], float (&m)[2],
                                          float (&l)[2]) {
-  if constexpr (split_compiled(D)) {
-    if (j_first<D>(c) > 0) {
+  if constexpr (mode_has_split(D, MODE)) {
+    if (j_first<D, MODE>(c) > 0) {
       write_partial<D>(a, wg, c.w.chunk(), o, m, l);
       return;
     }
@@ -1251,11 +1260,11 @@ __device__ __forceinline__ void end_tile(const KernelArgs &a, const Smem<D, BN> 
 // The work tiles come from the producer (fetch_tile), whatever the scheduler.
 //
 // intra_wg_overlap off: one tile at a time, each GEMM waited for (the ablation).
-template <class T, int D, int BN, bool OVERLAP>
+template <class T, int D, int BN, bool OVERLAP, int MODE>
 __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> &sm, int wg) {
   const int lane = threadIdx.x % 32;
   const int sq = a.seqlen_q, skv = a.seqlen_kv;
-  const bool causal = a.causal != 0, pp = a.pingpong != 0;
+  const bool causal = causal_of<MODE>(a), pp = a.pingpong != 0;
   const float sl2 = a.scale_log2;
   // Turn ring over the consumers (2 or 3): consumer w waits on turn w, opens turn w+1 (mod C).
   const int nwg = a.consumers;
@@ -1317,7 +1326,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     if (j < c.first_mask)
       return false;
     apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
-    return half_diag_tile<BN>(a, c, wg, j);
+    return half_diag_tile<BN, MODE>(a, c, wg, j);
   };
   auto mask_and_softmax = [&](const TileCtx &c, int j) {
     const bool right_dead = mask_tile(c, j);
@@ -1348,12 +1357,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   if (tracer)
     trace_put(wg, 1, 2, t_begin);
 #endif
-  if (fetch_tile<T, D, BN>(a, sm, wg, q_use, c, r)) {
+  if (fetch_tile<T, D, BN, MODE>(a, sm, wg, q_use, c, r)) {
     if constexpr (!OVERLAP) {
       do {
         reset_stats();
         zero_o();
-        for (int j = j_first<D>(c); j < c.n_wg; ++j) {
+        for (int j = j_first<D, MODE>(c); j < c.n_wg; ++j) {
           mbar_wait(sm.k_full(r.s), r.use & 1);
           qk_turn_begin();
           wgmma_fence();
@@ -1377,13 +1386,13 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           release_v(r.s);
           r.next(sm.stages);
         }
-        for (int j = 0, n = pass_count(a, c, wg, BN); j < n; ++j) { // v13, as in the overlap path
+        for (int j = 0, n = pass_count<MODE>(a, c, wg, BN); j < n; ++j) { // v13, as in the overlap path
           pass_k(a, sm, wg, r);
           pass_v(sm, r);
           r.next(sm.stages);
         }
-        end_tile<T, D, BN>(a, sm, wg, c, o, m, l);
-      } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c, r));
+        end_tile<T, D, BN, MODE>(a, sm, wg, c, o, m, l);
+      } while (fetch_tile<T, D, BN, MODE>(a, sm, wg, ++q_use, c, r));
     } else {
       // The K/V tile whose P is in pa: always the one before r. Derived rather than carried (v9): a
       // copy of r carried in the loop was kept in a vector register and its V descriptors with it.
@@ -1452,15 +1461,15 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         if (tracer)
           trace_put(wg, items + 1, 9, trace_now());
 #endif
-        release_k(r.s, j_first<D>(c), c);
-        mask_and_softmax(c, j_first<D>(c)); // not settled yet: the exact softmax, never a redo
+        release_k(r.s, j_first<D, MODE>(c), c);
+        mask_and_softmax(c, j_first<D, MODE>(c)); // not settled yet: the exact softmax, never a redo
         pack_p<T, BN>(pa, sacc);
         r.next(sm.stages);
 #ifdef FA3_TRACE
         if (tracer)
           trace_put(wg, items + 1, 4, trace_now());
 #endif
-        for (int j = j_first<D>(c) + 1; j < c.n_wg; ++j) {
+        for (int j = j_first<D, MODE>(c) + 1; j < c.n_wg; ++j) {
           // Both waits come before the first issue: nothing that may spin sits between the two
           // GEMMs in flight.
           mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp().s), rp().use & 1);
@@ -1489,7 +1498,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         // place of the Q K^T that is not issued, so the other consumers' turns are not held up by
         // this one's O; their V slots after it (the producer needs them only for the next tile's
         // second V).
-        const int n_pass = pass_count(a, c, wg, BN);
+        const int n_pass = pass_count<MODE>(a, c, wg, BN);
         RingPos rk = r;
         for (int j = 0; j < n_pass; ++j) {
           pass_k(a, sm, wg, rk);
@@ -1503,7 +1512,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         if (tracer)
           trace_put(wg, items + 1, 5, trace_now());
 #endif
-        end_tile<T, D, BN>(a, sm, wg, c, o, m, l);
+        end_tile<T, D, BN, MODE>(a, sm, wg, c, o, m, l);
 #ifdef FA3_TRACE
         if (tracer)
           if (unsigned long long *x = trace_slot(wg, items + 1)) {
@@ -1515,7 +1524,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           }
         ++items;
 #endif
-        for (int j = 0; j < pass_count(a, c, wg, BN); ++j) {
+        for (int j = 0; j < pass_count<MODE>(a, c, wg, BN); ++j) {
           pass_v(sm, r);
           r.next(sm.stages);
         }
@@ -1523,7 +1532,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         if (tracer)
           trace_put(wg, items + 1, 2, trace_now());
 #endif
-      } while (fetch_tile<T, D, BN>(a, sm, wg, ++q_use, c, r));
+      } while (fetch_tile<T, D, BN, MODE>(a, sm, wg, ++q_use, c, r));
     }
   }
   // The last consumer opened consumer 0's turn after its last Q K^T (and at the start): consumer 0
@@ -1543,8 +1552,9 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
 // A CTA per work tile (one_shot) or per resident slot (persistent, walking the work tiles):
 // warpgroup 0 produces, warpgroups 1..consumers consume. WIDE = false: 1 or 2
 // consumers (384 threads at most, consumers get 240 registers); WIDE = true (v3, head_dim 64): 3
-// consumers, 512 threads, 24 x 128 + 160 x 384 = 64512 <= 65536 registers.
-template <class T, int D, int BN, bool OVERLAP, bool WIDE>
+// consumers, 512 threads, 24 x 128 + 160 x 384 = 64512 <= 65536 registers. MODE (v37,
+// traits.hpp): the paths compiled in (all, or only non-causal, causal or stream-K's).
+template <class T, int D, int BN, bool OVERLAP, bool WIDE, int MODE>
 __global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
     fa3_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -1571,11 +1581,36 @@ __global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
   if (wg == 0) {
     regs_dealloc<kProducerRegs>();
     if (threadIdx.x == 0)
-      producer<D, BN>(a, sm);
+      producer<D, BN, MODE>(a, sm);
     return;
   }
   regs_alloc<WIDE ? kConsumerRegsWide : kConsumerRegs>();
-  consumer<T, D, BN, OVERLAP>(a, sm, wg - 1);
+  consumer<T, D, BN, OVERLAP, MODE>(a, sm, wg - 1);
+}
+
+// The instantiation of a tile that a problem (causal or not) runs with a scheduler (kernel_mode).
+using KernelPtr = void (*)(const KernelArgs);
+template <class T, int D, int BN, bool OVERLAP, bool WIDE>
+KernelPtr kernel_fn(bool causal, int scheduler) {
+  if constexpr (!modes_compiled(D, BN)) {
+    return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModeAny>;
+  } else {
+    switch (kernel_mode(D, BN, causal, scheduler)) {
+    case kModeCausal:
+      return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModeCausal>;
+    case kModeSplit:
+      if constexpr (split_compiled(D))
+        return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModeSplit>;
+      break;
+    default:
+      break;
+    }
+    return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModePlain>;
+  }
+}
+template <class T, int D, int BN, bool OVERLAP, bool WIDE>
+const void *kernel_ptr(bool causal, int scheduler) {
+  return reinterpret_cast<const void *>(kernel_fn<T, D, BN, OVERLAP, WIDE>(causal, scheduler));
 }
 
 // The device's L2 size, read once per process (the section size of the work order).
@@ -1660,7 +1695,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.group = static_cast<int>(p.group_size());
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
   a.total_tiles = static_cast<int>(total_work_tiles(p, c));
-  const auto kernel = fa3_kernel<T, D, BN, OVERLAP, WIDE>;
+  const KernelPtr kernel = kernel_fn<T, D, BN, OVERLAP, WIDE>(p.causal, c.scheduler);
   const int64_t smem =
       launch_smem_bytes(D, c) - int64_t(q_buffers(D, c) - a.q_bufs) * 2 * D * c.block_m;
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -1729,10 +1764,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
 #ifdef FA3_TRACE
   trace_dump(grid, stream);
 #endif
-}
-
-template <class T, int D, int BN, bool OVERLAP, bool WIDE> const void *kernel_ptr() {
-  return reinterpret_cast<const void *>(&fa3_kernel<T, D, BN, OVERLAP, WIDE>);
 }
 
 } // namespace detail

@@ -161,6 +161,37 @@ constexpr bool tile_compiled(int64_t head_dim, int block_n, bool wide) {
     return block_n == kBlockND256;
   return block_n == 64 || block_n == 128 || block_n == 192;
 }
+
+// What one kernel instantiation decides at compile time (v37). kModeAny is the v1-v36 kernel: causal
+// masking and stream-K's split tail are run-time branches, so every problem runs the code of all
+// three. The others compile only their own problem's paths: non-causal (plain), causal (masking,
+// the diagonal, the warpgroups' passes) and non-causal stream_k (the tail's partials and folds).
+// Why: a short-N work tile runs its once-per-tile code with the instruction cache cold, and the
+// all-paths kernel spreads that code over more lines. ncu at d128 N512 (bm128 bn128): 257 K
+// instruction-cache misses against 96 K for a non-causal-only build, cuDNN's kernel 19 K; the
+// non-causal-only build +2.4-2.6% at d128 N512 and +4-7% at d64 N512 in the same call (NOTES.md,
+// v37).
+constexpr int kModeAny = 0, kModePlain = 1, kModeCausal = 2, kModeSplit = 3;
+// The tiles that get the per-problem kernels. d128 block_n 192 keeps the all-paths kernel: without
+// the causal branches ptxas allocated it differently and spilled 84-92 bytes (the lean build of
+// v37), and zero spills is part of the kernel's contract.
+constexpr bool modes_compiled(int64_t head_dim, int block_n) {
+  return !(head_dim == 128 && block_n == 192);
+}
+// The kernel a problem and scheduler run on a compiled tile.
+constexpr int kernel_mode(int64_t head_dim, int block_n, bool causal, int scheduler) {
+  if (!modes_compiled(head_dim, block_n))
+    return kModeAny;
+  if (causal)
+    return kModeCausal;
+  return scheduler == kSchedStreamK && split_compiled(head_dim) ? kModeSplit : kModePlain;
+}
+// Device code: whether a mode's kernel has the causal paths or the split tail's (kModeAny has both,
+// decided by the launch's arguments).
+constexpr bool mode_has_causal(int mode) { return mode == kModeAny || mode == kModeCausal; }
+constexpr bool mode_has_split(int64_t head_dim, int mode) {
+  return split_compiled(head_dim) && (mode == kModeAny || mode == kModeSplit);
+}
 // Shared-memory bytes besides the tiles: up to 1023 bytes to align the tiles to 1024, the
 // mbarriers (256) and one 4-byte scratch slot per consumer thread (the softmax pin, 3 x 128 x 4).
 constexpr int64_t kSmemSlack = 1024 + 256 + 1536;
@@ -421,8 +452,9 @@ inline double traffic_bytes(const AttentionProblem &p, const Params &c) {
 
 using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
                           cudaStream_t);
-// The __global__ function of the compiled instantiation (for the occupancy report), or nullptr.
-using KernelFn = const void *(*)();
+// The __global__ function of the compiled instantiation that a problem (causal or not) runs with a
+// scheduler (for the occupancy report), or nullptr.
+using KernelFn = const void *(*)(bool causal, int scheduler);
 
 // Enqueues the kernel (register.cpp picks the compiled instantiation). Throws std::invalid_argument
 // for a shape that is not compiled.
