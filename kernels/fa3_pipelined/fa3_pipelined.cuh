@@ -1298,7 +1298,13 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   bool grew = true; // the last softmax moved an offset: O needs `alpha` before its next P V
   // v10: once every row of the warp has an offset (after the tile in which all its rows saw a key),
   // tiles go through softmax_tile_optimistic; not in the exact-rescale ablation (slack -inf).
-  const bool lazy = a.rescale_slack > 0.f;
+  // v38: in the non-causal kernels (plain, split) every row sees the first key of its work tile's
+  // first K/V tile, so after the tile start's exact softmax the warp is settled, and the overlapped
+  // loop runs the optimistic softmax at every step: it holds no copy of the exact one but the
+  // overflow's redo. Their launches are always lazy (the exact-rescale ablation runs the all-paths
+  // kernel: all_paths_requested).
+  constexpr bool kSettledLoop = MODE == kModePlain || MODE == kModeSplit;
+  const bool lazy = kSettledLoop || a.rescale_slack > 0.f;
   const float p_bound = lazy ? exp2f(a.rescale_slack) : 0.f;
   bool settled = false; // warp-uniform
   float sacc[BN / 2];
@@ -1318,9 +1324,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     grew = softmax_tile<BN>(sacc, m, l, alpha, sl2, a.rescale_slack, right_dead);
     settled = lazy && __all_sync(0xffffffffu, m[0] > -INFINITY && m[1] > -INFINITY);
   };
-  // True when S was lost to an overflowing exp2 (warp-uniform): the caller then runs redo_softmax
-  // before packing P. In the overlap loop it does so after P V(j-1) retired, so that P of j-1 is
-  // no longer live: with O, S and that P live the recompute's few registers spilled (bn192).
   // The mask of K/V tile j where it needs one; true when its right half holds no key for this warp.
   auto mask_tile = [&](const TileCtx &c, int j) {
     if (j < c.first_mask)
@@ -1328,9 +1331,13 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
     apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
     return half_diag_tile<BN, MODE>(a, c, wg, j);
   };
-  auto mask_and_softmax = [&](const TileCtx &c, int j) {
+  // The softmax of K/V tile j, optimistic where `optimistic` (the warp is settled), else exact.
+  // True when S was lost to an overflowing exp2 (warp-uniform): the caller then runs redo_softmax
+  // before packing P. In the overlap loop it does so after P V(j-1) retired, so that P of j-1 is
+  // no longer live: with O, S and that P live the recompute's few registers spilled (bn192).
+  auto mask_and_softmax = [&](const TileCtx &c, int j, bool optimistic) {
     const bool right_dead = mask_tile(c, j);
-    if (settled) {
+    if (optimistic) {
       const int r = softmax_tile_optimistic<BN>(sacc, m, l, alpha, sl2, p_bound, right_dead);
       grew = r == 1;
       return r == 2;
@@ -1372,7 +1379,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           wgmma_wait<0>();
           fence_operands(sacc);
           release_k(r.s, j, c);
-          if (mask_and_softmax(c, j))
+          if (mask_and_softmax(c, j, settled))
             redo_softmax(c, j);
           rescale_o();
           pack_p<T, BN>(pa, sacc);
@@ -1462,7 +1469,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           trace_put(wg, items + 1, 9, trace_now());
 #endif
         release_k(r.s, j_first<D, MODE>(c), c);
-        mask_and_softmax(c, j_first<D, MODE>(c)); // not settled yet: the exact softmax, never a redo
+        mask_and_softmax(c, j_first<D, MODE>(c), false); // the exact softmax, never a redo
         pack_p<T, BN>(pa, sacc);
         r.next(sm.stages);
 #ifdef FA3_TRACE
@@ -1477,7 +1484,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
           wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
           fence_operands(sacc);
           release_k(r.s, j, c);
-          const bool redo = mask_and_softmax(c, j);
+          const bool redo = mask_and_softmax(c, j, kSettledLoop || settled);
           pin_above_wait();
           wgmma_wait<0>();
           fence_operands(o);
@@ -1588,14 +1595,25 @@ __global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
   consumer<T, D, BN, OVERLAP, MODE>(a, sm, wg - 1);
 }
 
-// The instantiation of a tile that a problem (causal or not) runs with a scheduler (kernel_mode).
+// Experiment knobs that run the all-paths kernel (kModeAny, v37) instead of the problem's own:
+// FLASHBENCH_FA3_ALL_PATHS=1 (the same-build ablation of v37-v38), and the exact-rescale ablation
+// (FLASHBENCH_FA3_EXACT_RESCALE=1, launch_tile), which the non-causal kernels do not compile (v38).
+inline bool all_paths_requested() {
+  for (const char *knob : {"FLASHBENCH_FA3_ALL_PATHS", "FLASHBENCH_FA3_EXACT_RESCALE"})
+    if (const char *e = std::getenv(knob); e && std::atoi(e) == 1)
+      return true;
+  return false;
+}
+
+// The instantiation of a tile that a problem (causal or not) runs with a scheduler (kernel_mode),
+// or with `all_paths` the all-paths kernel, which every tile compiles (all_paths_requested).
 using KernelPtr = void (*)(const KernelArgs);
 template <class T, int D, int BN, bool OVERLAP, bool WIDE>
-KernelPtr kernel_fn(bool causal, int scheduler) {
-  if constexpr (!modes_compiled(D, BN)) {
-    return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModeAny>;
-  } else {
-    switch (kernel_mode(D, BN, causal, scheduler)) {
+KernelPtr kernel_fn(bool causal, int scheduler, bool all_paths) {
+  if constexpr (modes_compiled(D, BN)) {
+    switch (all_paths ? kModeAny : kernel_mode(D, BN, causal, scheduler)) {
+    case kModePlain:
+      return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModePlain>;
     case kModeCausal:
       return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModeCausal>;
     case kModeSplit:
@@ -1605,12 +1623,13 @@ KernelPtr kernel_fn(bool causal, int scheduler) {
     default:
       break;
     }
-    return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModePlain>;
   }
+  return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModeAny>;
 }
 template <class T, int D, int BN, bool OVERLAP, bool WIDE>
 const void *kernel_ptr(bool causal, int scheduler) {
-  return reinterpret_cast<const void *>(kernel_fn<T, D, BN, OVERLAP, WIDE>(causal, scheduler));
+  return reinterpret_cast<const void *>(
+      kernel_fn<T, D, BN, OVERLAP, WIDE>(causal, scheduler, all_paths_requested()));
 }
 
 // The device's L2 size, read once per process (the section size of the work order).
@@ -1695,7 +1714,8 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.group = static_cast<int>(p.group_size());
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
   a.total_tiles = static_cast<int>(total_work_tiles(p, c));
-  const KernelPtr kernel = kernel_fn<T, D, BN, OVERLAP, WIDE>(p.causal, c.scheduler);
+  const KernelPtr kernel = kernel_fn<T, D, BN, OVERLAP, WIDE>(p.causal, c.scheduler,
+                                                               all_paths_requested());
   const int64_t smem =
       launch_smem_bytes(D, c) - int64_t(q_buffers(D, c) - a.q_bufs) * 2 * D * c.block_m;
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -172,9 +172,10 @@ constexpr bool tile_compiled(int64_t head_dim, int block_n, bool wide) {
 // non-causal-only build +2.4-2.6% at d128 N512 and +4-7% at d64 N512 in the same call (NOTES.md,
 // v37).
 constexpr int kModeAny = 0, kModePlain = 1, kModeCausal = 2, kModeSplit = 3;
-// The tiles that get the per-problem kernels. d128 block_n 192 keeps the all-paths kernel: without
-// the causal branches ptxas allocated it differently and spilled 84-92 bytes (the lean build of
-// v37), and zero spills is part of the kernel's contract.
+// The tiles that get the per-problem kernels (every tile compiles the all-paths one too, for the
+// knobs that ask for it). d128 block_n 192 has the all-paths kernel only: without the causal
+// branches ptxas allocated it differently and spilled 84-92 bytes (the lean build of v37), and zero
+// spills is part of the kernel's contract.
 constexpr bool modes_compiled(int64_t head_dim, int block_n) {
   return !(head_dim == 128 && block_n == 192);
 }
