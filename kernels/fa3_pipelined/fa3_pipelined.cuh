@@ -21,6 +21,9 @@
 //  - pingpong (2 consumers): the consumers take turns to issue Q K^T (named barriers turn0/turn1),
 //  so one's
 //    softmax runs while the other's GEMMs occupy the tensor cores.
+//  - One kernel per problem kind (v37, traits.hpp kernel_mode): non-causal, causal and stream-K
+//  kernels each compile only their own paths, so a short work tile's once-per-tile code does not
+//    jump over the others' (instruction-cache misses; NOTES.md, v37).
 //  - intra_wg_overlap: tile j+1's Q K^T and tile j's P V are issued back to back; the softmax of
 //  j+1 runs while
 //    P V of j is still in flight (FA3's two-stage pipelining inside a warpgroup). Costs one more

@@ -667,6 +667,43 @@ TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
   EXPECT_NE(fa3().supports(p, def, dev).reason.find("fp32"), std::string::npos);
 }
 
+// v37: a problem runs the kernel of its kind (traits.hpp kernel_mode): non-causal, causal or stream-K's
+// split, each compiled without the others' paths; d128 block_n 192 has the all-paths kernel only.
+// The occupancy report (kernels()) names the same instantiation the launch runs.
+TEST(Fa3Pipelined, EachProblemKindRunsItsOwnKernel) {
+  using fa3::kernel_mode;
+  EXPECT_EQ(kernel_mode(128, 128, false, fa3::kSchedDynamic), fa3::kModePlain);
+  EXPECT_EQ(kernel_mode(128, 128, true, fa3::kSchedDynamic), fa3::kModeCausal);
+  EXPECT_EQ(kernel_mode(64, 64, false, fa3::kSchedStreamK), fa3::kModeSplit);
+  EXPECT_EQ(kernel_mode(256, 64, false, fa3::kSchedStreamK), fa3::kModePlain); // no split at 256
+  EXPECT_EQ(kernel_mode(128, 192, true, fa3::kSchedDynamic), fa3::kModeAny);
+  EXPECT_TRUE(fa3::mode_has_causal(fa3::kModeAny) && fa3::mode_has_causal(fa3::kModeCausal));
+  EXPECT_FALSE(fa3::mode_has_causal(fa3::kModePlain) || fa3::mode_has_causal(fa3::kModeSplit));
+  EXPECT_TRUE(fa3::mode_has_split(128, fa3::kModeSplit) && fa3::mode_has_split(64, fa3::kModeAny));
+  EXPECT_FALSE(fa3::mode_has_split(256, fa3::kModeAny) || fa3::mode_has_split(128, fa3::kModePlain));
+
+  auto func = [](bool causal, int bn, const char *sched) {
+    const AttentionProblem p = Shape{"x", 2, 16, 16, 1024, 1024, 128, causal, DType::bf16}.problem();
+    const Config c =
+        fa3().space().make({{"block_n", std::to_string(bn)}, {"scheduler", sched}});
+    const auto ks = fa3().kernels(p, c);
+    return ks.size() == 1 ? ks[0].func : nullptr;
+  };
+  const void *plain = func(false, 128, "dynamic"), *causal = func(true, 128, "dynamic"),
+             *split = func(false, 128, "stream_k");
+  ASSERT_TRUE(plain && causal && split);
+  EXPECT_NE(plain, causal);
+  EXPECT_NE(plain, split);
+  EXPECT_NE(causal, split);
+  EXPECT_EQ(plain, func(false, 128, "persistent"));
+  EXPECT_EQ(causal, func(true, 128, "one_shot"));
+  // block_n 192 at d128: one kernel for every kind.
+  const void *any = func(false, 192, "dynamic");
+  ASSERT_NE(any, nullptr);
+  EXPECT_EQ(any, func(true, 192, "dynamic"));
+  EXPECT_EQ(any, func(false, 192, "stream_k"));
+}
+
 // head_dim 256: block_n 64 only (tile_compiled, the table the slices instantiate from), 2 stages
 // at block_m 128 (199424 B of shared memory; 3 stages 264960 B > 232448), 1 or 2 consumers.
 TEST(Fa3Pipelined, HeadDim256TilesSayWhy) {
