@@ -166,11 +166,11 @@ constexpr bool tile_compiled(int64_t head_dim, int block_n, bool wide) {
 // masking and stream-K's split tail are run-time branches, so every problem runs the code of all
 // three. The others compile only their own problem's paths: non-causal (plain), causal (masking,
 // the diagonal, the warpgroups' passes) and non-causal stream_k (the tail's partials and folds).
-// Why: a short-N work tile runs its once-per-tile code with the instruction cache cold, and the
-// all-paths kernel spreads that code over more lines. ncu at d128 N512 (bm128 bn128): 257 K
-// instruction-cache misses against 96 K for a non-causal-only build, cuDNN's kernel 19 K; the
-// non-causal-only build +2.4-2.6% at d128 N512 and +4-7% at d64 N512 in the same call (NOTES.md,
-// v37).
+// Why: a short-N work tile's once-per-tile code missed the instruction cache at every jump over
+// another problem's path (17 pieces a tile in the all-paths kernel, 9 in the non-causal one). ncu
+// at d128 N512 (bm128 bn128): 257 K instruction-cache misses against 96 K for a non-causal-only
+// build, cuDNN's kernel 19 K; the non-causal-only build +2.4-2.6% at d128 N512 and +4-7% at d64
+// N512 in the same call (NOTES.md, v37).
 constexpr int kModeAny = 0, kModePlain = 1, kModeCausal = 2, kModeSplit = 3;
 // The tiles that get the per-problem kernels (every tile compiles the all-paths one too, for the
 // knobs that ask for it). d128 block_n 192 has the all-paths kernel only: without the causal
@@ -187,9 +187,8 @@ constexpr int kernel_mode(int64_t head_dim, int block_n, bool causal, int schedu
     return kModeCausal;
   return scheduler == kSchedStreamK && split_compiled(head_dim) ? kModeSplit : kModePlain;
 }
-// Device code: whether a mode's kernel has the causal paths or the split tail's (kModeAny has both,
-// decided by the launch's arguments).
-constexpr bool mode_has_causal(int mode) { return mode == kModeAny || mode == kModeCausal; }
+// Device code: whether a mode's kernel has the split tail's paths (kModeAny: decided by the
+// launch's arguments, as causality is; causal_of in the kernel).
 constexpr bool mode_has_split(int64_t head_dim, int mode) {
   return split_compiled(head_dim) && (mode == kModeAny || mode == kModeSplit);
 }

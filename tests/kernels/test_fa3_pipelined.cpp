@@ -677,8 +677,6 @@ TEST(Fa3Pipelined, EachProblemKindRunsItsOwnKernel) {
   EXPECT_EQ(kernel_mode(64, 64, false, fa3::kSchedStreamK), fa3::kModeSplit);
   EXPECT_EQ(kernel_mode(256, 64, false, fa3::kSchedStreamK), fa3::kModePlain); // no split at 256
   EXPECT_EQ(kernel_mode(128, 192, true, fa3::kSchedDynamic), fa3::kModeAny);
-  EXPECT_TRUE(fa3::mode_has_causal(fa3::kModeAny) && fa3::mode_has_causal(fa3::kModeCausal));
-  EXPECT_FALSE(fa3::mode_has_causal(fa3::kModePlain) || fa3::mode_has_causal(fa3::kModeSplit));
   EXPECT_TRUE(fa3::mode_has_split(128, fa3::kModeSplit) && fa3::mode_has_split(64, fa3::kModeAny));
   EXPECT_FALSE(fa3::mode_has_split(256, fa3::kModeAny) || fa3::mode_has_split(128, fa3::kModePlain));
 
