@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue #7's acceptance of fa3_pipelined in one GPU-machine call (kernels/fa3_pipelined/NOTES.md; c141, c146 ran it as
+# copies): build; the FA3 gtests; `flashbench check` of every fa3 config on the awkward shapes; racecheck and synccheck
+# on a small causal and a small non-causal shape (the causal and the non-causal kernel, v37); sweeps/fa3-accept.yaml;
+# torch SDPA cuDNN on the same plan with the ceilings (a large bf16 GEMM, a device copy); the table of ours / cuDNN.
+# About 7 minutes on an H100 (scripts/gpu-ci.sh does all of this and more, but needs more than one call's 10 minutes).
+# Results and logs go to $OUT as res.tgz and logs.tgz. Run from the repository root:
+#   bash scripts/dev/fa3-accept-call.sh [SPEC]
+set -u
+spec=${1:-sweeps/fa3-accept.yaml}
+out=${OUT:?set OUT to the folder the results go to}
+L=/tmp/logs; mkdir -p $L /tmp/res
+t0=$(date +%s); ts() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version,power.limit --format=csv > $L/gpu.txt 2>&1
+python3 -c 'import torch; print("torch", torch.__version__)' >> $L/gpu.txt 2>&1
+( source scripts/env.sh; fb_configure && fb_build --target flashbench test_kernels ) > $L/build.log 2>&1
+ts "build: $(ls build/flashbench 2>&1)"
+grep -E 'C75|spill|error' $L/build.log | head -5
+FB=build/flashbench
+timeout 200 build/tests/test_kernels --gtest_filter='*Fa3*' > $L/gtest.log 2>&1; ts "gtest rc $?: $(tail -1 $L/gtest.log)"
+timeout 200 $FB check --variant fa3_pipelined > $L/check.log 2>&1; ts "check rc $?: $(tail -1 $L/check.log)"
+cfg="block_m=128,block_n=128,stages=2,consumer_wgs=2,pingpong=on,intra_wg_overlap=on,scheduler=dynamic"
+shape="batch=1,heads_q=4,heads_kv=2,seqlen_q=200,seqlen_kv=333,head_dim=128,dtype=bf16"
+for causal in true false; do
+  timeout 90 bash scripts/sanitize.sh fa3_pipelined "$cfg" "$shape,causal=$causal" >> $L/sanitize.log 2>&1
+  ts "sanitize causal=$causal rc $?"
+done
+$FB run "$spec" -o /tmp/res/acc.json > $L/acc.log 2>&1; ts "sweep rc $?: $(tail -1 $L/acc.log)"
+$FB plan "$spec" > /tmp/res/plan.json && timeout 200 python3 scripts/peers.py --problems /tmp/res/plan.json \
+  --peers torch_cudnn --ceilings --timeout 2 -o /tmp/res/peers.json > $L/peers.log 2>&1; ts "peers rc $?"
+python3 scripts/peer_table.py /tmp/res/acc.json /tmp/res/peers.json --variant fa3_pipelined > $L/table.txt 2>&1
+tar czf "$out"/res.tgz -C /tmp res
+tar czf "$out"/logs.tgz -C /tmp logs
+cut -c1-140 $L/table.txt
+ts done
