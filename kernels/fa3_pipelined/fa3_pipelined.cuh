@@ -1305,8 +1305,9 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
   // first K/V tile, so after the tile start's exact softmax the warp is settled, and the overlapped
   // loop runs the optimistic softmax at every step: it holds no copy of the exact one but the
   // overflow's redo. Their launches are always lazy (the exact-rescale ablation runs the all-paths
-  // kernel: all_paths_requested).
-  constexpr bool kSettledLoop = MODE == kModePlain || MODE == kModeSplit;
+  // kernel: all_paths_requested). v40: so does the causal kernel, which starts every work tile at
+  // key 0 and runs only problems whose every row sees key 0 (traits.hpp kernel_mode).
+  constexpr bool kSettledLoop = MODE == kModePlain || MODE == kModeSplit || MODE == kModeCausal;
   const bool lazy = kSettledLoop || a.rescale_slack > 0.f;
   const float p_bound = lazy ? exp2f(a.rescale_slack) : 0.f;
   bool settled = false; // warp-uniform
@@ -1479,24 +1480,43 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> 
         if (tracer)
           trace_put(wg, items + 1, 4, trace_now());
 #endif
-        for (int j = j_first<D, MODE>(c) + 1; j < c.n_wg; ++j) {
-          // Both waits come before the first issue: nothing that may spin sits between the two
-          // GEMMs in flight.
-          mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp().s), rp().use & 1);
-          issue_qk_and_pv(c.q_slot); // Q K^T(j), P V(j-1)
-          wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
-          fence_operands(sacc);
-          release_k(r.s, j, c);
-          const bool redo = mask_and_softmax(c, j, kSettledLoop || settled);
-          pin_above_wait();
-          wgmma_wait<0>();
-          fence_operands(o);
-          fence_operands(pa);
-          release_v(rp().s);
-          if (redo)
-            redo_softmax(c, j);
+        // v39: the overflow's redo leaves the K/V loop (break) and re-enters it after the step, so
+        // that its code (recompute + exact softmax) lies outside the loop a step runs through. In
+        // the plain kernel at head_dim 64 only: its A/B (c149) gained 0.5-3% at d64 N >= 1024 and
+        // lost 0.5-1% at d128; the all-paths and split kernels of d64 with three consumers and d128
+        // block_n 192 spilled 8-20 bytes with it, head_dim 256 36-44 (c147).
+        constexpr bool kRedoExit = MODE == kModePlain && D == 64;
+        for (int j = j_first<D, MODE>(c) + 1; j < c.n_wg;) {
+          bool redo = false;
+          for (; j < c.n_wg; ++j) {
+            // Both waits come before the first issue: nothing that may spin sits between the two
+            // GEMMs in flight.
+            mbar_wait2(sm.k_full(r.s), r.use & 1, sm.v_full(rp().s), rp().use & 1);
+            issue_qk_and_pv(c.q_slot); // Q K^T(j), P V(j-1)
+            wgmma_wait<1>(); // S of tile j is ready; P V of tile j-1 may still run
+            fence_operands(sacc);
+            release_k(r.s, j, c);
+            redo = mask_and_softmax(c, j, kSettledLoop || settled);
+            pin_above_wait();
+            wgmma_wait<0>();
+            fence_operands(o);
+            fence_operands(pa);
+            release_v(rp().s);
+            if (redo) {
+              if constexpr (kRedoExit)
+                break;
+              redo_softmax(c, j);
+              redo = false;
+            }
+            pack_p<T, BN>(pa, sacc);
+            r.next(sm.stages);
+          }
+          if (!redo)
+            break;
+          redo_softmax(c, j);
           pack_p<T, BN>(pa, sacc);
           r.next(sm.stages);
+          ++j;
         }
         // The last P V alone, then the tile's O.
         mbar_wait(sm.v_full(rp().s), rp().use & 1);
@@ -1608,13 +1628,13 @@ inline bool all_paths_requested() {
   return false;
 }
 
-// The instantiation of a tile that a problem (causal or not) runs with a scheduler (kernel_mode),
-// or with `all_paths` the all-paths kernel, which every tile compiles (all_paths_requested).
+// The instantiation of a tile that a problem runs with a scheduler (kernel_mode), or with
+// `all_paths` the all-paths kernel, which every tile compiles (all_paths_requested).
 using KernelPtr = void (*)(const KernelArgs);
 template <class T, int D, int BN, bool OVERLAP, bool WIDE>
-KernelPtr kernel_fn(bool causal, int scheduler, bool all_paths) {
+KernelPtr kernel_fn(const AttentionProblem &p, int scheduler, bool all_paths) {
   if constexpr (modes_compiled(D, BN)) {
-    switch (all_paths ? kModeAny : kernel_mode(D, BN, causal, scheduler)) {
+    switch (all_paths ? kModeAny : kernel_mode(D, BN, p, scheduler)) {
     case kModePlain:
       return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModePlain>;
     case kModeCausal:
@@ -1630,9 +1650,9 @@ KernelPtr kernel_fn(bool causal, int scheduler, bool all_paths) {
   return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModeAny>;
 }
 template <class T, int D, int BN, bool OVERLAP, bool WIDE>
-const void *kernel_ptr(bool causal, int scheduler) {
+const void *kernel_ptr(const AttentionProblem &p, int scheduler) {
   return reinterpret_cast<const void *>(
-      kernel_fn<T, D, BN, OVERLAP, WIDE>(causal, scheduler, all_paths_requested()));
+      kernel_fn<T, D, BN, OVERLAP, WIDE>(p, scheduler, all_paths_requested()));
 }
 
 // The device's L2 size, read once per process (the section size of the work order).
@@ -1717,8 +1737,8 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.group = static_cast<int>(p.group_size());
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
   a.total_tiles = static_cast<int>(total_work_tiles(p, c));
-  const KernelPtr kernel = kernel_fn<T, D, BN, OVERLAP, WIDE>(p.causal, c.scheduler,
-                                                               all_paths_requested());
+  const KernelPtr kernel =
+      kernel_fn<T, D, BN, OVERLAP, WIDE>(p, c.scheduler, all_paths_requested());
   const int64_t smem =
       launch_smem_bytes(D, c) - int64_t(q_buffers(D, c) - a.q_bufs) * 2 * D * c.block_m;
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -162,7 +162,7 @@ public:
     const fa3::KernelFn k = fa3::find_kernel(p.dtype, p.head_dim, params);
     if (!k)
       return {};
-    return {KernelDesc{"fa3_pipelined", k(p.causal, params.scheduler), 128 * (1 + params.consumers),
+    return {KernelDesc{"fa3_pipelined", k(p, params.scheduler), 128 * (1 + params.consumers),
                        static_cast<size_t>(fa3::launch_smem_bytes(p.head_dim, params)),
                        fa3::num_q_tiles(p, params) * p.heads_q * p.batch}};
   }

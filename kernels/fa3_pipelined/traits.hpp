@@ -179,11 +179,19 @@ constexpr int kModeAny = 0, kModePlain = 1, kModeCausal = 2, kModeSplit = 3;
 constexpr bool modes_compiled(int64_t head_dim, int block_n) {
   return !(head_dim == 128 && block_n == 192);
 }
-// The kernel a problem and scheduler run on a compiled tile.
-constexpr int kernel_mode(int64_t head_dim, int block_n, bool causal, int scheduler) {
-  if (!modes_compiled(head_dim, block_n))
+// Whether every row of a problem sees key 0: the non-causal ones, and the causal ones with no more
+// queries than keys (bottom-right alignment: row i sees keys 0 .. i + seqlen_kv - seqlen_q). Then a
+// warpgroup is settled after its work tile's first K/V tile, which the causal kernel (no stream-K
+// split) starts at key 0 (v38, v40).
+inline bool every_row_sees_key0(const AttentionProblem &p) {
+  return !p.causal || p.seqlen_q <= p.seqlen_kv;
+}
+// The kernel a problem and scheduler run on a compiled tile. v40: the causal kernel's K/V loop
+// assumes the settled warp, so a causal problem with rows that see no key runs the all-paths one.
+inline int kernel_mode(int64_t head_dim, int block_n, const AttentionProblem &p, int scheduler) {
+  if (!modes_compiled(head_dim, block_n) || !every_row_sees_key0(p))
     return kModeAny;
-  if (causal)
+  if (p.causal)
     return kModeCausal;
   return scheduler == kSchedStreamK && split_compiled(head_dim) ? kModeSplit : kModePlain;
 }
@@ -452,9 +460,9 @@ inline double traffic_bytes(const AttentionProblem &p, const Params &c) {
 
 using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
                           cudaStream_t);
-// The __global__ function of the compiled instantiation that a problem (causal or not) runs with a
-// scheduler (for the occupancy report), or nullptr.
-using KernelFn = const void *(*)(bool causal, int scheduler);
+// The __global__ function of the compiled instantiation that a problem runs with a scheduler (for the
+// occupancy report), or nullptr.
+using KernelFn = const void *(*)(const AttentionProblem &p, int scheduler);
 
 // Enqueues the kernel (register.cpp picks the compiled instantiation). Throws std::invalid_argument
 // for a shape that is not compiled.

@@ -672,16 +672,25 @@ TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
 // The occupancy report (kernels()) names the same instantiation the launch runs.
 TEST(Fa3Pipelined, EachProblemKindRunsItsOwnKernel) {
   using fa3::kernel_mode;
-  EXPECT_EQ(kernel_mode(128, 128, false, fa3::kSchedDynamic), fa3::kModePlain);
-  EXPECT_EQ(kernel_mode(128, 128, true, fa3::kSchedDynamic), fa3::kModeCausal);
-  EXPECT_EQ(kernel_mode(64, 64, false, fa3::kSchedStreamK), fa3::kModeSplit);
-  EXPECT_EQ(kernel_mode(256, 64, false, fa3::kSchedStreamK), fa3::kModePlain); // no split at 256
-  EXPECT_EQ(kernel_mode(128, 192, true, fa3::kSchedDynamic), fa3::kModeAny);
+  auto shape = [](bool causal, int64_t sq, int64_t skv) {
+    return Shape{"x", 2, 16, 16, sq, skv, 128, causal, DType::bf16}.problem();
+  };
+  const AttentionProblem plain_p = shape(false, 1024, 1024), causal_p = shape(true, 1024, 1024);
+  EXPECT_EQ(kernel_mode(128, 128, plain_p, fa3::kSchedDynamic), fa3::kModePlain);
+  EXPECT_EQ(kernel_mode(128, 128, causal_p, fa3::kSchedDynamic), fa3::kModeCausal);
+  EXPECT_EQ(kernel_mode(64, 64, plain_p, fa3::kSchedStreamK), fa3::kModeSplit);
+  EXPECT_EQ(kernel_mode(256, 64, plain_p, fa3::kSchedStreamK), fa3::kModePlain); // no split at 256
+  EXPECT_EQ(kernel_mode(128, 192, causal_p, fa3::kSchedDynamic), fa3::kModeAny);
+  // v40: the causal kernel's loop is settled after key 0. Fewer queries than keys: every row sees
+  // key 0; more: the first rows see no key, and the all-paths kernel runs them.
+  EXPECT_EQ(kernel_mode(128, 128, shape(true, 200, 333), fa3::kSchedDynamic), fa3::kModeCausal);
+  EXPECT_EQ(kernel_mode(128, 128, shape(true, 333, 200), fa3::kSchedDynamic), fa3::kModeAny);
+  EXPECT_EQ(kernel_mode(128, 128, shape(false, 333, 200), fa3::kSchedDynamic), fa3::kModePlain);
   EXPECT_TRUE(fa3::mode_has_split(128, fa3::kModeSplit) && fa3::mode_has_split(64, fa3::kModeAny));
   EXPECT_FALSE(fa3::mode_has_split(256, fa3::kModeAny) || fa3::mode_has_split(128, fa3::kModePlain));
 
-  auto func = [](bool causal, int bn, const char *sched) {
-    const AttentionProblem p = Shape{"x", 2, 16, 16, 1024, 1024, 128, causal, DType::bf16}.problem();
+  auto func = [&](bool causal, int bn, const char *sched, int64_t sq = 1024) {
+    const AttentionProblem p = shape(causal, sq, 1024);
     const Config c =
         fa3().space().make({{"block_n", std::to_string(bn)}, {"scheduler", sched}});
     const auto ks = fa3().kernels(p, c);
@@ -695,6 +704,10 @@ TEST(Fa3Pipelined, EachProblemKindRunsItsOwnKernel) {
   EXPECT_NE(causal, split);
   EXPECT_EQ(plain, func(false, 128, "persistent"));
   EXPECT_EQ(causal, func(true, 128, "one_shot"));
+  const void *any128 = func(true, 128, "dynamic", 1500); // rows that see no key: all paths
+  ASSERT_NE(any128, nullptr);
+  EXPECT_NE(any128, causal);
+  EXPECT_NE(any128, plain);
   // block_n 192 at d128: one kernel for every kind.
   const void *any = func(false, 192, "dynamic");
   ASSERT_NE(any, nullptr);
