@@ -197,7 +197,7 @@ def load_plan(path: str) -> list:
 TIMING_FIELDS = {"warmup": ("warmup_runs", 10), "min_samples": ("min_samples", 10), "max_samples": ("max_samples", 100000),
                  "min_time": ("min_time_s", 0.5), "timeout": ("timeout_s", 15.0), "max_noise": ("max_noise", 0.005),
                  "settle": ("settle_s", 2.0), "cold": ("cold", True), "flush": ("flush", "read"),
-                 "throttle_fraction": ("throttle_fraction", 0.75)}
+                 "throttle_fraction": ("throttle_fraction", 0.75), "queue": ("queue", "round_trip")}
 
 
 def resolve_timing(args, plan_timing: dict) -> None:
@@ -371,16 +371,30 @@ class StoppingRule:
         return False
 
 
+class VoidBatch(list):
+    """Samples timed under another load than the policy asks for (queue back_to_back: the GPU caught up with the
+    host, so a launch's latency may be inside them): they count towards busy_fraction and are not kept."""
+
+
 def sample_loop(batch, rule: StoppingRule, clock=None, max_mhz: int = 0, throttle_fraction: float = 0.75) -> dict:
-    """The harness's timed loop (timer.cu, Timer::measure) without the GPU: `batch()` gives the next samples in us
-    (a list: peers time several back to back, see Timer), `clock()` the SM clock in MHz (0: unknown), read once
-    per batch. Samples taken under throttle_fraction of max_mhz are dropped; they still count towards
-    busy_fraction, the GPU time inside samples over the loop's wall time."""
-    dropped, clocks, busy_us = 0, [], 0.0
+    """The harness's timed loop (stopping.cpp, sample_loop) without the GPU: `batch()` gives the next samples in us
+    (a list: peers time several back to back, see Timer; a VoidBatch is not kept), `clock()` the SM clock in MHz
+    (0: unknown), read once per batch. Samples taken under throttle_fraction of max_mhz are dropped; they still
+    count towards busy_fraction, the GPU time inside samples over the loop's wall time."""
+    dropped, clocks, busy_us, void_batches = 0, [], 0.0, 0
     t0 = time.perf_counter()
     done = False
     while not done:
         got = batch()
+        if isinstance(got, VoidBatch):
+            busy_us += sum(got)
+            void_batches += 1
+            wall = time.perf_counter() - t0
+            if rule.timed_out(wall) and len(rule.samples) >= 3:
+                break
+            if rule.timed_out(wall * 0.5) and not rule.samples and void_batches >= 8:
+                raise RuntimeError("every batch of samples was void (the host could not keep the GPU's queue)")
+            continue
         mhz = clock() if clock else 0
         wall = time.perf_counter() - t0
         throttled = mhz > 0 and max_mhz > 0 and mhz < throttle_fraction * max_mhz
@@ -405,7 +419,7 @@ def sample_loop(batch, rule: StoppingRule, clock=None, max_mhz: int = 0, throttl
     clocks.sort()
     st.update({"samples_us": rule.samples, "dropped_throttled": dropped, "stop_reason": rule.reason or "timeout",
                "noisy": bool(st["cv"] is None or st["cv"] > rule.max_noise), "wall_s": wall,
-               "busy_fraction": busy_us * 1e-6 / wall if wall > 0 else 0.0,
+               "busy_fraction": busy_us * 1e-6 / wall if wall > 0 else 0.0, "void_batches": void_batches,
                "sm_clock_mhz": clocks[len(clocks) // 2] if clocks else None})
     return st
 
@@ -469,7 +483,12 @@ class Timer:
     the spin when the host finished queuing, the batch is void and the next spin is longer. One sample per host
     round trip instead would leave the GPU idle for the round trip (a few hundred microseconds of python), which at
     short calls kept the GPU at a third of the harness's load, cooler and at a higher clock. Each record carries
-    busy_fraction and power_w, as the harness's do."""
+    busy_fraction and power_w, as the harness's do.
+
+    queue "back_to_back" (timing.hpp; timer.cu's BackToBack is the same): each batch is queued behind the one the
+    GPU runs, before the host waits for that one, so the GPU idles only for the flushes. Only the first batch (and
+    the first after the host fell behind) waits behind a spin. A batch queued behind is void if the batch ahead had
+    already finished when the host was done queuing it; after two such in a row every batch gets its own spin."""
 
     MAX_BATCH = 64
 
@@ -482,8 +501,9 @@ class Timer:
         self.nvml = nvml or Nvml(None, torch.cuda.current_device())
         self.max_mhz = max_mhz
         ev = lambda: torch.cuda.Event(enable_timing=True)
-        self.starts = [ev() for _ in range(self.MAX_BATCH)]
-        self.ends = [ev() for _ in range(self.MAX_BATCH)]
+        # two sets of (starts, ends): the batch the GPU runs and the batch queued behind it (back_to_back)
+        self.sets = [([ev() for _ in range(self.MAX_BATCH)], [ev() for _ in range(self.MAX_BATCH)]) for _ in range(2)]
+        self.starts, self.ends = self.sets[0]
         self.held = torch.cuda.Event()
         self.void_batches = 0
 
@@ -547,14 +567,72 @@ class Timer:
                 state["floor"] = 2 * us
             raise RuntimeError("the host could not queue a batch of samples ahead of the GPU")
 
+        q = {"set": 0, "ahead": False, "ahead_void": False, "behind_voids": 0, "k": [1, 1]}
+
+        def enqueue(s: int, k: int, hold: bool) -> bool:
+            """Queues k samples into event set s, behind a spin if `hold`; False if the GPU was already past it."""
+            us = 0.0
+            if hold and self.sleep is not None:
+                us = min(max(hold_us(state["enqueue"], max(state["period"], 1.0), k, state["margin"]),
+                             state["floor"]), 200e3)
+                self.sleep(int(us * 1e-6 * 2.0e9))
+                self.held.record()
+            starts, ends = self.sets[s]
+            t1 = time.perf_counter()
+            for i in range(k):
+                if a.cold:
+                    self.flush()
+                starts[i].record()
+                fn()
+                ends[i].record()
+            state["enqueue"] = (time.perf_counter() - t1) * 1e6 / k
+            q["k"][s] = k
+            if hold and self.sleep is not None and self.held.query():
+                state["margin"] *= 2
+                state["floor"] = 2 * us
+                return False
+            return True
+
+        def back_to_back():
+            s = q["set"]
+            k = max(1, min(self.MAX_BATCH, int(0.01e6 / max(state["period"], 1.0))))
+            if not q["ahead"]:
+                q["ahead"], q["ahead_void"] = True, not enqueue(s, k, True)
+            pipelined = q["behind_voids"] < 2
+            if pipelined:
+                enqueue(1 - s, k, False)
+            starts, ends = self.sets[s]
+            n = q["k"][s]
+            behind_void = pipelined and ends[n - 1].query()
+            ends[n - 1].synchronize()
+            got = [starts[i].elapsed_time(ends[i]) * 1e3 for i in range(n)]  # ms -> us
+            state["period"] = starts[0].elapsed_time(ends[n - 1]) * 1e3 / n
+            state["gap"] = ends[0].elapsed_time(starts[1]) * 1e3 if n > 1 else 0.0
+            is_void = q["ahead_void"]
+            if behind_void:
+                q["behind_voids"] += 1
+            elif pipelined:
+                q["behind_voids"] = 0  # once the host fell behind twice in a row, a spin before every batch
+            if pipelined:
+                q["set"], q["ahead_void"] = 1 - s, behind_void
+            else:
+                q["ahead"] = False
+            if is_void:
+                self.void_batches += 1
+                return VoidBatch(got)
+            return got
+
         rule = StoppingRule(a.min_samples, a.max_noise, a.min_time, a.timeout, a.max_samples)
         e0 = self.nvml.energy_mj()
-        st = sample_loop(batch, rule, self.nvml.sm_clock_mhz, self.max_mhz, a.throttle_fraction)
+        queued = getattr(a, "queue", "round_trip") == "back_to_back"
+        st = sample_loop(back_to_back if queued else batch, rule, self.nvml.sm_clock_mhz, self.max_mhz,
+                         a.throttle_fraction)
         e1 = self.nvml.energy_mj() if e0 >= 0 else -1
+        torch.cuda.synchronize()  # the batch still queued behind the last one read
         st["power_w"] = power_w(e0, e1, st["wall_s"])
         st["settle_wait_s"] = settle_wait
         st["slowdown_at_start"] = slowdown
-        st["void_batches"] = self.void_batches
+        st["void_batches"] = self.void_batches  # round_trip: retried inside batch(); back_to_back: as sample_loop counted
         st["host_enqueue_us"] = state["enqueue"]  # host time to queue one sample, last batch
         st["between_samples_us"] = state.get("gap")  # GPU time from one sample's end to the next's start (flush)
         return st
@@ -735,6 +813,8 @@ def main(argv=None) -> int:
     ap.add_argument("--settle", type=float, default=None, help="seconds to wait for power/thermal slowdown to clear")
     ap.add_argument("--warm", dest="cold", action="store_const", const=False, default=None,
                     help="do not flush L2 before each sample")
+    ap.add_argument("--queue", choices=("round_trip", "back_to_back"), default=None,
+                    help="the timed loop's load (timing.hpp): the plan's timing.queue unless given")
     ap.add_argument("--flush", choices=("read", "write"), default=None,
                     help="L2 flush: read a 2x-L2 buffer (clean lines, default) or write it (as do_bench)")
     ap.add_argument("--no-verify", dest="verify", action="store_false")

@@ -102,6 +102,7 @@ nlohmann::json to_json(const Result& r) {
     j["slowdown_at_start"] = t.slowdown_at_start;
     j["busy_fraction"] = t.busy_fraction;
     j["power_w"] = t.power_w;
+    j["void_batches"] = t.void_batches;
     j["bytes_model_gbps"] = r.bytes_model / (t.median_us * 1e-6) / 1e9;
     // Achieved bandwidth on the bytes that must move: K+V alone (decode is bound by reading the cache) and all
     // of bytes_min (Q, K, V, O, LSE). SI GB/s over the median time.
@@ -170,6 +171,7 @@ Result result_from_json(const nlohmann::json& j) {
       t.slowdown_at_start = j.value("slowdown_at_start", 0ull);
       t.busy_fraction = j.value("busy_fraction", 0.0);
       t.power_w = j.value("power_w", 0.0);
+      t.void_batches = j.value("void_batches", 0);
       r.timing = t;
     }
     if (j.contains("verification") && j["verification"].is_object()) {

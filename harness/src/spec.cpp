@@ -408,7 +408,7 @@ void parse_timing(const Ctx& c, const YAML::Node& n, TimingPolicy& t) {
   if (!n.IsMap()) c.fail(n, "timing must be a map (min_samples, max_noise, min_time_s, timeout_s, ...)");
   static const std::vector<std::string> known = {"min_samples", "max_noise",   "min_time_s",       "timeout_s",
                                                  "max_samples", "cold",        "warmup_runs", "throttle_fraction",
-                                                 "point_timeout_s", "flush", "settle_s"};
+                                                 "point_timeout_s", "flush", "settle_s", "queue"};
   for (const auto& kv : n) {
     const std::string f = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
@@ -427,6 +427,12 @@ void parse_timing(const Ctx& c, const YAML::Node& n, TimingPolicy& t) {
     else if (f == "throttle_fraction") t.throttle_fraction = as_double(c, v, f);
     else if (f == "point_timeout_s") t.point_timeout_s = as_double(c, v, f);
     else if (f == "settle_s") t.settle_s = as_double(c, v, f);
+    else if (f == "queue") {
+      t.queue = v.as<std::string>();
+      if (t.queue != "round_trip" && t.queue != "back_to_back")
+        c.fail(v, "timing.queue must be 'round_trip' (one sample per host round trip) or 'back_to_back' (batches "
+                  "queued behind the running one, as do_bench)");
+    }
     else c.fail(kv.first, "unknown timing field '" + f + "'; known: " + known_list(known));
   }
   if (t.min_samples < 1 || t.max_samples < t.min_samples || t.max_noise <= 0 || t.min_time_s < 0 ||

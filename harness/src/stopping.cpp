@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 namespace fb {
 
@@ -12,7 +14,8 @@ void to_json(nlohmann::json& j, const TimingPolicy& t) {
                      {"min_time_s", t.min_time_s},   {"timeout_s", t.timeout_s},
                      {"max_samples", t.max_samples}, {"cold", t.cold}, {"flush", t.flush},
                      {"warmup_runs", t.warmup_runs}, {"throttle_fraction", t.throttle_fraction},
-                     {"point_timeout_s", t.point_timeout_s}, {"settle_s", t.settle_s}};
+                     {"point_timeout_s", t.point_timeout_s}, {"settle_s", t.settle_s},
+                     {"queue", t.queue}};
 }
 
 double StoppingRule::relative_stddev() const {
@@ -59,6 +62,57 @@ TimingStats summarize(std::vector<double> samples_us) {
   t.mean_us = sum / n;
   for (double s : samples_us) sum_sq += (s - t.mean_us) * (s - t.mean_us);
   t.cv = n > 1 && t.mean_us > 0 ? std::sqrt(sum_sq / (n - 1)) / t.mean_us : 0.0;
+  return t;
+}
+
+TimingStats sample_loop(const std::function<SampleBatch()>& next, const std::function<int()>& clock_mhz,
+                        int max_mhz, const TimingPolicy& policy, const std::function<double()>& now_s) {
+  StoppingRule rule(policy);
+  std::vector<double> clocks;
+  int dropped = 0, void_batches = 0;
+  double busy_us = 0; // every timed sample's GPU time, dropped and void ones included: the load on the GPU
+  const double t0 = now_s();
+  for (bool done = false; !done;) {
+    const SampleBatch b = next();
+    for (double us : b.us) busy_us += us;
+    const double wall = now_s() - t0;
+    if (b.is_void) {
+      ++void_batches;
+      if (rule.timed_out(wall) && rule.samples().size() >= 3) break;
+      if (rule.timed_out(wall * 0.5) && rule.samples().empty() && void_batches >= 8)
+        throw std::runtime_error("every batch of samples was void (queue '" + policy.queue +
+                                 "': the host could not keep the GPU's queue as the policy asks)");
+      continue;
+    }
+    const int mhz = clock_mhz ? clock_mhz() : 0;
+    if (mhz > 0 && max_mhz > 0 && mhz < policy.throttle_fraction * max_mhz) {
+      dropped += static_cast<int>(b.us.size()); // throttled: these say more about the clock than the kernel
+      if (rule.timed_out(wall) && rule.samples().size() >= 3) break;
+      if (rule.timed_out(wall * 0.5) && rule.samples().empty())
+        throw std::runtime_error("every sample was throttled below " +
+                                 std::to_string(static_cast<int>(policy.throttle_fraction * 100)) +
+                                 "% of the maximum SM clock");
+      continue;
+    }
+    for (double us : b.us) {
+      if (mhz > 0) clocks.push_back(mhz);
+      if (rule.add(us, wall)) {
+        done = true;
+        break;
+      }
+    }
+  }
+  TimingStats t = summarize(rule.samples());
+  t.dropped_throttled = dropped;
+  t.void_batches = void_batches;
+  t.stop_reason = rule.reason().empty() ? "timeout" : rule.reason();
+  t.noisy = t.cv > policy.max_noise;
+  t.wall_s = now_s() - t0;
+  if (t.wall_s > 0) t.busy_fraction = busy_us * 1e-6 / t.wall_s;
+  if (!clocks.empty()) {
+    std::nth_element(clocks.begin(), clocks.begin() + clocks.size() / 2, clocks.end());
+    t.sm_clock_mhz = clocks[clocks.size() / 2];
+  }
   return t;
 }
 

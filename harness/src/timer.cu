@@ -84,6 +84,9 @@ struct Timer::Impl {
   int* host_flags = nullptr;   // [0] release, [1] timed_out; pinned and mapped
   int* device_flags = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
+  // queue back_to_back: two sets of events, one for the batch the GPU runs and one for the batch queued behind it.
+  static constexpr int kMaxBatch = 64;
+  std::vector<cudaEvent_t> batch_events; // [set][start|stop][sample], created at the first back_to_back point
   ClockReader clocks;
   bool hold = true; // hold the stream while a sample is queued (off where launches are synchronous)
 
@@ -99,7 +102,9 @@ struct Timer::Impl {
     FB_CUDA_CHECK(cudaEventCreate(&stop));
     hold = launches_are_asynchronous(stream, device_flags, host_flags);
   }
+  cudaEvent_t batch_event(int set, int which, int i) { return batch_events[(set * 2 + which) * kMaxBatch + i]; }
   ~Impl() {
+    for (cudaEvent_t e : batch_events) cudaEventDestroy(e);
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
     cudaFreeHost(host_flags);
@@ -153,6 +158,92 @@ double Timer::sample_us(const std::function<void(cudaStream_t)>& launch, bool co
   return static_cast<double>(ms) * 1e3;
 }
 
+// queue back_to_back (timing.hpp): batches of k samples, each batch queued behind the one the GPU is running. The
+// first batch, and the first after the pipeline broke, waits behind the stream hold until all of it is queued. A
+// batch queued behind is void if the one ahead had already finished when the host was done queuing it: the GPU may
+// then have reached one of its samples before its launch was queued. A host that falls behind twice in a row gets a
+// hold before every batch (each batch then waits for the host, as one round trip per batch).
+class BackToBack {
+public:
+  BackToBack(Timer& timer, Timer::Impl& m, const std::function<void(cudaStream_t)>& launch, bool cold, double period_us)
+      : timer_(timer), m_(m), launch_(launch), cold_(cold) {
+    k_next_ = batch_size(period_us);
+  }
+  ~BackToBack() { cudaStreamSynchronize(m_.stream); } // the batch still queued behind the last one read
+  SampleBatch next() {
+    if (!ahead_) {
+      enqueue(set_, true);
+      ahead_ = true, ahead_void_ = false;
+    }
+    const bool pipelined = behind_voids_ < 2;
+    if (pipelined) enqueue(1 - set_, false);
+    const cudaError_t q = cudaEventQuery(m_.batch_event(set_, 1, k_[set_] - 1));
+    if (q != cudaSuccess && q != cudaErrorNotReady) FB_CUDA_CHECK(q);
+    const bool behind_void = pipelined && q == cudaSuccess;
+    FB_CUDA_CHECK(cudaEventSynchronize(m_.batch_event(set_, 1, k_[set_] - 1)));
+    SampleBatch b;
+    b.is_void = ahead_void_;
+    if (held_[set_] && m_.host_flags[1]) {
+      // The hold gave up before the host released it: a launch blocked the host (a tool serialising launches).
+      b.is_void = true;
+      m_.hold = false;
+    }
+    for (int i = 0; i < k_[set_]; ++i) {
+      float ms = 0;
+      FB_CUDA_CHECK(cudaEventElapsedTime(&ms, m_.batch_event(set_, 0, i), m_.batch_event(set_, 1, i)));
+      b.us.push_back(static_cast<double>(ms) * 1e3);
+    }
+    float span_ms = 0; // flush + sample, per sample: the next batch's size
+    FB_CUDA_CHECK(cudaEventElapsedTime(&span_ms, m_.batch_event(set_, 0, 0), m_.batch_event(set_, 1, k_[set_] - 1)));
+    k_next_ = batch_size(span_ms * 1e3 / k_[set_]);
+    if (behind_void)
+      ++behind_voids_;
+    else if (pipelined)
+      behind_voids_ = 0; // once the host fell behind twice in a row, a hold before every batch for the rest
+    if (pipelined) {
+      set_ = 1 - set_;
+      ahead_void_ = behind_void;
+    } else {
+      ahead_ = false;
+    }
+    return b;
+  }
+  bool hold_works() const { return m_.hold; }
+
+private:
+  static int batch_size(double period_us) {
+    return std::clamp(static_cast<int>(10e3 / std::max(period_us, 1.0)), 1, Timer::Impl::kMaxBatch);
+  }
+  void enqueue(int set, bool hold) {
+    volatile int* flags = m_.host_flags;
+    held_[set] = hold && m_.hold;
+    if (held_[set]) {
+      flags[0] = 0;
+      flags[1] = 0;
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      hold_stream<<<1, 1, 0, m_.stream>>>(m_.device_flags, 1'000'000'000ull, m_.device_flags + 1);
+      FB_CHECK_LAUNCH();
+    }
+    k_[set] = k_next_;
+    for (int i = 0; i < k_[set]; ++i) {
+      if (cold_) timer_.flush_l2();
+      FB_CUDA_CHECK(cudaEventRecord(m_.batch_event(set, 0, i), m_.stream));
+      launch_(m_.stream);
+      FB_CUDA_CHECK(cudaEventRecord(m_.batch_event(set, 1, i), m_.stream));
+    }
+    if (held_[set]) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      flags[0] = 1;
+    }
+  }
+  Timer& timer_;
+  Timer::Impl& m_;
+  const std::function<void(cudaStream_t)>& launch_;
+  bool cold_;
+  int set_ = 0, k_[2] = {1, 1}, k_next_ = 1, behind_voids_ = 0;
+  bool ahead_ = false, ahead_void_ = false, held_[2] = {false, false};
+};
+
 TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, const TimingPolicy& policy) {
   Impl& m = *impl_;
   // Re-checked per point: a profiler attached or initialised since the last point can make launches synchronous.
@@ -166,58 +257,45 @@ TimingStats Timer::measure(const std::function<void(cudaStream_t)>& launch, cons
     settle_wait = now_s() - s0;
   }
   const unsigned long long slowdown = m.clocks.available() ? m.clocks.slowdown_reasons() : 0;
+  double period_us = 0; // flush + sample, from the warm-up (back_to_back's first batch size)
   {
     ScopedRange r{"warmup"};
+    FB_CUDA_CHECK(cudaEventRecord(m.start, m.stream));
     for (int i = 0; i < policy.warmup_runs; ++i) {
       if (policy.cold) flush_l2();
       launch(m.stream);
     }
+    FB_CUDA_CHECK(cudaEventRecord(m.stop, m.stream));
     FB_CUDA_CHECK(cudaStreamSynchronize(m.stream));
+    float ms = 0;
+    FB_CUDA_CHECK(cudaEventElapsedTime(&ms, m.start, m.stop));
+    if (policy.warmup_runs > 0) period_us = ms * 1e3 / policy.warmup_runs;
   }
   ScopedRange r{"time"};
-  StoppingRule rule(policy);
-  std::vector<double> clocks;
-  int dropped = 0;
-  const int max_mhz = m.dev.sm_clock_max_mhz;
-  double busy_us = 0; // every timed sample's GPU time, dropped ones included: the load the loop put on the GPU
-  const long long energy0 = m.clocks.available() ? m.clocks.energy_mj() : -1;
-  const double t0 = now_s();
-  for (;;) {
+  // Without the hold (synchronous launches) nothing can be queued ahead: one sample per round trip.
+  const bool back_to_back = policy.queue == "back_to_back" && m.hold;
+  if (back_to_back && m.batch_events.empty()) {
+    m.batch_events.resize(4 * Impl::kMaxBatch);
+    for (cudaEvent_t& e : m.batch_events) FB_CUDA_CHECK(cudaEventCreate(&e));
+  }
+  std::unique_ptr<BackToBack> queue;
+  if (back_to_back) queue = std::make_unique<BackToBack>(*this, m, launch, policy.cold, period_us);
+  auto next = [&]() -> SampleBatch {
+    if (queue && queue->hold_works()) return queue->next();
     const double us = sample_us(launch, policy.cold);
-    if (us < 0) continue; // void sample (see sample_us)
-    busy_us += us;
-    const int mhz = m.clocks.available() ? m.clocks.sm_clock_mhz() : 0;
-    const double wall = now_s() - t0;
-    if (mhz > 0 && max_mhz > 0 && mhz < policy.throttle_fraction * max_mhz) {
-      ++dropped; // throttled: this sample says more about the clock than the kernel
-      if (rule.timed_out(wall) && rule.samples().size() >= 3) break;
-      if (rule.timed_out(wall * 0.5) && rule.samples().empty())
-        throw std::runtime_error("every sample was throttled below " +
-                                 std::to_string(static_cast<int>(policy.throttle_fraction * 100)) +
-                                 "% of the maximum SM clock");
-      continue;
-    }
-    if (mhz > 0) clocks.push_back(mhz);
-    if (rule.add(us, wall)) break;
-  }
-  TimingStats t = summarize(rule.samples());
-  t.dropped_throttled = dropped;
-  t.stop_reason = rule.reason().empty() ? "timeout" : rule.reason();
-  t.noisy = t.cv > policy.max_noise;
-  t.wall_s = now_s() - t0;
+    return us < 0 ? SampleBatch{{}, true} : SampleBatch{{us}, false};
+  };
+  const long long energy0 = m.clocks.available() ? m.clocks.energy_mj() : -1;
+  std::function<int()> clock;
+  if (m.clocks.available()) clock = [&] { return m.clocks.sm_clock_mhz(); };
+  TimingStats t = sample_loop(next, clock, m.dev.sm_clock_max_mhz, policy, now_s);
   const long long energy1 = energy0 >= 0 ? m.clocks.energy_mj() : -1;
-  if (t.wall_s > 0) {
-    t.busy_fraction = busy_us * 1e-6 / t.wall_s;
-    // NVML's energy counter moves in steps of tens of ms (an H200 read 0 to 1000 W over 60-ms loops): shorter
-    // loops get no power figure rather than a wrong one.
-    if (energy0 >= 0 && energy1 >= energy0 && t.wall_s >= 0.5) t.power_w = (energy1 - energy0) * 1e-3 / t.wall_s;
-  }
+  queue.reset(); // drains the batch queued behind the last one read
+  // NVML's energy counter moves in steps of tens of ms (an H200 read 0 to 1000 W over 60-ms loops): shorter
+  // loops get no power figure rather than a wrong one.
+  if (energy0 >= 0 && energy1 >= energy0 && t.wall_s >= 0.5) t.power_w = (energy1 - energy0) * 1e-3 / t.wall_s;
   t.settle_wait_s = settle_wait;
   t.slowdown_at_start = slowdown;
-  if (!clocks.empty()) {
-    std::nth_element(clocks.begin(), clocks.begin() + clocks.size() / 2, clocks.end());
-    t.sm_clock_mhz = clocks[clocks.size() / 2];
-  }
   return t;
 }
 

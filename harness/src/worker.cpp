@@ -79,6 +79,7 @@ TimingPolicy timing_from_json(const nlohmann::json& j) {
   t.warmup_runs = j.value("warmup_runs", t.warmup_runs);
   t.throttle_fraction = j.value("throttle_fraction", t.throttle_fraction);
   t.point_timeout_s = j.value("point_timeout_s", t.point_timeout_s);
+  t.queue = j.value("queue", t.queue);
   return t;
 }
 

@@ -85,18 +85,20 @@ def test_power_needs_a_long_enough_loop(peers):
 
 def test_timing_comes_from_the_plan_unless_given(peers):
     plan = {"min_samples": 7, "max_noise": 0.01, "min_time_s": 0.05, "timeout_s": 1.0, "max_samples": 500,
-            "cold": False, "flush": "write", "warmup_runs": 3, "settle_s": 0.5, "throttle_fraction": 0.8}
+            "cold": False, "flush": "write", "warmup_runs": 3, "settle_s": 0.5, "throttle_fraction": 0.8,
+            "queue": "back_to_back"}
     names = list(peers.TIMING_FIELDS)
     a = argparse.Namespace(**{n: None for n in names})
     a.timeout = 4.0
     peers.resolve_timing(a, plan)
-    assert (a.min_samples, a.max_noise, a.min_time, a.max_samples, a.cold, a.flush, a.settle, a.throttle_fraction) == \
-        (7, 0.01, 0.05, 500, False, "write", 0.5, 0.8)
+    assert (a.min_samples, a.max_noise, a.min_time, a.max_samples, a.cold, a.flush, a.settle, a.throttle_fraction,
+            a.queue) == (7, 0.01, 0.05, 500, False, "write", 0.5, 0.8, "back_to_back")
     assert a.timeout == 4.0  # the command line wins
     assert a.warmup == 10  # torch needs its first calls to pick kernels: never fewer than 10 unless asked
     b = argparse.Namespace(**{n: None for n in names})
     peers.resolve_timing(b, {})
-    assert (b.min_samples, b.min_time, b.timeout, b.cold, b.flush) == (10, 0.5, 15.0, True, "read")
+    assert (b.min_samples, b.min_time, b.timeout, b.cold, b.flush, b.queue) == (10, 0.5, 15.0, True, "read",
+                                                                               "round_trip")
 
 
 class FakeTorch:
@@ -147,6 +149,10 @@ class FakeTorch:
             def current_device():
                 return 0
 
+            @staticmethod
+            def synchronize():
+                pass
+
         Cuda.Event = Event
         self.cuda = Cuda
         self.ones = lambda *a, **k: Buf()
@@ -187,6 +193,33 @@ def test_a_batch_the_host_queued_too_late_is_void(peers):
     never = FakeTorch(late=10 ** 6)
     with pytest.raises(RuntimeError, match="could not queue"):
         peers.Timer(never, fake_args(), 1 << 20, NoNvml()).measure(never.call)
+
+
+def test_back_to_back_queues_each_batch_behind_the_last(peers):
+    torch = FakeTorch()
+    timer = peers.Timer(torch, fake_args(queue="back_to_back"), 1 << 20, NoNvml())
+    st = timer.measure(torch.call)
+    assert st["median_us"] == pytest.approx(100.0) and len(st["samples_us"]) == 100
+    assert st["void_batches"] == 0 and len(torch.sleeps) == 1  # only the first batch waits behind a spin
+
+
+def test_back_to_back_batches_the_host_fell_behind_on_are_void(peers):
+    # The first batch's spin is passed too early, then twice the batch ahead had finished before the host was done
+    # queuing the one behind: three void batches, then a spin before every batch for the rest of the point.
+    torch = FakeTorch(late=3)
+    timer = peers.Timer(torch, fake_args(queue="back_to_back"), 1 << 20, NoNvml())
+    st = timer.measure(torch.call)
+    assert st["void_batches"] == 3 and st["median_us"] == pytest.approx(100.0) and len(st["samples_us"]) == 100
+    assert len(torch.sleeps) == 3 and torch.sleeps[1] > torch.sleeps[0]  # the first spin's retry holds longer
+    assert st["busy_fraction"] > 0
+
+
+def test_void_batches_are_load_but_not_samples(peers):
+    got = iter([peers.VoidBatch([900.0, 900.0]), [100.0, 100.0]] * 10)
+    st = peers.sample_loop(lambda: next(got), rule(peers, min_samples=4, min_time_s=0.0))
+    assert st["samples_us"] == [100.0] * 4 and st["void_batches"] == 2
+    with pytest.raises(RuntimeError, match="void"):
+        peers.sample_loop(lambda: peers.VoidBatch([]), rule(peers, timeout_s=0.01))
 
 
 def test_git_sha_prefers_the_explicit_source_sha(peers, monkeypatch):

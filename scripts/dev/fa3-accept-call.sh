@@ -6,8 +6,12 @@
 # About 7 minutes on an H100 (scripts/gpu-ci.sh does all of this and more, but needs more than one call's 10 minutes).
 # Results and logs go to $OUT as res.tgz and logs.tgz. Run from the repository root:
 #   bash scripts/dev/fa3-accept-call.sh [SPEC]
+# QUEUE=back_to_back runs SPEC with timing.queue back_to_back (both harnesses; harness/include/flashbench/timing.hpp).
 set -u
 spec=${1:-sweeps/fa3-accept.yaml}
+if [ -n "${QUEUE:-}" ]; then
+  sed "s/^timing:/timing:\n  queue: $QUEUE/" "$spec" > /tmp/spec-queue.yaml && spec=/tmp/spec-queue.yaml
+fi
 out=${OUT:?set OUT to the folder the results go to}
 L=/tmp/logs; mkdir -p $L /tmp/res
 t0=$(date +%s); ts() { echo "[$(( $(date +%s) - t0 )) s] $*"; }

@@ -29,6 +29,7 @@ Result sample_ok() {
   r.timing = summarize({10.0, 11.0, 12.0, 10.5, 11.5});
   r.timing->busy_fraction = 0.93;
   r.timing->power_w = 612.5;
+  r.timing->void_batches = 2;
   VerifyResult v;
   v.pass = true;
   v.max_abs_error = 1e-3;
@@ -82,6 +83,7 @@ TEST(Results, FileRoundTripIsAtomicAndVersioned) {
   EXPECT_DOUBLE_EQ(back.timing->median_us, 11.0);
   EXPECT_DOUBLE_EQ(back.timing->busy_fraction, 0.93); // the timed loop's load travels with the point
   EXPECT_DOUBLE_EQ(back.timing->power_w, 612.5);
+  EXPECT_EQ(back.timing->void_batches, 2);
   EXPECT_EQ(back.config.get("block_m"), 32);
   EXPECT_EQ(result_from_json(doc["benchmarks"][1]).reason, "head_dim 72 unsupported");
 

@@ -24,7 +24,7 @@ void expect_error(const std::string& yaml, const std::string& pattern) {
 TEST(Spec, ExpandsAxesAndDerivedFields) {
   const SweepSpec s = parse_spec(R"(
 name: t
-timing: {min_samples: 5, timeout_s: 2, flush: write, settle_s: 0.5}
+timing: {min_samples: 5, timeout_s: 2, flush: write, settle_s: 0.5, queue: back_to_back}
 problems:
   - {tokens: 16384, hidden: 2048, seqlen: [512, 1024], head_dim: [64, 128], causal: [false, true], dtype: bf16}
   - {batch: 1, heads_q: 8, gqa: 4, seqlen_q: 1, seqlen_kv: {pow2: [256, 1024]}, head_dim: 128}
@@ -36,6 +36,8 @@ variants: [naive]
   EXPECT_DOUBLE_EQ(s.timing.timeout_s, 2.0);
   EXPECT_EQ(s.timing.flush, "write");
   EXPECT_DOUBLE_EQ(s.timing.settle_s, 0.5);
+  EXPECT_EQ(s.timing.queue, "back_to_back");
+  EXPECT_EQ(TimingPolicy{}.queue, "round_trip"); // the default keeps the history's method
   EXPECT_EQ(TimingPolicy{}.flush, "read"); // the default: clean L2 lines (timing.hpp says why)
   ASSERT_EQ(s.problems.size(), 8u + 3u);
   const AttentionProblem& p = s.problems[0];
@@ -115,6 +117,9 @@ TEST(Spec, ErrorsNameFileLineAndWhatToDo) {
   expect_error("timing: {flush: erase}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
                "variants: [naive]\n",
                R"(^t\.yaml:1:\d+: timing.flush must be 'read' .* or 'write')");
+  expect_error("timing: {queue: fast}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
+               "variants: [naive]\n",
+               R"(^t\.yaml:1:\d+: timing.queue must be 'round_trip' .* or 'back_to_back')");
 }
 
 TEST(Spec, ShippedSpecsParse) {

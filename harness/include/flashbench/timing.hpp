@@ -8,6 +8,11 @@
 //  - while one sample's work is queued, the stream is held by a blocking kernel, so host launch overhead never
 //    lands between the events;
 //  - each sample is one pair of CUDA events around the variant's launches;
+//  - the load (`queue`): "round_trip" (default) times one sample per host round trip, so the GPU idles while the
+//    host syncs, reads the clock and queues the next; "back_to_back" queues batches of samples (~10 ms of GPU
+//    work each) behind the one running, so the GPU idles only for the flushes, as in triton's do_bench (the
+//    issue anchors' method) or a training step. Under a power cap the clock follows the load, so two harnesses
+//    compare kernels fairly only under the same one: scripts/peers.py queues the same way;
 //  - samples whose SM clock (NVML) fell under 75% of the maximum are dropped as throttled;
 //  - sampling stops once there are >= min_samples, >= min_time of GPU time and the relative standard deviation
 //    is <= max_noise; or at timeout, when the point is marked noisy if the noise target was not met.
@@ -42,6 +47,8 @@ struct TimingPolicy {
   // Whole-point deadline (prepare + verify + time + counters), enforced by the sweep's supervisor: past it the
   // worker process is killed and the point is recorded as a timeout.
   double point_timeout_s = 120.0;
+  // The load the timed loop puts on the GPU: "round_trip" or "back_to_back" (see the top of this file).
+  std::string queue = "round_trip";
 };
 
 void to_json(nlohmann::json& j, const TimingPolicy& t);
@@ -61,6 +68,9 @@ struct TimingStats {
   // kernels fairly only at similar values (scripts/peers.py reports the same two fields).
   double busy_fraction = 0;        // GPU time inside the samples (kept and dropped) over the timed loop's wall time
   double power_w = 0;              // mean board power over the timed loop (NVML energy counter; 0 when unknown)
+  // Batches not kept because the load was not what `queue` asks for: back_to_back, the GPU had caught up with the
+  // host (a launch's latency may be inside their samples); round_trip, the stream hold gave up (synchronous launches).
+  int void_batches = 0;
 };
 
 // The stopping rule alone, host-only so it is testable: feed samples, ask whether to stop.
@@ -84,6 +94,20 @@ private:
 // Summary statistics of kept samples (median, min, max, mean, cv).
 TimingStats summarize(std::vector<double> samples_us);
 
+// One step of the timed loop: samples in microseconds, timed back to back or one per round trip. A void batch's
+// samples count towards the load (busy_fraction) but are not kept.
+struct SampleBatch {
+  std::vector<double> us;
+  bool is_void = false;
+};
+// The timed loop's bookkeeping without the GPU (Timer::measure runs it; scripts/peers.py's sample_loop is the same):
+// takes batches from `next` until the stopping rule says stop. `clock_mhz` (0: unknown) is read once per batch;
+// a batch taken under throttle_fraction of `max_mhz` is dropped, and still counts towards busy_fraction. `now_s` is
+// the wall clock. Fills samples_us and the statistics, dropped_throttled, stop_reason, noisy, wall_s,
+// busy_fraction, sm_clock_mhz and void_batches.
+TimingStats sample_loop(const std::function<SampleBatch()>& next, const std::function<int()>& clock_mhz,
+                        int max_mhz, const TimingPolicy& policy, const std::function<double()>& now_s);
+
 // Reads the SM clock of one device through NVML, loaded at run time (a missing driver library is not an error:
 // clocks are then reported as 0 and no sample is dropped).
 class ClockReader {
@@ -103,6 +127,8 @@ private:
   void* device_ = nullptr;
 };
 
+class BackToBack; // timer.cu: the queue of policy queue back_to_back
+
 // GPU timer for one device: owns the L2 flush buffer, the blocking kernel's flag and the events.
 class Timer {
 public:
@@ -121,6 +147,7 @@ public:
   void flush_l2(const std::string& how);
 
 private:
+  friend class BackToBack;
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string policy_flush_ = "read";
