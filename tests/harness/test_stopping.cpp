@@ -56,12 +56,17 @@ struct FakeWall {
   double t = 0;
   double operator()() const { return t; }
 };
+// Stops on noise once it has `min_samples`, whatever their GPU time.
+TimingPolicy after_samples(int min_samples) {
+  TimingPolicy p;
+  p.min_samples = min_samples;
+  p.min_time_s = 0;
+  return p;
+}
 } // namespace
 
 TEST(SampleLoop, KeepsBatchesAndCountsTheLoad) {
-  TimingPolicy p;
-  p.min_samples = 6;
-  p.min_time_s = 0;
+  const TimingPolicy p = after_samples(6);
   FakeWall wall;
   auto next = [&] {
     wall.t += 0.004; // 3 x 1 ms of GPU time in 4 ms of wall time
@@ -76,9 +81,7 @@ TEST(SampleLoop, KeepsBatchesAndCountsTheLoad) {
 }
 
 TEST(SampleLoop, VoidBatchesAreLoadButNotSamples) {
-  TimingPolicy p;
-  p.min_samples = 4;
-  p.min_time_s = 0;
+  const TimingPolicy p = after_samples(4);
   FakeWall wall;
   int n = 0;
   auto next = [&] {
@@ -95,9 +98,7 @@ TEST(SampleLoop, VoidBatchesAreLoadButNotSamples) {
 }
 
 TEST(SampleLoop, ThrottledBatchesAreDropped) {
-  TimingPolicy p;
-  p.min_samples = 2;
-  p.min_time_s = 0;
+  const TimingPolicy p = after_samples(2);
   FakeWall wall;
   int calls = 0;
   auto clock = [&] { return calls <= 2 ? 900 : 1980; }; // the first two batches under 75% of 1980 MHz
