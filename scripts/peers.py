@@ -540,34 +540,10 @@ class Timer:
         state = {"period": self.starts[0].elapsed_time(self.ends[0]) * 1e3 / n_warm,  # us, GPU, per sample
                  "enqueue": (time.perf_counter() - t_host) * 1e6 / n_warm, "margin": 1.5, "floor": 0.0}
 
-        def batch():
-            period = max(state["period"], 1.0)
-            k = max(1, min(self.MAX_BATCH, int(0.01e6 / period)))  # about 10 ms of GPU work per batch
-            for _ in range(8):
-                us = min(max(hold_us(state["enqueue"], period, k, state["margin"]), state["floor"]), 200e3)
-                if self.sleep is not None:
-                    self.sleep(int(us * 1e-6 * 2.0e9))  # cycles; a lower clock only makes the hold longer
-                self.held.record()
-                t1 = time.perf_counter()
-                for i in range(k):
-                    if a.cold:
-                        self.flush()
-                    self.starts[i].record()
-                    fn()
-                    self.ends[i].record()
-                state["enqueue"] = (time.perf_counter() - t1) * 1e6 / k
-                in_time = self.sleep is None or not self.held.query()
-                self.ends[k - 1].synchronize()
-                if in_time:
-                    state["period"] = self.starts[0].elapsed_time(self.ends[k - 1]) * 1e3 / k
-                    state["gap"] = self.ends[0].elapsed_time(self.starts[1]) * 1e3 if k > 1 else 0.0
-                    return [self.starts[i].elapsed_time(self.ends[i]) * 1e3 for i in range(k)]  # ms -> us
-                self.void_batches += 1  # the GPU got ahead of the host: launch latency may be inside the samples
-                state["margin"] *= 2
-                state["floor"] = 2 * us
-            raise RuntimeError("the host could not queue a batch of samples ahead of the GPU")
-
         q = {"set": 0, "ahead": False, "ahead_void": False, "behind_voids": 0, "k": [1, 1]}
+
+        def batch_size() -> int:
+            return max(1, min(self.MAX_BATCH, int(0.01e6 / max(state["period"], 1.0))))  # ~10 ms of GPU work
 
         def enqueue(s: int, k: int, hold: bool) -> bool:
             """Queues k samples into event set s, behind a spin if `hold`; False if the GPU was already past it."""
@@ -575,7 +551,7 @@ class Timer:
             if hold and self.sleep is not None:
                 us = min(max(hold_us(state["enqueue"], max(state["period"], 1.0), k, state["margin"]),
                              state["floor"]), 200e3)
-                self.sleep(int(us * 1e-6 * 2.0e9))
+                self.sleep(int(us * 1e-6 * 2.0e9))  # cycles; a lower clock only makes the hold longer
                 self.held.record()
             starts, ends = self.sets[s]
             t1 = time.perf_counter()
@@ -588,27 +564,41 @@ class Timer:
             state["enqueue"] = (time.perf_counter() - t1) * 1e6 / k
             q["k"][s] = k
             if hold and self.sleep is not None and self.held.query():
-                state["margin"] *= 2
+                state["margin"] *= 2  # the GPU got ahead of the host: launch latency may be inside the samples
                 state["floor"] = 2 * us
                 return False
             return True
 
-        def back_to_back():
-            s = q["set"]
-            k = max(1, min(self.MAX_BATCH, int(0.01e6 / max(state["period"], 1.0))))
-            if not q["ahead"]:
-                q["ahead"], q["ahead_void"] = True, not enqueue(s, k, True)
-            pipelined = q["behind_voids"] < 2
-            if pipelined:
-                enqueue(1 - s, k, False)
+        def read(s: int, valid: bool) -> list:
+            """Waits for the batch in event set s: its samples in us (and, if valid, its period and flush gap)."""
             starts, ends = self.sets[s]
             n = q["k"][s]
-            behind_void = pipelined and ends[n - 1].query()
             ends[n - 1].synchronize()
-            got = [starts[i].elapsed_time(ends[i]) * 1e3 for i in range(n)]  # ms -> us
-            state["period"] = starts[0].elapsed_time(ends[n - 1]) * 1e3 / n
-            state["gap"] = ends[0].elapsed_time(starts[1]) * 1e3 if n > 1 else 0.0
+            if valid:
+                state["period"] = starts[0].elapsed_time(ends[n - 1]) * 1e3 / n
+                state["gap"] = ends[0].elapsed_time(starts[1]) * 1e3 if n > 1 else 0.0
+            return [starts[i].elapsed_time(ends[i]) * 1e3 for i in range(n)]  # ms -> us
+
+        def batch():  # round_trip: one batch per host round trip
+            k = batch_size()
+            for _ in range(8):
+                in_time = enqueue(0, k, True)
+                got = read(0, in_time)
+                if in_time:
+                    return got
+                self.void_batches += 1
+            raise RuntimeError("the host could not queue a batch of samples ahead of the GPU")
+
+        def back_to_back():
+            s = q["set"]
+            if not q["ahead"]:
+                q["ahead"], q["ahead_void"] = True, not enqueue(s, batch_size(), True)
+            pipelined = q["behind_voids"] < 2
+            if pipelined:
+                enqueue(1 - s, batch_size(), False)
+            behind_void = pipelined and self.sets[s][1][q["k"][s] - 1].query()
             is_void = q["ahead_void"]
+            got = read(s, not is_void)
             if behind_void:
                 q["behind_voids"] += 1
             elif pipelined:
