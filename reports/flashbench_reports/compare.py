@@ -75,6 +75,10 @@ def render(rows: List[Row], base: R.Results, cur: R.Results, threshold: float, a
     if base.device.get("slug") and cur.device.get("slug") and base.device.get("slug") != cur.device.get("slug"):
         out += ["", "⚠️ The runs are on different devices ({} vs {}); use `bringup` to compare GPUs."
                 .format(base.device.get("slug"), cur.device.get("slug"))]
+    if base.timing_queue != cur.timing_queue:
+        out += ["", "⚠️ The runs were timed under different loads (timing.queue {} vs {}): under a power cap the "
+                "clock follows the load, so a change may be the method's, not the code's. Time both with the same "
+                "queue.".format(base.timing_queue, cur.timing_queue)]
     out.append("")
 
     timed = [r for r in rows if r.change is not None and r.kind != "unchanged"]

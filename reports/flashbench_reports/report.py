@@ -64,6 +64,7 @@ def device_rows(results: List[R.Results]) -> List[list]:
         ("measured bf16 GEMM (TFLOP/s)", lambda r: _fmt(r.ceiling("gemm_bf16_tflops"))),
         ("measured copy (GB/s, read+write)", lambda r: _fmt(r.ceiling("copy_gbps"))),
         ("SM clock during probe (MHz)", lambda r: g(r, "ceilings", "sm_clock_mhz")),
+        ("timed load (timing.queue)", lambda r: r.timing_queue),
         ("host", lambda r: g(r, "host_name")),
         ("date", lambda r: g(r, "date")),
         ("flashbench", lambda r: " ".join(str(x) for x in (g(r, "flashbench", "version"), g(r, "flashbench", "git_sha"),

@@ -180,6 +180,11 @@ class Results:
         return v if v and v > 0 else None
 
     @property
+    def timing_queue(self) -> str:
+        """The load the timed loops put on the GPU (timing.queue); results written before it existed: round_trip."""
+        return str(_dict(self.context.get("timing_policy")).get("queue") or "round_trip")
+
+    @property
     def device_label(self) -> str:
         d = self.device
         return str(d.get("name") or d.get("slug") or self.context.get("host_name") or os.path.basename(self.path))

@@ -14,7 +14,8 @@ H200 = dict(H100, name="NVIDIA H200", slug="nvidia-h200", total_mem_bytes=150754
             mem_bus_width_bits=6144, pci_bus_id="0000:19:00.0")
 
 
-def context(device=None, ceilings: Optional[dict] = "default", schema_version=1, git_sha="abc1234") -> Dict[str, Any]:
+def context(device=None, ceilings: Optional[dict] = "default", schema_version=1, git_sha="abc1234",
+            queue=None) -> Dict[str, Any]:
     if ceilings == "default":
         ceilings = {"gemm_bf16_tflops": 700.0, "gemm_mnk": "8192x8192x8192", "copy_gbps": 3000.0,
                     "copy_bytes": 2147483648, "sm_clock_mhz": 1980}
@@ -24,7 +25,8 @@ def context(device=None, ceilings: Optional[dict] = "default", schema_version=1,
             "flashbench": {"version": "0.1.0", "git_sha": git_sha, "build_type": "Release"},
             "spec": {"name": "synthetic", "path": "sweeps/synthetic.yaml"}, "device": device or H100,
             "ceilings": ceilings,
-            "timing_policy": {"min_samples": 10, "max_noise": 0.005, "min_time_s": 0.5, "timeout_s": 15, "cold": True}}
+            "timing_policy": dict({"min_samples": 10, "max_noise": 0.005, "min_time_s": 0.5, "timeout_s": 15,
+                                   "cold": True}, **({"queue": queue} if queue else {}))}
 
 
 def problem(seqlen=1024, seqlen_q=None, batch=1, heads_q=16, heads_kv=16, head_dim=128, causal=False, dtype="bf16"):

@@ -34,6 +34,19 @@ def test_five_percent_slowdown_at_low_noise_is_a_regression(tmp_path, capsys):
     assert base[0]["name"] in capsys.readouterr().out
 
 
+def test_runs_timed_under_different_loads_are_flagged(tmp_path):
+    p = synth.problem(2048)
+    recs = [synth.record("fa2_q_outer", {"block_m": 128}, p, 100.0, cv=0.003, n=40, rng=random.Random(1))]
+    b = synth.write(tmp_path / "base.json", synth.doc(recs))  # written before timing.queue existed: round_trip
+    c = synth.write(tmp_path / "cur.json", synth.doc(recs, queue="back_to_back"))
+    same = synth.write(tmp_path / "same.json", synth.doc(recs, queue="round_trip"))
+    out = tmp_path / "table.md"
+    main(["compare", b, c, "-o", str(out)])
+    assert "different loads (timing.queue round_trip vs back_to_back)" in out.read_text()
+    main(["compare", b, same, "-o", str(out)])
+    assert "different loads" not in out.read_text()
+
+
 def test_same_distribution_gives_no_false_regression(tmp_path):
     rng = random.Random(12345)
     base, cur = [], []

@@ -76,7 +76,8 @@ def test_html_tolerates_missing_optional_fields(tmp_path):
 def test_bringup_end_to_end(tmp_path):
     a = synth.write(tmp_path / "h100.json", synth.doc(synth.sweep(0)))
     b = synth.write(tmp_path / "h200.json", synth.doc(synth.sweep(1, speed=1.3), device=synth.H200,
-                                                       ceilings={"gemm_bf16_tflops": 750.0, "copy_gbps": 4300.0}))
+                                                       ceilings={"gemm_bf16_tflops": 750.0, "copy_gbps": 4300.0},
+                                                       queue="back_to_back"))
     out = tmp_path / "bringup"
     assert main(["bringup", a, b, "-o", str(out)]) == 0
     index = (out / "index.html").read_text()
@@ -87,6 +88,8 @@ def test_bringup_end_to_end(tmp_path):
     for p in pngs:
         _assert_png(p)
     assert "| SMs | 132 | 132 |" in (out / "bringup.md").read_text()
+    # the load each run was timed under sits with the device facts (a bring-up compares clocks under a power cap)
+    assert "| timed load (timing.queue) | round_trip | back_to_back |" in (out / "bringup.md").read_text()
 
 
 def test_history_end_to_end(tmp_path, capsys):
