@@ -167,7 +167,7 @@ class BackToBack {
 public:
   BackToBack(Timer& timer, Timer::Impl& m, const std::function<void(cudaStream_t)>& launch, bool cold, double period_us)
       : timer_(timer), m_(m), launch_(launch), cold_(cold) {
-    k_next_ = batch_size(period_us);
+    k_next_ = period_us > 0 ? batch_size(period_us) : 1; // no warm-up: the first batch measures the period
   }
   ~BackToBack() { cudaStreamSynchronize(m_.stream); } // the batch still queued behind the last one read
   SampleBatch next() {
