@@ -11,6 +11,8 @@
 # them (--cache-control none) for every profile, the peer's too.
 # Results, logs and ncu pages go to $OUT as res.tgz, logs.tgz (and ncu.tgz). Run from the repository root:
 #   bash scripts/dev/fa3-ab-call.sh OLD_DIR SPEC [NCU_SPEC]
+# FLASHBENCH_SOURCE_SHA=<commit, expanded where the command is written> names it in the results (scripts/env.sh): the
+# GPU machine's copy of the tree carries another .git.
 set -u
 old_dir=${1:?usage: fa3-ab-call.sh OLD_DIR SPEC [NCU_SPEC]}
 spec=${2:?usage: fa3-ab-call.sh OLD_DIR SPEC [NCU_SPEC]}

@@ -6,6 +6,8 @@
 # About 7 minutes on an H100 (scripts/gpu-ci.sh does all of this and more, but needs more than one call's 10 minutes).
 # Results and logs go to $OUT as res.tgz and logs.tgz. Run from the repository root:
 #   bash scripts/dev/fa3-accept-call.sh [SPEC]
+# FLASHBENCH_SOURCE_SHA=<commit, expanded where the command is written> names it in the results (scripts/env.sh): the
+# GPU machine's copy of the tree carries another .git.
 # QUEUE=back_to_back runs SPEC with timing.queue back_to_back (both harnesses; harness/include/flashbench/timing.hpp).
 set -u
 spec=${1:-sweeps/fa3-accept.yaml}
