@@ -2,16 +2,23 @@
 """Best config of each variant per problem against the peers measured in the same call.
 
     scripts/peer_table.py OURS.json PEERS.json [--variant fa3_pipelined] [--peer torch_cudnn]
+    scripts/peer_table.py INTERLEAVED.json --variant fa3_pipelined [--peer torch_cudnn]
 
-OURS is a `flashbench run` results file, PEERS the output of `scripts/peers.py` on the same plan. Prints one row per
-problem: the variant's best TFLOP/s and config, each peer's TFLOP/s and the ratio to the chosen peer, then the
-SM clock (MHz), the timed loop's busy fraction and mean board power (W) of ours and of that peer. Under a power cap
-the clock follows the load, so a ratio is fair only where both loops kept the GPU about as busy. `per MHz` is the
-same ratio with each side divided by its mean SM clock: a rough view of the code apart from the power lottery
-(compute-bound kernels scale with the SM clock; the clock is a mean sampled over the timed loop).
+OURS is a `flashbench run` results file, PEERS the output of `scripts/peers.py` on the same plan. With one file, it
+is the output of `scripts/peers.py --ours VARIANT --rounds R`: the variant timed by peers.py itself, in turn with the
+peers, R rounds. Records are paired by problem and round (repetition_index): the ratio is the median of the rounds'
+ratios, with their range when there are several.
+
+Prints one row per problem: the variant's best TFLOP/s (median over rounds) and config, each peer's TFLOP/s and the
+ratio to the chosen peer, then the SM clock (MHz), the timed loop's busy fraction and mean board power (W) of ours
+and of that peer (first round). Under a power cap the clock follows the load, so a ratio is fair only where both
+loops kept the GPU about as busy, and where both were timed under the same power and thermal state (interleaved
+rounds). `per MHz` is the same ratio with each side divided by its sampled SM clock: a rough view of the code apart
+from the power lottery (compute-bound kernels scale with the SM clock).
 """
 import argparse
 import json
+import statistics
 import sys
 
 FIELDS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim", "causal", "dtype")
@@ -20,49 +27,72 @@ FIELDS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim", "
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("ours")
-    ap.add_argument("peers")
+    ap.add_argument("peers", nargs="?", default=None)
     ap.add_argument("--variant", default=None)
     ap.add_argument("--peer", default="torch_cudnn", help="the peer the ratio is taken against")
     a = ap.parse_args()
     try:
         ours = json.load(open(a.ours))["benchmarks"]
-        peers = json.load(open(a.peers))["benchmarks"]
+        peers = json.load(open(a.peers))["benchmarks"] if a.peers else ours
     except (OSError, ValueError, KeyError) as e:
-        print(f"peer_table: cannot read the inputs: {e}; give a flashbench results file and a peers.py file",
-              file=sys.stderr)
+        print(f"peer_table: cannot read the inputs: {e}; give a flashbench results file and a peers.py file, or "
+              "one file of peers.py --ours", file=sys.stderr)
         return 2
     key = lambda r: tuple(r["problem"].get(f) for f in FIELDS)
-    best, peer, peer_rec = {}, {}, {}
+    rep = lambda r: r.get("repetition_index") or 0
+    best, peer = {}, {}  # (problem, round) -> (tflops, config, record); (problem, peer name, round) -> record
     for r in ours:
-        if r.get("status") != "ok" or not r.get("tflops"):
+        v = r.get("variant", r["name"].split("/")[0])
+        if r.get("status") != "ok" or not r.get("tflops") or v.startswith("peer:"):
             continue
-        if a.variant and r.get("variant", r["name"].split("/")[0]) != a.variant:
+        if a.variant and v != a.variant:
             continue
-        k = key(r)
+        k = (key(r), rep(r))
         if r["tflops"] > best.get(k, (0, ""))[0]:
             best[k] = (r["tflops"], r.get("config_str", ""), r)
     names = []
     for r in peers:
-        if r.get("status") == "ok" and r.get("tflops"):
+        if r.get("status") == "ok" and r.get("tflops") and r["name"].startswith("peer:"):
             n = r["name"].split("/")[0].replace("peer:", "")
-            peer[(key(r), n)] = r["tflops"]
-            peer_rec[(key(r), n)] = r
+            peer[(key(r), n, rep(r))] = r
             if n not in names:
                 names.append(n)
+    if not best:
+        print(f"peer_table: no verified point of {a.variant or 'any variant'} in {a.ours}", file=sys.stderr)
+        return 2
+    # With two files the rounds of ours and of the peers are unrelated: pair every round of ours with round 0.
+    paired = a.peers is None
     load = lambda r: (f"{(r or {}).get('sm_clock_mhz') or 0:5.0f} {(r or {}).get('busy_fraction') or 0:4.2f} "
                       f"{(r or {}).get('power_w') or 0:4.0f}")
-    per_mhz = lambda t, r, p, q: ((t / r["sm_clock_mhz"]) / (p / q["sm_clock_mhz"])
-                                  if p and r and q and r.get("sm_clock_mhz") and q.get("sm_clock_mhz") else float("nan"))
-    print(f"{'problem':16s} {'ours':>7s} " + " ".join(f"{n:>12s}" for n in names) + f" {'ours/' + a.peer:>18s}"
+    mhz_ratio = lambda r, q: (q["sm_clock_mhz"] / r["sm_clock_mhz"]
+                              if r.get("sm_clock_mhz") and q.get("sm_clock_mhz") else float("nan"))
+    rounds = max(k[1] for k in best) + 1
+    print(f"{'problem':17s} {'ours':>7s} " + " ".join(f"{n:>12s}" for n in names) + f" {'ours/' + a.peer:>18s}"
+          + (f" {'range':>13s}" if rounds > 1 else "") +
           f" {'per MHz':>7s}  {'MHz busy    W':>15s} {'(ours | peer)':>15s}  config")
-    for k in sorted(best, key=lambda k: (k[5], k[6], k[3], k[0])):
+    problems = sorted({k[0] for k in best}, key=lambda k: (k[5], k[6], k[3], k[0]))
+    for k in problems:
         b, h, hk, sq, skv, d, causal, dt = k
         label = f"d{d} N{sq}{' causal' if causal else ''}"
-        t, cfg, rec = best[k]
-        p = peer.get((k, a.peer))
-        print(f"{label:16s} {t:7.1f} " + " ".join(f"{peer.get((k, n), float('nan')):12.1f}" for n in names) +
-              f" {t / p if p else float('nan'):18.3f} {per_mhz(t, rec, p, peer_rec.get((k, a.peer))):7.3f}"
-              f"  {load(rec)} | {load(peer_rec.get((k, a.peer)))}  {cfg}")
+        mine = [(i, best[(k, i)]) for i in range(rounds) if (k, i) in best]
+        ratios, per_mhz, cols = [], [], {n: [] for n in names}
+        for i, (t, cfg, rec) in mine:
+            j = i if paired else 0
+            for n in names:
+                if (k, n, j) in peer:
+                    cols[n].append(peer[(k, n, j)]["tflops"])
+            q = peer.get((k, a.peer, j))
+            if q:
+                ratios.append(t / q["tflops"])
+                per_mhz.append(t / q["tflops"] * mhz_ratio(rec, q))
+        med = lambda xs: statistics.median(xs) if xs else float("nan")
+        t, cfg, rec = mine[0][1]
+        print(f"{label:17s} {med([m[1][0] for m in mine]):7.1f} " +
+              " ".join(f"{med(cols[n]):12.1f}" for n in names) + f" {med(ratios):18.3f}" +
+              (f" {min(ratios):6.3f}-{max(ratios):6.3f}" if rounds > 1 and ratios else
+               f" {'':13s}" if rounds > 1 else "") +
+              f" {med(per_mhz):7.3f}  {load(rec)} | {load(peer.get((k, a.peer, 0 if not paired else mine[0][0])))}"
+              f"  {cfg}")
     return 0
 
 

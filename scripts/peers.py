@@ -4,6 +4,15 @@ write the records in flashbench's results-file schema (reports/SCHEMA.md), so re
 variants.
 
   python scripts/peers.py --problems plan.json -o peers.json [--ceilings] [--peers torch_flash,flex]
+  python scripts/peers.py --problems plan.json -o ab.json --peers torch_cudnn --ours fa3_pipelined \
+      --ours-best results.json --rounds 3
+
+With --ours, a catalog variant is timed here too (through libflashbench_capi.so, harness/capi), by the same timer,
+in the same process and interleaved with the peers: each problem's peers and the variant in turn, --rounds times,
+the order reversed every other round. A ratio of such records (scripts/peer_table.py ab.json) compares code under
+the same power and thermal state, where a `flashbench run` and a peers.py run minutes apart may not (an H100 at its
+700 W cap moves between 1980 and ~1700 MHz over seconds). --ours-best takes each problem's config from an earlier
+sweep's results, so that the config is chosen on other samples than the ones compared.
 
 plan.json is {"problems": [...], "spec": {...}, "timing_policy": {...}} as written by `flashbench plan SPEC.yaml`.
 Measurement mirrors the harness, with the plan's timing policy: warm-up, then per sample an L2 flush (outside the
@@ -122,11 +131,14 @@ def problem_key(p: dict) -> str:
 
 
 def record(peer: str, p: dict, status: str, reason: str = "", timing: dict = None, check: dict = None,
-           seed: int = 0, extra: dict = None) -> dict:
-    variant = "peer:" + peer
-    name = "{}/{}".format(variant, problem_key(p))
-    rec = {"name": name, "run_name": name, "run_type": "iteration", "repetitions": 1, "repetition_index": 0,
-           "threads": 1, "time_unit": "us", "variant": variant, "config": {}, "config_str": "",
+           seed: int = 0, extra: dict = None, config_str: str = "", rep: tuple = (0, 1)) -> dict:
+    """A peer's record ("peer:<name>/<problem>"), or with config_str a catalog variant's through --ours, named as
+    flashbench names it ("<variant>/<config>/<problem>"). rep: (repetition_index, repetitions) of --rounds."""
+    variant = peer if config_str else "peer:" + peer
+    name = "/".join(x for x in (variant, config_str, problem_key(p)) if x)
+    config = dict(kv.split("=", 1) for kv in config_str.split(",")) if config_str else {}
+    rec = {"name": name, "run_name": name, "run_type": "iteration", "repetitions": rep[1], "repetition_index": rep[0],
+           "threads": 1, "time_unit": "us", "variant": variant, "config": config, "config_str": config_str,
            "problem": {k: v for k, v in p.items() if v or k not in ("kv_lens", "page_size")},
            "status": status, "reason": reason, "flops": flops(p), "bytes_min": bytes_min(p), "bytes_model": None,
            "seed": seed, "counters": None, "counters_reason": "peers.py does not collect counters"}
@@ -276,6 +288,99 @@ class Peer:
             with sdpa_kernel([backend]):
                 return F.scaled_dot_product_attention(q, k, v, **kwargs)
         return call
+
+
+class CapiLib:
+    """libflashbench_capi.so (harness/capi, flashbench/capi.h) through ctypes: a catalog variant launched on torch's
+    stream over torch's tensors, so that this script times it with the peers' timer, in the same process."""
+
+    def __init__(self, path: str):
+        import ctypes
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise UserError("--lib {}: cannot load it ({}); build it with 'cmake --build build --target "
+                            "flashbench_capi'".format(path, str(e).splitlines()[0]))
+        self.path = os.path.abspath(path)
+        P = ctypes.c_void_p
+        lib.fb_capi_create.restype, lib.fb_capi_create.argtypes = P, [ctypes.c_char_p] * 3
+        lib.fb_capi_config_string.restype, lib.fb_capi_config_string.argtypes = ctypes.c_char_p, [P]
+        lib.fb_capi_launch.restype, lib.fb_capi_launch.argtypes = ctypes.c_int, [P] * 7
+        lib.fb_capi_destroy.restype, lib.fb_capi_destroy.argtypes = None, [P]
+        lib.fb_capi_last_error.restype, lib.fb_capi_last_error.argtypes = ctypes.c_char_p, []
+        self.lib = lib
+
+    def error(self) -> str:
+        return self.lib.fb_capi_last_error().decode()
+
+
+class Ours(Peer):
+    """A catalog variant at one config (--ours), bound to a problem. Its output and LSE are poisoned (NaN) before the
+    verified call and before a graph replay is compared with it."""
+
+    def __init__(self, torch, lib: CapiLib, variant: str, config: str, p: dict):
+        super().__init__(torch, variant, p)
+        self.lib, self.config, self.handle, self.outputs = lib, config, None, ()
+
+    def skip_reason(self):
+        if self.config is None:
+            return "no config of {} for this problem in --ours-best's results".format(self.name)
+        if self.p.get("kv_lens") or self.p.get("page_size"):
+            return "per-entry KV lengths and paged caches are not modelled by peers.py's inputs"
+        return None
+
+    def build(self, q, k, v):
+        torch, p = self.torch, self.p
+        problem = json.dumps({f: p[f] for f in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim",
+                                                 "causal", "dtype", "layout", "scale")})
+        h = self.lib.lib.fb_capi_create(self.name.encode(), self.config.encode(), problem.encode())
+        if not h:
+            raise ValueError(self.lib.error())
+        self.handle = h
+        self.config = self.lib.lib.fb_capi_config_string(h).decode()
+        B, Hq, Sq, D = p["batch"], p["heads_q"], p["seqlen_q"], p["head_dim"]
+        o = (torch.empty(B, Sq, Hq, D, dtype=q.dtype, device=q.device).transpose(1, 2) if p["layout"] == "bshd"
+             else torch.empty(B, Hq, Sq, D, dtype=q.dtype, device=q.device))
+        lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=q.device)
+        self.outputs = (o, lse)
+        self.poison()
+        launch, lib, ptrs = self.lib.lib.fb_capi_launch, self.lib, (q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                                                 o.data_ptr(), lse.data_ptr())
+
+        def call():
+            if launch(h, *ptrs, torch.cuda.current_stream().cuda_stream) != 0:
+                raise RuntimeError(lib.error())
+            return o
+        return call
+
+    def poison(self):
+        for t in self.outputs:
+            t.fill_(float("nan"))
+
+    def close(self):
+        if self.handle:
+            self.torch.cuda.synchronize()
+            self.lib.lib.fb_capi_destroy(self.handle)
+            self.handle = None
+
+
+def best_configs(path: str, variant: str) -> dict:
+    """problem_key -> config_str of VARIANT's fastest verified point in a `flashbench run` results file."""
+    try:
+        with open(path) as f:
+            records = json.load(f)["benchmarks"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError("--ours-best {}: cannot read a flashbench results file ({})".format(path, e))
+    best = {}
+    for r in records:
+        if r.get("status") != "ok" or not r.get("tflops") or r.get("variant") != variant:
+            continue
+        k = problem_key(normalize_problem(r["problem"]))
+        if r["tflops"] > best.get(k, (0.0, ""))[0]:
+            best[k] = (r["tflops"], r["config_str"])
+    if not best:
+        raise UserError("--ours-best {}: no verified point of {} in it".format(path, variant))
+    return {k: c for k, (_, c) in best.items()}
 
 
 def make_inputs(torch, p: dict, seed: int, device):
@@ -718,16 +823,18 @@ def first_line(e: BaseException) -> str:
     return "{}: {}".format(type(e).__name__, msg[0] if msg else "")[:300]
 
 
-def run_peer(torch, timer, peer: str, p: dict, seed: int, verify: bool) -> dict:
-    pe = Peer(torch, peer, p)
+def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool):
+    """Builds, runs once and verifies one peer on a problem's inputs. Returns (record, None) where it is not to be
+    timed (skipped, incorrect, crashed), else (None, (fn to time, check, how it is launched))."""
+    p, name = pe.p, pe.name
+    rec = lambda status, why, check=None: record(name, p, status, why, check=check, seed=seed, extra=pe.extra,
+                                                 config_str=getattr(pe, "config", None) or "")
     why = pe.skip_reason()
     if why:
-        return record(peer, p, "skipped", why, seed=seed)
-    try:
-        q, k, v = make_inputs(torch, p, seed, "cuda")
-    except torch.cuda.OutOfMemoryError:
-        torch.cuda.empty_cache()
-        return record(peer, p, "skipped", "inputs do not fit in device memory", seed=seed)
+        return rec("skipped", why), None
+    if inputs is None:
+        return rec("skipped", "inputs do not fit in device memory"), None
+    q, k, v = inputs
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -736,33 +843,65 @@ def run_peer(torch, timer, peer: str, p: dict, seed: int, verify: bool) -> dict:
             torch.cuda.synchronize()
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
-        return record(peer, p, "skipped", "out of device memory", seed=seed, extra=pe.extra)
+        return rec("skipped", "out of device memory"), None
     except (RuntimeError, ValueError, TypeError, NotImplementedError) as e:
         # SDPA raises RuntimeError "No available kernel" and gives its reasons as warnings: keep the telling one
         why = [str(w.message).split(" (Triggered internally")[0] for w in caught]
         why = [w for w in why if not w.rstrip().endswith("because:") and "runtime disabled" not in w]
-        return record(peer, p, "skipped", "{} cannot run this problem: {}".format(
-            peer, why[0][:300] if why else first_line(e)), seed=seed, extra=pe.extra)
+        return rec("skipped", "{} cannot run this problem: {}".format(
+            name, why[0][:300] if why else first_line(e))), None
     except Exception as e:  # torch.compile/inductor failures surface as their own exception types
-        return record(peer, p, "crashed", first_line(e), seed=seed, extra=pe.extra)
+        return rec("crashed", first_line(e)), None
     check = {}
     if verify:
         check = reference_check(torch, p, q, k, v, out)
         bad = check.pop("_bad")
         if bad:
-            return record(peer, p, "incorrect", "{} elements beyond atol+rtol*|ref| (max error {})".format(
-                bad, check["max_error"]), check=check, seed=seed, extra=pe.extra)
-    replay, graph_why = as_graph(torch, fn, out)
+            return rec("incorrect", "{} elements beyond atol+rtol*|ref| (max error {})".format(
+                bad, check["max_error"]), check), None
+    replay, graph_why = as_graph(torch, fn, out.clone(), getattr(pe, "poison", None))
     del out
+    return None, (replay or fn, check, "cuda_graph" if replay else "eager ({})".format(graph_why))
+
+
+def time_peer(torch, timer, pe: Peer, ready, seed: int, rep=(0, 1)) -> dict:
+    fn, check, launch = ready
+    cfg = getattr(pe, "config", None) or ""
     try:
-        timing = timer.measure(replay or fn)
+        timing = timer.measure(fn)
     except Exception as e:
-        return record(peer, p, "crashed", first_line(e), check=check, seed=seed, extra=pe.extra)
-    timing["launch"] = "cuda_graph" if replay else "eager ({})".format(graph_why)
-    return record(peer, p, "ok", "", timing, check, seed, pe.extra)
+        return record(pe.name, pe.p, "crashed", first_line(e), check=check, seed=seed, extra=pe.extra,
+                      config_str=cfg, rep=rep)
+    timing["launch"] = launch
+    return record(pe.name, pe.p, "ok", "", timing, check, seed, pe.extra, config_str=cfg, rep=rep)
 
 
-def as_graph(torch, fn, eager_out):
+def run_problem(torch, timer, peers: list, p: dict, seed: int, verify: bool, rounds: int) -> list:
+    """Every peer on one problem, on one set of inputs: each built and verified, then timed `rounds` times in turn
+    (the order reversed every other round), so that each round's records were timed within moments of each
+    other, under the same power and thermal state."""
+    records, ready = [], []
+    try:
+        inputs = make_inputs(torch, p, seed, "cuda")
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        inputs = None
+    for pe in peers:
+        rec, r = prepare_peer(torch, pe, inputs, seed, verify)
+        if rec:
+            records.append(rec)
+        else:
+            ready.append((pe, r))
+    for i in range(rounds):
+        for pe, r in (ready if i % 2 == 0 else ready[::-1]):
+            records.append(time_peer(torch, timer, pe, r, seed, (i, rounds)))
+    for pe in peers:
+        if hasattr(pe, "close"):
+            pe.close()
+    return records
+
+
+def as_graph(torch, fn, eager_out, poison=None):
     """The peer's call captured in a CUDA graph, whose replay costs the host ~10 us instead of the ~100s of us of
     python and SDPA dispatch per eager call: the host then keeps ahead of the GPU and the timed loop's load comes
     close to the harness's. The GPU runs the same kernels; the replay's output must equal the verified eager
@@ -777,6 +916,8 @@ def as_graph(torch, fn, eager_out):
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             out = fn()
+        if poison:  # fn writes the same buffers every call: the replay must rewrite them
+            poison()
         g.replay()
         torch.cuda.synchronize()
         if not torch.equal(out, eager_out):
@@ -807,6 +948,16 @@ def main(argv=None) -> int:
                     help="the timed loop's load (timing.hpp): the plan's timing.queue unless given")
     ap.add_argument("--flush", choices=("read", "write"), default=None,
                     help="L2 flush: read a 2x-L2 buffer (clean lines, default) or write it (as do_bench)")
+    ap.add_argument("--ours", default=None, metavar="VARIANT",
+                    help="also time this catalog variant here, through libflashbench_capi.so, with the same timer "
+                         "and interleaved with the peers (give --ours-config or --ours-best)")
+    ap.add_argument("--ours-config", default=None, help="--ours's config on every problem: name=value,... | default")
+    ap.add_argument("--ours-best", default=None, metavar="RESULTS",
+                    help="--ours's config per problem: its fastest verified one in this `flashbench run` results file")
+    ap.add_argument("--lib", default=None, help="libflashbench_capi.so (default: $FB_BUILD or build/, beside "
+                                                  "scripts/)")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time each problem's peers this many times in turn (records carry repetition_index)")
     ap.add_argument("--no-verify", dest="verify", action="store_false")
     ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args(argv)
@@ -817,6 +968,16 @@ def main(argv=None) -> int:
             raise UserError("--peers: unknown {}; choose from {}".format(",".join(unknown), ",".join(PEERS)))
         problems, plan_spec, plan_timing = load_plan(args.problems)
         resolve_timing(args, plan_timing)
+        if args.rounds < 1:
+            raise UserError("--rounds {}: give 1 or more".format(args.rounds))
+        ours_configs = None
+        if args.ours:
+            if (args.ours_config is None) == (args.ours_best is None):
+                raise UserError("--ours {}: give one of --ours-config CONFIG and --ours-best RESULTS".format(args.ours))
+            ours_configs = (best_configs(args.ours_best, args.ours) if args.ours_best
+                            else {problem_key(p): args.ours_config for p in problems})
+        elif args.ours_config or args.ours_best:
+            raise UserError("--ours-config and --ours-best need --ours VARIANT")
     except UserError as e:
         print("peers.py: error: {}".format(e), file=sys.stderr)
         return 2
@@ -829,6 +990,14 @@ def main(argv=None) -> int:
         print("peers.py: no CUDA device visible to torch {}; no peer results written".format(torch.__version__))
         return 0
 
+    lib = None
+    if args.ours:
+        try:
+            lib = CapiLib(args.lib or os.path.join(os.environ.get("FB_BUILD") or os.path.join(
+                os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build"), "libflashbench_capi.so"))
+        except UserError as e:
+            print("peers.py: error: {}".format(e), file=sys.stderr)
+            return 2
     dev = device_info(torch)
     timer = Timer(torch, args, dev.get("l2_bytes") or (64 << 20), Nvml(dev.get("pci_bus_id"), torch.cuda.current_device()),
                   dev.get("sm_clock_max_mhz") or 0)
@@ -840,15 +1009,20 @@ def main(argv=None) -> int:
            "flashbench": {"version": "peers.py", "git_sha": git_sha(), "build_type": "python " + platform.python_version()},
            "spec": plan_spec or {"name": os.path.splitext(os.path.basename(args.problems))[0], "path": args.problems},
            "device": dev, "ceilings": measure_ceilings(torch, args) if args.ceilings else None,
-           "timing_policy": dict({f: getattr(args, n) for n, (f, _) in TIMING_FIELDS.items()}, timer="cuda_events")}
+           "timing_policy": dict({f: getattr(args, n) for n, (f, _) in TIMING_FIELDS.items()}, timer="cuda_events"),
+           "rounds": args.rounds,
+           "ours": {"variant": args.ours, "configs": args.ours_config or "fastest in " + args.ours_best,
+                    "lib": lib.path} if lib else None}
     records = []
     for i, p in enumerate(problems):
-        for peer in peers:
-            rec = run_peer(torch, timer, peer, p, args.seed + i, args.verify)
+        bound = [Peer(torch, peer, p) for peer in peers]
+        if lib:
+            bound.insert(0, Ours(torch, lib, args.ours, ours_configs.get(problem_key(p)), p))
+        for rec in run_problem(torch, timer, bound, p, args.seed + i, args.verify, args.rounds):
             records.append(rec)
             print("{:<9} {:<18} {}".format(rec["status"], rec["variant"], rec["name"].split("/")[-1]) +
-                  ("  {:.1f} TFLOP/s".format(rec["tflops"]) if rec.get("tflops") else "  " + rec["reason"]),
-                  flush=True)
+                  ("  {:.1f} TFLOP/s".format(rec["tflops"]) if rec.get("tflops") else "  " + rec["reason"]) +
+                  ("  (round {})".format(rec["repetition_index"]) if args.rounds > 1 else ""), flush=True)
         torch.cuda.empty_cache()
     write_atomic(args.out, {"context": ctx, "benchmarks": records})
     print("wrote {} records to {}".format(len(records), args.out))

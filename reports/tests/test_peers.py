@@ -56,3 +56,100 @@ def test_bad_plan_is_a_user_error(tmp_path):
     r = subprocess.run([sys.executable, PEERS, "--problems", str(plan), "-o", str(tmp_path / "o.json")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+def test_ours_records_are_named_as_flashbench_names_them(peers):
+    p = peers.normalize_problem({"seqlen_q": 512, "heads_q": 16, "head_dim": 128, "batch": 32})
+    timing = dict(peers.summarize([100.0, 101.0]), samples_us=[100.0, 101.0])
+    r = peers.record("fa3_pipelined", p, "ok", timing=timing, config_str="block_m=128,pingpong=on", rep=(2, 3))
+    assert r["name"] == "fa3_pipelined/block_m=128,pingpong=on/b32_hq16_hkv16_sq512_skv512_d128_bf16"
+    assert r["variant"] == "fa3_pipelined" and r["config"] == {"block_m": "128", "pingpong": "on"}
+    assert (r["repetition_index"], r["repetitions"]) == (2, 3)
+    assert peers.record("torch_cudnn", p, "ok", timing=timing)["variant"] == "peer:torch_cudnn"
+
+
+def test_ours_best_takes_the_fastest_verified_config_per_problem(peers, tmp_path):
+    p = {"batch": 4, "heads_q": 16, "heads_kv": 16, "seqlen_q": 4096, "seqlen_kv": 4096, "head_dim": 128,
+         "causal": False, "dtype": "bf16", "layout": "bshd", "scale": 0.0}
+    recs = [{"variant": "fa3_pipelined", "status": "ok", "tflops": 700.0, "config_str": "a=1", "problem": p},
+            {"variant": "fa3_pipelined", "status": "ok", "tflops": 720.0, "config_str": "a=2", "problem": p},
+            {"variant": "fa3_pipelined", "status": "incorrect", "tflops": 900.0, "config_str": "a=3", "problem": p},
+            {"variant": "fa2_q_outer", "status": "ok", "tflops": 950.0, "config_str": "a=4", "problem": p}]
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"benchmarks": recs}))
+    assert peers.best_configs(str(f), "fa3_pipelined") == {"b4_hq16_hkv16_sq4096_skv4096_d128_bf16": "a=2"}
+    with pytest.raises(peers.UserError, match="no verified point of naive"):
+        peers.best_configs(str(f), "naive")
+
+
+class _FakePeer:
+    def __init__(self, name, p, log, skip=None):
+        self.name, self.p, self.log, self.skip, self.extra = name, p, log, skip, {}
+
+    def skip_reason(self):
+        return self.skip
+
+    def build(self, q, k, v):
+        return lambda: self.log.append(("call", self.name)) or _Out()
+
+
+class _Out:
+    def clone(self):
+        return self
+
+
+class _FakeCudaTorch:
+    class cuda:
+        OutOfMemoryError = MemoryError
+
+        @staticmethod
+        def synchronize():
+            pass
+
+        @staticmethod
+        def Stream():
+            raise RuntimeError("no graphs here")  # as_graph falls back to the eager call
+
+
+class _OrderTimer:
+    def __init__(self, log):
+        self.log = log
+
+    def measure(self, fn):
+        fn()
+        self.log.append("measured")
+        return dict(peers_summary(), samples_us=[10.0, 10.0])
+
+
+def peers_summary():
+    return {"median_us": 10.0, "min_us": 10.0, "max_us": 10.0, "mean_us": 10.0, "cv": 0.0}
+
+
+def test_rounds_time_every_peer_in_turn_the_order_reversed_each_round(peers, monkeypatch):
+    monkeypatch.setattr(peers, "make_inputs", lambda torch, p, seed, device: (1, 2, 3))
+    p = peers.normalize_problem({"seqlen_q": 64, "heads_q": 2})
+    log = []
+    bound = [_FakePeer("a", p, log), _FakePeer("b", p, log), _FakePeer("c", p, log, skip="cannot")]
+    recs = peers.run_problem(_FakeCudaTorch, _OrderTimer(log), bound, p, 7, False, 3)
+    timed = [log[i - 1][1] for i, x in enumerate(log) if x == "measured"]  # the call each measure() made
+    assert timed == ["a", "b", "b", "a", "a", "b"]
+    assert [(r["variant"], r["status"], r["repetition_index"]) for r in recs] == [
+        ("peer:c", "skipped", 0), ("peer:a", "ok", 0), ("peer:b", "ok", 0), ("peer:b", "ok", 1), ("peer:a", "ok", 1),
+        ("peer:a", "ok", 2), ("peer:b", "ok", 2)]
+    assert all(r["repetitions"] == 3 for r in recs if r["status"] == "ok")
+    assert all(r["launch"].startswith("eager") for r in recs if r["status"] == "ok")
+
+
+@pytest.mark.parametrize("argv,what", [
+    (["--ours", "fa3_pipelined"], "--ours-config"),
+    (["--ours-config", "default"], "need --ours"),
+    (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-best", "x.json"], "one of"),
+    (["--rounds", "0"], "--rounds"),
+])
+def test_bad_ours_arguments_are_one_line_user_errors(tmp_path, argv, what):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"problems": [{"seqlen_q": 128, "seqlen_kv": 128, "heads_q": 4}]}))
+    r = subprocess.run([sys.executable, PEERS, "--problems", str(plan), "-o", str(tmp_path / "o.json")] + argv,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and what in r.stderr, r.stderr
+    assert not (tmp_path / "o.json").exists()

@@ -9,6 +9,8 @@
 # FLASHBENCH_SOURCE_SHA=<commit, expanded where the command is written> names it in the results (scripts/env.sh): the
 # GPU machine's copy of the tree carries another .git.
 # QUEUE=back_to_back runs SPEC with timing.queue back_to_back (both harnesses; harness/include/flashbench/timing.hpp).
+# ROUNDS=R: the peers step times fa3_pipelined too (peers.py --ours, each problem's config the sweep's fastest), in
+# turn with cuDNN, R rounds, and the table pairs them round by round (scripts/peer_table.py on ab.json).
 set -u
 spec=${1:-sweeps/fa3-accept.yaml}
 if [ -n "${QUEUE:-}" ]; then
@@ -19,11 +21,11 @@ L=/tmp/logs; mkdir -p $L /tmp/res
 t0=$(date +%s); ts() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version,power.limit --format=csv > $L/gpu.txt 2>&1
 python3 -c 'import torch; print("torch", torch.__version__)' >> $L/gpu.txt 2>&1
-( source scripts/env.sh; fb_configure && fb_build --target flashbench test_kernels ) > $L/build.log 2>&1
+( source scripts/env.sh; fb_configure && fb_build --target flashbench test_kernels flashbench_capi ) > $L/build.log 2>&1
 ts "build: $(ls build/flashbench 2>&1)"
 grep -E 'C75|spill|error' $L/build.log | head -5
 FB=build/flashbench
-timeout 200 build/tests/test_kernels --gtest_filter='*Fa3*' > $L/gtest.log 2>&1; ts "gtest rc $?: $(tail -1 $L/gtest.log)"
+timeout 200 build/tests/test_kernels --gtest_filter='*Fa3*:*Capi*:*Timer*' > $L/gtest.log 2>&1; ts "gtest rc $?: $(tail -1 $L/gtest.log)"
 timeout 200 $FB check --variant fa3_pipelined > $L/check.log 2>&1; ts "check rc $?: $(tail -1 $L/check.log)"
 cfg="block_m=128,block_n=128,stages=2,consumer_wgs=2,pingpong=on,intra_wg_overlap=on,scheduler=dynamic"
 shape="batch=1,heads_q=4,heads_kv=2,seqlen_q=200,seqlen_kv=333,head_dim=128,dtype=bf16"
@@ -32,9 +34,16 @@ for causal in true false; do
   ts "sanitize causal=$causal rc $?"
 done
 $FB run "$spec" -o /tmp/res/acc.json > $L/acc.log 2>&1; ts "sweep rc $?: $(tail -1 $L/acc.log)"
-$FB plan "$spec" > /tmp/res/plan.json && timeout 200 python3 scripts/peers.py --problems /tmp/res/plan.json \
-  --peers torch_cudnn --ceilings --timeout 2 -o /tmp/res/peers.json > $L/peers.log 2>&1; ts "peers rc $?"
-python3 scripts/peer_table.py /tmp/res/acc.json /tmp/res/peers.json --variant fa3_pipelined > $L/table.txt 2>&1
+if [ -n "${ROUNDS:-}" ]; then
+  $FB plan "$spec" > /tmp/res/plan.json && timeout 300 python3 scripts/peers.py --problems /tmp/res/plan.json \
+    --peers torch_cudnn --ceilings --timeout 2 --ours fa3_pipelined --ours-best /tmp/res/acc.json --rounds "$ROUNDS" \
+    -o /tmp/res/ab.json > $L/peers.log 2>&1; ts "interleaved peers rc $?"
+  python3 scripts/peer_table.py /tmp/res/ab.json --variant fa3_pipelined > $L/table.txt 2>&1
+else
+  $FB plan "$spec" > /tmp/res/plan.json && timeout 200 python3 scripts/peers.py --problems /tmp/res/plan.json \
+    --peers torch_cudnn --ceilings --timeout 2 -o /tmp/res/peers.json > $L/peers.log 2>&1; ts "peers rc $?"
+  python3 scripts/peer_table.py /tmp/res/acc.json /tmp/res/peers.json --variant fa3_pipelined > $L/table.txt 2>&1
+fi
 tar czf "$out"/res.tgz -C /tmp res
 tar czf "$out"/logs.tgz -C /tmp logs
 cut -c1-140 $L/table.txt

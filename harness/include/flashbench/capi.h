@@ -1,0 +1,42 @@
+/* flashbench's C API: one catalog variant at one config, launched on a caller's stream over the caller's buffers.
+ * For harnesses in other processes' languages: scripts/peers.py loads it (ctypes) to time a variant in the same
+ * process, with the same timer and interleaved with the torch peers, so that both sides see the same power and
+ * thermal state (`--ours`). Each function returns an error status and leaves the reason, one line, in
+ * fb_capi_last_error() (per thread). */
+#ifndef FLASHBENCH_CAPI_H
+#define FLASHBENCH_CAPI_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define FB_CAPI __attribute__((visibility("default")))
+#else
+#define FB_CAPI
+#endif
+
+typedef struct fb_capi_launcher fb_capi_launcher;
+
+/* A launcher for VARIANT at CONFIG ("block_m=128,block_n=128,..." as in a results file's config_str; "default" or
+ * "" for the variant's default) on PROBLEM_JSON (a plan's problem object: batch, heads_q, heads_kv, seqlen_q,
+ * seqlen_kv, head_dim, causal, dtype, layout, scale), on the current CUDA device. Allocates the variant's workspace,
+ * its zeroed semaphores and the per-entry KV lengths. NULL where the variant, config or problem is unknown or
+ * invalid, the variant does not support it on this device, or an allocation fails. */
+FB_CAPI fb_capi_launcher* fb_capi_create(const char* variant, const char* config, const char* problem_json);
+/* The config's canonical string (every axis), owned by the launcher. */
+FB_CAPI const char* fb_capi_config_string(const fb_capi_launcher* l);
+/* Queues the forward pass on STREAM (a cudaStream_t; NULL for the legacy default stream). Q, K, V and O are in the
+ * problem's dtype and layout, LSE is fp32 [batch, heads_q, seqlen_q]. Asynchronous. 0 on success, -1 on error. */
+FB_CAPI int fb_capi_launch(fb_capi_launcher* l, const void* q, const void* k, const void* v, void* o, float* lse,
+                   void* stream);
+/* Frees the launcher's buffers; the caller synchronises its launches first. NULL is a no-op. */
+FB_CAPI void fb_capi_destroy(fb_capi_launcher* l);
+/* The last error of this thread, one line; "" if none. */
+FB_CAPI const char* fb_capi_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
