@@ -823,7 +823,7 @@ def first_line(e: BaseException) -> str:
     return "{}: {}".format(type(e).__name__, msg[0] if msg else "")[:300]
 
 
-def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool):
+def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool, graph: bool = True):
     """Builds, runs once and verifies one peer on a problem's inputs. Returns (record, None) where it is not to be
     timed (skipped, incorrect, crashed), else (None, (fn to time, check, how it is launched))."""
     p, name = pe.p, pe.name
@@ -859,7 +859,7 @@ def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool):
         if bad:
             return rec("incorrect", "{} elements beyond atol+rtol*|ref| (max error {})".format(
                 bad, check["max_error"]), check), None
-    replay, graph_why = as_graph(torch, fn, out.clone(), getattr(pe, "poison", None))
+    replay, graph_why = as_graph(torch, fn, out.clone(), getattr(pe, "poison", None)) if graph else (None, "--eager")
     del out
     return None, (replay or fn, check, "cuda_graph" if replay else "eager ({})".format(graph_why))
 
@@ -876,7 +876,7 @@ def time_peer(torch, timer, pe: Peer, ready, seed: int, rep=(0, 1)) -> dict:
     return record(pe.name, pe.p, "ok", "", timing, check, seed, pe.extra, config_str=cfg, rep=rep)
 
 
-def run_problem(torch, timer, peers: list, p: dict, seed: int, verify: bool, rounds: int) -> list:
+def run_problem(torch, timer, peers: list, p: dict, seed: int, verify: bool, rounds: int, graph: bool = True) -> list:
     """Every peer on one problem, on one set of inputs: each built and verified, then timed `rounds` times in turn
     (the order reversed every other round), so that each round's records were timed within moments of each
     other, under the same power and thermal state."""
@@ -887,7 +887,7 @@ def run_problem(torch, timer, peers: list, p: dict, seed: int, verify: bool, rou
         torch.cuda.empty_cache()
         inputs = None
     for pe in peers:
-        rec, r = prepare_peer(torch, pe, inputs, seed, verify)
+        rec, r = prepare_peer(torch, pe, inputs, seed, verify, graph)
         if rec:
             records.append(rec)
         else:
@@ -958,6 +958,8 @@ def main(argv=None) -> int:
                                                   "scripts/)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time each problem's peers this many times in turn (records carry repetition_index)")
+    ap.add_argument("--eager", dest="graph", action="store_false",
+                    help="time the eager calls, not their CUDA-graph replay (the host may then fall behind the GPU)")
     ap.add_argument("--no-verify", dest="verify", action="store_false")
     ap.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args(argv)
@@ -1018,7 +1020,7 @@ def main(argv=None) -> int:
         bound = [Peer(torch, peer, p) for peer in peers]
         if lib:
             bound.insert(0, Ours(torch, lib, args.ours, ours_configs.get(problem_key(p)), p))
-        for rec in run_problem(torch, timer, bound, p, args.seed + i, args.verify, args.rounds):
+        for rec in run_problem(torch, timer, bound, p, args.seed + i, args.verify, args.rounds, args.graph):
             records.append(rec)
             print("{:<9} {:<18} {}".format(rec["status"], rec["variant"], rec["name"].split("/")[-1]) +
                   ("  {:.1f} TFLOP/s".format(rec["tflops"]) if rec.get("tflops") else "  " + rec["reason"]) +
