@@ -222,6 +222,10 @@ def load(path: str) -> Results:
                             "benchmark".format(path, i))
         if rec.get("run_type") == "aggregate":
             continue  # Google Benchmark repetition aggregates; the per-point record carries the samples
+        if (rec.get("repetition_index") or 0) > 0:
+            # `peers.py --rounds R`: each point R times, timed in turn with the peers; points are matched by name,
+            # so reports read the first round (scripts/peer_table.py pairs all of them)
+            continue
         points.append(point_from_record(rec))
     return Results(path=path, context=context, points=points)
 

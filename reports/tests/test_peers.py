@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 
@@ -153,3 +154,32 @@ def test_bad_ours_arguments_are_one_line_user_errors(tmp_path, argv, what):
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and what in r.stderr, r.stderr
     assert not (tmp_path / "o.json").exists()
+
+
+def test_reports_read_the_first_round_of_a_rounds_file(peers, tmp_path):
+    p = peers.normalize_problem({"seqlen_q": 256, "heads_q": 4})
+    recs = [peers.record("torch_cudnn", p, "ok", timing=dict(peers.summarize([t, t]), samples_us=[t, t]), rep=(i, 3))
+            for i, t in enumerate([10.0, 20.0, 30.0])]
+    f = tmp_path / "ab.json"
+    peers.write_atomic(str(f), {"context": {"schema_version": 1}, "benchmarks": recs})
+    r = results.load(str(f))
+    assert [x.median_us for x in r.points] == [10.0]
+
+
+def test_peer_table_pairs_rounds_and_gives_the_median_ratio(peers, tmp_path):
+    p = peers.normalize_problem({"seqlen_q": 512, "heads_q": 16, "head_dim": 128, "batch": 32, "causal": True})
+    t = lambda us: dict(peers.summarize([us, us]), samples_us=[us, us], sm_clock_mhz=1980, busy_fraction=0.7)
+    recs = []
+    # ours / cuDNN per round: 1.0, 0.5, 2.0 -> median 1.0 over the range 0.5-2.0 (times are inverse to TFLOP/s)
+    for i, (ours, cudnn) in enumerate([(100.0, 100.0), (200.0, 100.0), (50.0, 100.0)]):
+        recs.append(peers.record("fa3_pipelined", p, "ok", timing=t(ours), config_str="block_m=128", rep=(i, 3)))
+        recs.append(peers.record("torch_cudnn", p, "ok", timing=t(cudnn), rep=(i, 3)))
+    f = tmp_path / "ab.json"
+    peers.write_atomic(str(f), {"context": {"schema_version": 1}, "benchmarks": recs})
+    table = os.path.join(os.path.dirname(PEERS), "peer_table.py")
+    r = subprocess.run([sys.executable, table, str(f), "--variant", "fa3_pipelined"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    row = r.stdout.splitlines()[1].split()
+    assert row[:3] == ["d128", "N512", "causal"] and row[5] == "1.000" and row[6] == "0.500-" and row[7] == "2.000"
+    r = subprocess.run([sys.executable, table, str(f), "--variant", "naive"], capture_output=True, text=True)
+    assert r.returncode == 2 and "no verified point of naive" in r.stderr
