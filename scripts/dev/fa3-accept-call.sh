@@ -10,7 +10,9 @@
 # GPU machine's copy of the tree carries another .git.
 # QUEUE=back_to_back runs SPEC with timing.queue back_to_back (both harnesses; harness/include/flashbench/timing.hpp).
 # ROUNDS=R: the peers step times fa3_pipelined too (peers.py --ours, each problem's config the sweep's fastest), in
-# turn with cuDNN, R rounds, and the table pairs them round by round (scripts/peer_table.py on ab.json).
+# turn with cuDNN, R rounds, and the table pairs them round by round (scripts/peer_table.py on ab.json). A round of
+# the 24 problems can take up to 24 x 2 x 1 s (power-capped points are noisy and run to the 1-s timeout): with the
+# ~6 minutes before it, ROUNDS=3 fits one 10-minute call, 5 did not (c153 of session 30). NOTES.md, session 30.
 set -u
 spec=${1:-sweeps/fa3-accept.yaml}
 if [ -n "${QUEUE:-}" ]; then
@@ -36,7 +38,7 @@ done
 $FB run "$spec" -o /tmp/res/acc.json > $L/acc.log 2>&1; ts "sweep rc $?: $(tail -1 $L/acc.log)"
 if [ -n "${ROUNDS:-}" ]; then
   $FB plan "$spec" > /tmp/res/plan.json && timeout 300 python3 scripts/peers.py --problems /tmp/res/plan.json \
-    --peers torch_cudnn --ceilings --timeout 2 --ours fa3_pipelined --ours-best /tmp/res/acc.json --rounds "$ROUNDS" \
+    --peers torch_cudnn --ceilings --timeout 1 --ours fa3_pipelined --ours-best /tmp/res/acc.json --rounds "$ROUNDS" \
     -o /tmp/res/ab.json > $L/peers.log 2>&1; ts "interleaved peers rc $?"
   python3 scripts/peer_table.py /tmp/res/ab.json --variant fa3_pipelined > $L/table.txt 2>&1
 else
