@@ -476,7 +476,12 @@ class StoppingRule:
         return False
 
 
-class VoidBatch(list):
+class Batch(list):
+    """One batch's samples in us; `who` (Timer.measure_many) the index of the call each sample timed."""
+    who = None
+
+
+class VoidBatch(Batch):
     """Samples timed under another load than the policy asks for (queue back_to_back: the GPU caught up with the
     host, so a launch's latency may be inside them): they count towards busy_fraction and are not kept."""
 
@@ -486,47 +491,60 @@ def sample_loop(batch, rule: StoppingRule, clock=None, max_mhz: int = 0, throttl
     (a list: peers time several back to back, see Timer; a VoidBatch is not kept), `clock()` the SM clock in MHz
     (0: unknown), read once per batch. Samples taken under throttle_fraction of max_mhz are dropped; they still
     count towards busy_fraction, the GPU time inside samples over the loop's wall time."""
-    dropped, clocks, busy_us, void_batches = 0, [], 0.0, 0
+    return sample_loop_many(batch, [rule], clock, max_mhz, throttle_fraction)[0]
+
+
+def sample_loop_many(batch, rules: list, clock=None, max_mhz: int = 0, throttle_fraction: float = 0.75) -> list:
+    """sample_loop for several calls timed in one loop (Timer.measure_many): a batch's samples carry in `.who` the
+    index of the call each timed (untagged: all the first's), each call has its own stopping rule, and the loop runs
+    until every rule has stopped; a call whose rule stopped keeps its turn in the batches, so that the load stays
+    the same for the others, but its samples are no longer kept. Busy fraction, void batches and the wall time are
+    the loop's, the same in every call's statistics."""
+    n = len(rules)
+    dropped, clocks, busy_us, void_batches, done = [0] * n, [[] for _ in rules], 0.0, 0, [False] * n
+    timed_out = lambda wall: all(d or (r.timed_out(wall) and len(r.samples) >= 3) for d, r in zip(done, rules))
     t0 = time.perf_counter()
-    done = False
-    while not done:
+    while not all(done):
         got = batch()
+        who = getattr(got, "who", None) or [0] * len(got)
+        busy_us += sum(got)
+        wall = time.perf_counter() - t0
         if isinstance(got, VoidBatch):
-            busy_us += sum(got)
             void_batches += 1
-            wall = time.perf_counter() - t0
-            if rule.timed_out(wall) and len(rule.samples) >= 3:
+            if timed_out(wall):
                 break
-            if rule.timed_out(wall * 0.5) and not rule.samples and void_batches >= 8:
+            if rules[0].timed_out(wall * 0.5) and not any(r.samples for r in rules) and void_batches >= 8:
                 raise RuntimeError("every batch of samples was void (the host could not keep the GPU's queue)")
             continue
         mhz = clock() if clock else 0
         wall = time.perf_counter() - t0
-        throttled = mhz > 0 and max_mhz > 0 and mhz < throttle_fraction * max_mhz
-        for us in got:
-            busy_us += us
-            if throttled:
-                dropped += 1
-                continue
-            if mhz > 0:
-                clocks.append(mhz)
-            if rule.add(us, wall):
-                done = True
+        if mhz > 0 and max_mhz > 0 and mhz < throttle_fraction * max_mhz:
+            for w in who:
+                dropped[w] += 1
+            if timed_out(wall):
                 break
-        if throttled:
-            if rule.timed_out(wall) and len(rule.samples) >= 3:
-                break
-            if rule.timed_out(wall * 0.5) and not rule.samples:
+            if rules[0].timed_out(wall * 0.5) and not any(r.samples for r in rules):
                 raise RuntimeError("every sample was throttled below {}% of the maximum SM clock".format(
                     int(throttle_fraction * 100)))
+            continue
+        for us, w in zip(got, who):
+            if done[w]:
+                continue
+            if mhz > 0:
+                clocks[w].append(mhz)
+            done[w] = rules[w].add(us, wall)
     wall = time.perf_counter() - t0
-    st = summarize(rule.samples)
-    clocks.sort()
-    st.update({"samples_us": rule.samples, "dropped_throttled": dropped, "stop_reason": rule.reason or "timeout",
-               "noisy": bool(st["cv"] is None or st["cv"] > rule.max_noise), "wall_s": wall,
-               "busy_fraction": busy_us * 1e-6 / wall if wall > 0 else 0.0, "void_batches": void_batches,
-               "sm_clock_mhz": clocks[len(clocks) // 2] if clocks else None})
-    return st
+    out = []
+    for w, rule in enumerate(rules):
+        st = summarize(rule.samples) if rule.samples else {"median_us": None, "min_us": None, "max_us": None,
+                                                           "mean_us": None, "cv": None}
+        c = sorted(clocks[w])
+        st.update({"samples_us": rule.samples, "dropped_throttled": dropped[w], "stop_reason": rule.reason or "timeout",
+                   "noisy": bool(st["cv"] is None or st["cv"] > rule.max_noise), "wall_s": wall,
+                   "busy_fraction": busy_us * 1e-6 / wall if wall > 0 else 0.0, "void_batches": void_batches,
+                   "sm_clock_mhz": c[len(c) // 2] if c else None})
+        out.append(st)
+    return out
 
 
 def hold_us(enqueue_us: float, period_us: float, k: int, margin: float) -> float:
@@ -629,23 +647,33 @@ class Timer:
         return time.perf_counter() - t0
 
     def measure(self, fn) -> dict:
+        return self.measure_many([fn])[0]
+
+    def measure_many(self, fns: list) -> list:
+        """Times several calls in one loop, sample by sample in turn (A B A B ...: `--interleave sample`), so that
+        every call is timed in the same power and thermal phases as the others, within a sample of them. One
+        statistics dict per call, each from its own stopping rule; the loop's load (busy fraction, power) is shared.
+        """
         torch, a = self.torch, self.args
+        n_fns = len(fns)
         settle_wait = self.settle(a.settle) if a.settle > 0 else 0.0
         slowdown = self.nvml.slowdown_reasons()
         self.void_batches = 0
         t_host = time.perf_counter()
         self.starts[0].record()
         for _ in range(a.warmup):
-            if a.cold:
-                self.flush()
-            fn()
+            for fn in fns:
+                if a.cold:
+                    self.flush()
+                fn()
         self.ends[0].record()
         self.ends[0].synchronize()
-        n_warm = max(a.warmup, 1)
+        n_warm = max(a.warmup, 1) * n_fns
         state = {"period": self.starts[0].elapsed_time(self.ends[0]) * 1e3 / n_warm,  # us, GPU, per sample
                  "enqueue": (time.perf_counter() - t_host) * 1e6 / n_warm, "margin": 1.5, "floor": 0.0}
 
-        q = {"set": 0, "ahead": False, "ahead_void": False, "behind_voids": 0, "k": [1, 1]}
+        # who[s]: which call each sample of event set s timed; turn: the call the next queued sample times
+        q = {"set": 0, "ahead": False, "ahead_void": False, "behind_voids": 0, "k": [1, 1], "who": [[], []], "turn": 0}
 
         def batch_size() -> int:
             return max(1, min(self.MAX_BATCH, int(0.01e6 / max(state["period"], 1.0))))  # ~10 ms of GPU work
@@ -660,12 +688,15 @@ class Timer:
                 self.held.record()
             starts, ends = self.sets[s]
             t1 = time.perf_counter()
+            q["who"][s] = []
             for i in range(k):
                 if a.cold:
                     self.flush()
+                q["who"][s].append(q["turn"])
                 starts[i].record()
-                fn()
+                fns[q["turn"]]()
                 ends[i].record()
+                q["turn"] = (q["turn"] + 1) % n_fns
             state["enqueue"] = (time.perf_counter() - t1) * 1e6 / k
             q["k"][s] = k
             if hold and self.sleep is not None and self.held.query():
@@ -682,7 +713,9 @@ class Timer:
             if valid:
                 state["period"] = starts[0].elapsed_time(ends[n - 1]) * 1e3 / n
                 state["gap"] = ends[0].elapsed_time(starts[1]) * 1e3 if n > 1 else 0.0
-            return [starts[i].elapsed_time(ends[i]) * 1e3 for i in range(n)]  # ms -> us
+            got = Batch(starts[i].elapsed_time(ends[i]) * 1e3 for i in range(n))  # ms -> us
+            got.who = q["who"][s][:n]
+            return got
 
         def batch():  # round_trip: one batch per host round trip
             k = batch_size()
@@ -717,20 +750,22 @@ class Timer:
                 return VoidBatch(got)
             return got
 
-        rule = StoppingRule(a.min_samples, a.max_noise, a.min_time, a.timeout, a.max_samples)
+        rules = [StoppingRule(a.min_samples, a.max_noise, a.min_time, a.timeout, a.max_samples) for _ in fns]
         e0 = self.nvml.energy_mj()
         queued = getattr(a, "queue", "round_trip") == "back_to_back"
-        st = sample_loop(back_to_back if queued else batch, rule, self.nvml.sm_clock_mhz, self.max_mhz,
-                         a.throttle_fraction)
+        stats = sample_loop_many(back_to_back if queued else batch, rules, self.nvml.sm_clock_mhz, self.max_mhz,
+                                 a.throttle_fraction)
         e1 = self.nvml.energy_mj() if e0 >= 0 else -1
         torch.cuda.synchronize()  # the batch still queued behind the last one read
-        st["power_w"] = power_w(e0, e1, st["wall_s"])
-        st["settle_wait_s"] = settle_wait
-        st["slowdown_at_start"] = slowdown
-        st["void_batches"] = self.void_batches  # round_trip: retried inside batch(); back_to_back: as sample_loop counted
-        st["host_enqueue_us"] = state["enqueue"]  # host time to queue one sample, last batch
-        st["between_samples_us"] = state.get("gap")  # GPU time from one sample's end to the next's start (flush)
-        return st
+        for st in stats:
+            st["power_w"] = power_w(e0, e1, st["wall_s"])
+            st["settle_wait_s"] = settle_wait
+            st["slowdown_at_start"] = slowdown
+            # round_trip: retried inside batch(); back_to_back: as sample_loop counted
+            st["void_batches"] = self.void_batches
+            st["host_enqueue_us"] = state["enqueue"]  # host time to queue one sample, last batch
+            st["between_samples_us"] = state.get("gap")  # GPU time from one sample's end to the next's start
+        return stats
 
 
 def power_w(e0_mj: float, e1_mj: float, wall_s: float) -> float:
@@ -864,11 +899,16 @@ def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool, graph: bool =
     return None, (replay or fn, check, "cuda_graph" if replay else "eager ({})".format(graph_why))
 
 
-def time_peer(torch, timer, pe: Peer, ready, seed: int, rep=(0, 1)) -> dict:
+def time_peer(torch, timer, pe: Peer, ready, seed: int, rep=(0, 1), timing=None) -> dict:
+    """The record of one timing of a prepared peer: timed here, or `timing` as measure_many gave it (an exception
+    if that loop failed)."""
     fn, check, launch = ready
     cfg = getattr(pe, "config", None) or ""
     try:
-        timing = timer.measure(fn)
+        if timing is None:
+            timing = timer.measure(fn)
+        elif isinstance(timing, Exception):
+            raise timing
     except Exception as e:
         return record(pe.name, pe.p, "crashed", first_line(e), check=check, seed=seed, extra=pe.extra,
                       config_str=cfg, rep=rep)
@@ -876,10 +916,12 @@ def time_peer(torch, timer, pe: Peer, ready, seed: int, rep=(0, 1)) -> dict:
     return record(pe.name, pe.p, "ok", "", timing, check, seed, pe.extra, config_str=cfg, rep=rep)
 
 
-def run_problem(torch, timer, peers: list, p: dict, seed: int, verify: bool, rounds: int, graph: bool = True) -> list:
+def run_problem(torch, timer, peers: list, p: dict, seed: int, verify: bool, rounds: int, graph: bool = True,
+                interleave: str = "round") -> list:
     """Every peer on one problem, on one set of inputs: each built and verified, then timed `rounds` times in turn
     (the order reversed every other round), so that each round's records were timed within moments of each
-    other, under the same power and thermal state."""
+    other. interleave "sample": in each round all of them in one timed loop, sample by sample in turn
+    (Timer.measure_many), so that each sample of one was taken within a sample of the others'."""
     records, ready = [], []
     try:
         inputs = make_inputs(torch, p, seed, "cuda")
@@ -893,7 +935,16 @@ def run_problem(torch, timer, peers: list, p: dict, seed: int, verify: bool, rou
         else:
             ready.append((pe, r))
     for i in range(rounds):
-        for pe, r in (ready if i % 2 == 0 else ready[::-1]):
+        order = ready if i % 2 == 0 else ready[::-1]
+        if interleave == "sample" and len(order) > 1:
+            try:
+                stats = timer.measure_many([r[0] for _, r in order])
+            except Exception as e:
+                stats = [e] * len(order)
+            for (pe, r), st in zip(order, stats):
+                records.append(time_peer(torch, timer, pe, r, seed, (i, rounds), st))
+            continue
+        for pe, r in order:
             records.append(time_peer(torch, timer, pe, r, seed, (i, rounds)))
     for pe in peers:
         if hasattr(pe, "close"):
@@ -958,6 +1009,10 @@ def main(argv=None) -> int:
                                                   "scripts/)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time each problem's peers this many times in turn (records carry repetition_index)")
+    ap.add_argument("--interleave", choices=("round", "sample"), default="round",
+                    help="with several peers (or --ours): time them one after another in each round (round), or "
+                         "all in one timed loop, sample by sample in turn (sample: each sample within a sample of "
+                         "the others', so a power phase falls on all of them alike)")
     ap.add_argument("--eager", dest="graph", action="store_false",
                     help="time the eager calls, not their CUDA-graph replay (the host may then fall behind the GPU)")
     ap.add_argument("--no-verify", dest="verify", action="store_false")
@@ -1012,7 +1067,7 @@ def main(argv=None) -> int:
            "spec": plan_spec or {"name": os.path.splitext(os.path.basename(args.problems))[0], "path": args.problems},
            "device": dev, "ceilings": measure_ceilings(torch, args) if args.ceilings else None,
            "timing_policy": dict({f: getattr(args, n) for n, (f, _) in TIMING_FIELDS.items()}, timer="cuda_events"),
-           "rounds": args.rounds,
+           "rounds": args.rounds, "interleave": args.interleave,
            "ours": {"variant": args.ours, "configs": args.ours_config or "fastest in " + args.ours_best,
                     "lib": lib.path} if lib else None}
     records = []
@@ -1020,7 +1075,8 @@ def main(argv=None) -> int:
         bound = [Peer(torch, peer, p) for peer in peers]
         if lib:
             bound.insert(0, Ours(torch, lib, args.ours, ours_configs.get(problem_key(p)), p))
-        for rec in run_problem(torch, timer, bound, p, args.seed + i, args.verify, args.rounds, args.graph):
+        for rec in run_problem(torch, timer, bound, p, args.seed + i, args.verify, args.rounds, args.graph,
+                               args.interleave):
             records.append(rec)
             print("{:<9} {:<18} {}".format(rec["status"], rec["variant"], rec["name"].split("/")[-1]) +
                   ("  {:.1f} TFLOP/s".format(rec["tflops"]) if rec.get("tflops") else "  " + rec["reason"]) +

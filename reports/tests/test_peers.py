@@ -183,3 +183,22 @@ def test_peer_table_pairs_rounds_and_gives_the_median_ratio(peers, tmp_path):
     assert row[:3] == ["d128", "N512", "causal"] and row[5] == "1.000" and row[6] == "0.500-" and row[7] == "2.000"
     r = subprocess.run([sys.executable, table, str(f), "--variant", "naive"], capture_output=True, text=True)
     assert r.returncode == 2 and "no verified point of naive" in r.stderr
+
+
+class _PairTimer(_OrderTimer):
+    def measure_many(self, fns):
+        for f in fns:
+            f()
+        self.log.append(("many", len(fns)))
+        return [dict(peers_summary(), samples_us=[10.0, 10.0]) for _ in fns]
+
+
+def test_interleave_sample_times_all_peers_in_one_loop_per_round(peers, monkeypatch):
+    monkeypatch.setattr(peers, "make_inputs", lambda torch, p, seed, device: (1, 2, 3))
+    p = peers.normalize_problem({"seqlen_q": 64, "heads_q": 2})
+    log = []
+    bound = [_FakePeer("a", p, log), _FakePeer("b", p, log)]
+    recs = peers.run_problem(_FakeCudaTorch, _PairTimer(log), bound, p, 7, False, 2, interleave="sample")
+    assert log.count(("many", 2)) == 2 and "measured" not in log
+    assert [(r["variant"], r["repetition_index"]) for r in recs] == [
+        ("peer:a", 0), ("peer:b", 0), ("peer:b", 1), ("peer:a", 1)]

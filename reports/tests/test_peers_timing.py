@@ -222,6 +222,43 @@ def test_void_batches_are_load_but_not_samples(peers):
         peers.sample_loop(lambda: peers.VoidBatch([]), rule(peers, timeout_s=0.01))
 
 
+def test_measure_many_times_the_calls_sample_by_sample_in_turn(peers):
+    # A takes 100 us, B 150 us: one loop, samples alternating A B A B, each call its own statistics
+    for queue in ("round_trip", "back_to_back"):
+        torch = FakeTorch()
+        order = []
+
+        def a():
+            order.append("a")
+            torch.t += 100.0
+
+        def b():
+            order.append("b")
+            torch.t += 150.0
+        timer = peers.Timer(torch, fake_args(queue=queue, min_samples=20), 1 << 20, NoNvml())
+        sa, sb = timer.measure_many([a, b])
+        assert sa["median_us"] == pytest.approx(100.0) and sb["median_us"] == pytest.approx(150.0), queue
+        assert len(sa["samples_us"]) >= 20 and len(sb["samples_us"]) >= 20
+        assert all(x != y for x, y in zip(order, order[1:])), queue  # strictly alternating, warm-up included
+        assert sa["wall_s"] == sb["wall_s"] and sa["busy_fraction"] == sb["busy_fraction"]
+
+
+def test_a_call_whose_rule_stopped_keeps_its_turn_but_not_its_samples(peers):
+    # side 0 stops at its 3rd sample (max_samples); side 1 needs 6: the loop goes on, side 0's later samples dropped
+    got = iter([peers.Batch([1.0, 2.0] * 2) for _ in range(10)])
+    batches = []
+
+    def batch():
+        b = next(got)
+        b.who = [0, 1, 0, 1]
+        batches.append(b)
+        return b
+    r0, r1 = rule(peers, max_samples=3), rule(peers, max_samples=6)
+    s0, s1 = peers.sample_loop_many(batch, [r0, r1])
+    assert s0["samples_us"] == [1.0] * 3 and s1["samples_us"] == [2.0] * 6
+    assert len(batches) == 3 and s0["busy_fraction"] == s1["busy_fraction"]
+
+
 def test_git_sha_prefers_the_explicit_source_sha(peers, monkeypatch):
     monkeypatch.setenv("FLASHBENCH_SOURCE_SHA", "0123abc")
     assert peers.git_sha() == "0123abc"

@@ -13,6 +13,7 @@
 # turn with cuDNN, R rounds, and the table pairs them round by round (scripts/peer_table.py on ab.json). A round of
 # the 24 problems can take up to 24 x 2 x 1 s (power-capped points are noisy and run to the 1-s timeout): with the
 # ~6 minutes before it, ROUNDS=3 fits one 10-minute call, 5 did not (c153 of session 30). NOTES.md, session 30.
+# INTERLEAVE=sample times ours and cuDNN in one loop, sample by sample in turn (peers.py --interleave; default round).
 set -u
 spec=${1:-sweeps/fa3-accept.yaml}
 if [ -n "${QUEUE:-}" ]; then
@@ -39,6 +40,7 @@ $FB run "$spec" -o /tmp/res/acc.json > $L/acc.log 2>&1; ts "sweep rc $?: $(tail 
 if [ -n "${ROUNDS:-}" ]; then
   $FB plan "$spec" > /tmp/res/plan.json && timeout 300 python3 scripts/peers.py --problems /tmp/res/plan.json \
     --peers torch_cudnn --ceilings --timeout 1 --ours fa3_pipelined --ours-best /tmp/res/acc.json --rounds "$ROUNDS" \
+    --interleave "${INTERLEAVE:-round}" \
     -o /tmp/res/ab.json > $L/peers.log 2>&1; ts "interleaved peers rc $?"
   python3 scripts/peer_table.py /tmp/res/ab.json --variant fa3_pipelined > $L/table.txt 2>&1
 else
