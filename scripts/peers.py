@@ -226,6 +226,11 @@ def resolve_timing(args, plan_timing: dict) -> None:
 
 class Peer:
     """One peer bound to a problem: build(q, k, v) -> fn() returning O in [B, Hq, Sq, D]."""
+    config = ""    # a catalog variant's config string (Ours); peers have none
+    poison = None  # Ours: overwrites the outputs fn() writes in place, before a graph replay is compared
+
+    def close(self):
+        pass
 
     def __init__(self, torch, name: str, p: dict):
         self.torch, self.name, self.p = torch, name, p
@@ -863,7 +868,7 @@ def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool, graph: bool =
     timed (skipped, incorrect, crashed), else (None, (fn to time, check, how it is launched))."""
     p, name = pe.p, pe.name
     rec = lambda status, why, check=None: record(name, p, status, why, check=check, seed=seed, extra=pe.extra,
-                                                 config_str=getattr(pe, "config", None) or "")
+                                                 config_str=pe.config or "")
     why = pe.skip_reason()
     if why:
         return rec("skipped", why), None
@@ -894,7 +899,7 @@ def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool, graph: bool =
         if bad:
             return rec("incorrect", "{} elements beyond atol+rtol*|ref| (max error {})".format(
                 bad, check["max_error"]), check), None
-    replay, graph_why = as_graph(torch, fn, out.clone(), getattr(pe, "poison", None)) if graph else (None, "--eager")
+    replay, graph_why = as_graph(torch, fn, out.clone(), pe.poison) if graph else (None, "--eager")
     del out
     return None, (replay or fn, check, "cuda_graph" if replay else "eager ({})".format(graph_why))
 
@@ -903,7 +908,7 @@ def time_peer(torch, timer, pe: Peer, ready, seed: int, rep=(0, 1), timing=None)
     """The record of one timing of a prepared peer: timed here, or `timing` as measure_many gave it (an exception
     if that loop failed)."""
     fn, check, launch = ready
-    cfg = getattr(pe, "config", None) or ""
+    cfg = pe.config or ""
     try:
         if timing is None:
             timing = timer.measure(fn)
@@ -947,8 +952,7 @@ def run_problem(torch, timer, peers: list, p: dict, seed: int, verify: bool, rou
         for pe, r in order:
             records.append(time_peer(torch, timer, pe, r, seed, (i, rounds)))
     for pe in peers:
-        if hasattr(pe, "close"):
-            pe.close()
+        pe.close()
     return records
 
 

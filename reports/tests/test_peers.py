@@ -84,6 +84,11 @@ def test_ours_best_takes_the_fastest_verified_config_per_problem(peers, tmp_path
 
 
 class _FakePeer:
+    config, poison = "", None
+
+    def close(self):
+        pass
+
     def __init__(self, name, p, log, skip=None):
         self.name, self.p, self.log, self.skip, self.extra = name, p, log, skip, {}
 
