@@ -38,7 +38,7 @@ for causal in true false; do
 done
 $FB run "$spec" -o /tmp/res/acc.json > $L/acc.log 2>&1; ts "sweep rc $?: $(tail -1 $L/acc.log)"
 if [ -n "${ROUNDS:-}" ]; then
-  $FB plan "$spec" > /tmp/res/plan.json && timeout 300 python3 scripts/peers.py --problems /tmp/res/plan.json \
+  $FB plan "$spec" > /tmp/res/plan.json && timeout 230 python3 scripts/peers.py --problems /tmp/res/plan.json \
     --peers torch_cudnn --ceilings --timeout 1 --ours fa3_pipelined --ours-best /tmp/res/acc.json --rounds "$ROUNDS" \
     --interleave "${INTERLEAVE:-round}" \
     -o /tmp/res/ab.json > $L/peers.log 2>&1; ts "interleaved peers rc $?"
