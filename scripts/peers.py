@@ -180,6 +180,13 @@ def write_atomic(path: str, doc: dict) -> None:
     os.replace(tmp, path)
 
 
+def append_partial(f, rec: dict) -> None:
+    """One record, one line, flushed to the disk: what a killed run leaves (see main)."""
+    f.write(json.dumps(rec) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
 def load_plan(path: str) -> list:
     try:
         with open(path) as f:
@@ -1075,6 +1082,11 @@ def main(argv=None) -> int:
            "ours": {"variant": args.ours, "configs": args.ours_config or "fastest in " + args.ours_best,
                     "lib": lib.path} if lib else None}
     records = []
+    # As `flashbench run` does: every finished record goes to <out>.partial.jsonl at once, so that a run cut short
+    # (a call's time limit, a hung backend) keeps what it measured; the final file replaces it.
+    partial_path = args.out + ".partial.jsonl"
+    os.makedirs(os.path.dirname(os.path.abspath(partial_path)), exist_ok=True)
+    partial = open(partial_path, "w")
     for i, p in enumerate(problems):
         bound = [Peer(torch, peer, p) for peer in peers]
         if lib:
@@ -1082,11 +1094,14 @@ def main(argv=None) -> int:
         for rec in run_problem(torch, timer, bound, p, args.seed + i, args.verify, args.rounds, args.graph,
                                args.interleave):
             records.append(rec)
+            append_partial(partial, rec)
             print("{:<9} {:<18} {}".format(rec["status"], rec["variant"], rec["name"].split("/")[-1]) +
                   ("  {:.1f} TFLOP/s".format(rec["tflops"]) if rec.get("tflops") else "  " + rec["reason"]) +
                   ("  (round {})".format(rec["repetition_index"]) if args.rounds > 1 else ""), flush=True)
         torch.cuda.empty_cache()
     write_atomic(args.out, {"context": ctx, "benchmarks": records})
+    partial.close()
+    os.remove(partial_path)
     print("wrote {} records to {}".format(len(records), args.out))
     return 0
 

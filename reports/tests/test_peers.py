@@ -207,3 +207,13 @@ def test_interleave_sample_times_all_peers_in_one_loop_per_round(peers, monkeypa
     assert log.count(("many", 2)) == 2 and "measured" not in log
     assert [(r["variant"], r["repetition_index"]) for r in recs] == [
         ("peer:a", 0), ("peer:b", 0), ("peer:b", 1), ("peer:a", 1)]
+
+
+def test_partial_records_are_whole_lines_on_disk(peers, tmp_path):
+    p = peers.normalize_problem({"seqlen_q": 64, "heads_q": 2})
+    path = tmp_path / "peers.json.partial.jsonl"
+    with open(path, "w") as f:
+        peers.append_partial(f, peers.record("torch_cudnn", p, "skipped", "x"))
+        peers.append_partial(f, peers.record("flex", p, "skipped", "y"))
+        lines = path.read_text().splitlines()  # readable before the file is closed: each line is flushed
+    assert [json.loads(x)["variant"] for x in lines] == ["peer:torch_cudnn", "peer:flex"]
