@@ -4,13 +4,13 @@
 
 #include "flashbench/buffers.hpp"
 #include "flashbench/check.hpp"
+#include "flashbench/config.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/variant.hpp"
 
 #include <nlohmann/json.hpp>
 
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,16 +28,9 @@ thread_local std::string last_error;
 
 // "a=1,b=on" -> {a: 1, b: on}; "" and "default" -> {} (the variant's default).
 std::map<std::string, std::string> parse_config(const std::string& text) {
-  std::map<std::string, std::string> given;
-  if (text.empty() || text == "default") return given;
-  std::istringstream in(text);
-  for (std::string kv; std::getline(in, kv, ',');) {
-    const size_t eq = kv.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw fb::UserError("config '" + text + "': '" + kv + "' is not name=value; e.g. block_m=128,block_n=128");
-    given[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  return given;
+  if (text.empty() || text == "default") return {};
+  const auto items = fb::parse_assignments(text, "config '" + text + "'", "block_m=128,block_n=128");
+  return {items.begin(), items.end()};
 }
 
 template <class F> auto guarded(F&& f, decltype(f()) on_error) -> decltype(f()) {

@@ -25,31 +25,17 @@ constexpr int kExitNoDevice = 3;
 std::string quick_spec_yaml(const std::string& variant, const std::string& shape, const std::string& config) {
   std::ostringstream y;
   y << "name: command-line\nproblems:\n  - {";
-  std::istringstream fields(shape);
-  std::string kv;
-  bool first = true;
-  while (std::getline(fields, kv, ',')) {
-    const auto eq = kv.find('=');
-    if (eq == std::string::npos)
-      throw fb::UserError("--shape: '" + kv + "' is not field=value; e.g. --shape batch=1,heads=16,seqlen=4096,"
-                          "head_dim=128,causal=true,dtype=bf16");
-    y << (first ? "" : ", ") << kv.substr(0, eq) << ": " << kv.substr(eq + 1);
-    first = false;
-  }
+  const auto yaml_map = [&](const std::vector<std::pair<std::string, std::string>>& items) {
+    for (size_t i = 0; i < items.size(); ++i) y << (i ? ", " : "") << items[i].first << ": " << items[i].second;
+  };
+  yaml_map(fb::parse_assignments(shape, "--shape",
+                                 "--shape batch=1,heads=16,seqlen=4096,head_dim=128,causal=true,dtype=bf16"));
   y << "}\nvariants:\n  " << variant << ":\n    configs: ";
   if (config.empty() || config == "default" || config == "all" || config == "tuned") {
     y << (config.empty() ? "default" : config) << "\n";
   } else {
     y << "\n      - {";
-    std::istringstream cf(config);
-    first = true;
-    while (std::getline(cf, kv, ',')) {
-      const auto eq = kv.find('=');
-      if (eq == std::string::npos)
-        throw fb::UserError("--config: '" + kv + "' is not name=value; e.g. --config block_m=64,block_n=64");
-      y << (first ? "" : ", ") << kv.substr(0, eq) << ": " << kv.substr(eq + 1);
-      first = false;
-    }
+    yaml_map(fb::parse_assignments(config, "--config", "--config block_m=64,block_n=64"));
     y << "}\n";
   }
   return y.str();

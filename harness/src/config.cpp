@@ -132,4 +132,17 @@ nlohmann::json ConfigSpace::to_json(const Config& c) const {
   return j;
 }
 
+std::vector<std::pair<std::string, std::string>> parse_assignments(const std::string& text, const std::string& what,
+                                                                   const std::string& example) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw UserError(what + ": '" + item + "' is not name=value; e.g. " + example);
+    out.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+  }
+  return out;
+}
+
 } // namespace fb

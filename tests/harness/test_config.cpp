@@ -52,3 +52,16 @@ TEST(Config, EmptySpaceHasOneDefaultConfig) {
   EXPECT_EQ(s.expand().size(), 1u);
   EXPECT_EQ(s.to_string(s.default_config()), "default");
 }
+
+TEST(Config, ParseAssignmentsKeepsOrderAndNamesTheBadItem) {
+  using V = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(parse_assignments("block_m=128,pingpong=on", "--config", "e"), (V{{"block_m", "128"}, {"pingpong", "on"}}));
+  EXPECT_EQ(parse_assignments("", "--config", "e"), V{});
+  try {
+    parse_assignments("block_m=64,block_n", "--config", "--config block_m=64");
+    FAIL() << "no error for an item without '='";
+  } catch (const UserError& e) {
+    EXPECT_EQ(std::string(e.what()), "--config: 'block_n' is not name=value; e.g. --config block_m=64");
+  }
+  EXPECT_THROW(parse_assignments("=1", "--shape", "e"), UserError);
+}

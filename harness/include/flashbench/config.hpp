@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fb {
@@ -76,5 +77,10 @@ private:
   Config default_;
   Constraint constraint_;
 };
+
+// "a=1,b=on" -> {{a, 1}, {b, on}}, in order: the command line's --shape and --config, and the C API's config.
+// Throws UserError "<what>: '<item>' is not name=value; e.g. <example>" for an item without a name and '='.
+std::vector<std::pair<std::string, std::string>> parse_assignments(const std::string& text, const std::string& what,
+                                                                   const std::string& example);
 
 } // namespace fb
