@@ -7,7 +7,9 @@
 OURS is a `flashbench run` results file, PEERS the output of `scripts/peers.py` on the same plan. With one file, it
 is the output of `scripts/peers.py --ours VARIANT --rounds R`: the variant timed by peers.py itself, in turn with the
 peers, R rounds. Records are paired by problem and round (repetition_index): the ratio is the median of the rounds'
-ratios, with their range when there are several.
+ratios, with their range when there are several. Where the file holds several configs of the variant per problem
+(peers.py --ours-top K), the config is chosen by its ratio in round 0 and, given 2 or more rounds, the ratio reported
+is over rounds 1..R-1 only, so that the samples that chose it do not also grade it.
 
 Prints one row per problem: the variant's best TFLOP/s (median over rounds) and config, each peer's TFLOP/s and the
 ratio to the chosen peer, then the SM clock (MHz), the timed loop's busy fraction and mean board power (W) of ours
@@ -22,6 +24,37 @@ import statistics
 import sys
 
 FIELDS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim", "causal", "dtype")
+
+
+def choose_on_round0(best: dict, mine_all: dict, peer_of) -> str:
+    """Where a problem has several configs of ours (peers.py --ours-top K): keeps, in `best`, only the config with the
+    highest ratio to the peer in round 0, and drops round 0 when there are later rounds. Returns a note for the
+    table, or "" where every problem had one config."""
+    by_problem = {}
+    for (k, cfg), recs in mine_all.items():
+        by_problem.setdefault(k, []).append((cfg, recs))
+    most = max(len(c) for c in by_problem.values())
+    if most < 2:
+        return ""
+    later_rounds = False
+    for k, cands in by_problem.items():
+        if len(cands) < 2:
+            continue
+        q0 = peer_of(k, 0)
+
+        def round0_ratio(cand):
+            r0 = cand[1].get(0)
+            return r0["tflops"] / q0["tflops"] if r0 and q0 else 0.0
+        cfg, recs = max(cands, key=round0_ratio)
+        later = {i: r for i, r in recs.items() if i > 0}
+        later_rounds = later_rounds or bool(later)
+        for i in [i for (kk, i) in best if kk == k]:
+            del best[(k, i)]
+        for i, r in (later or recs).items():
+            best[(k, i)] = (r["tflops"], cfg, r)
+    return (f"up to {most} configs per problem, each problem's chosen by its ratio in round 0; " +
+            ("the ratios are from the later rounds" if later_rounds else
+             "the ratios are from those same samples (give peers.py --rounds 2 or more)"))
 
 
 def main():
@@ -41,6 +74,7 @@ def main():
     key = lambda r: tuple(r["problem"].get(f) for f in FIELDS)
     rep = lambda r: r.get("repetition_index") or 0
     best, peer = {}, {}  # (problem, round) -> (tflops, config, record); (problem, peer name, round) -> record
+    mine_all = {}  # (problem, config) -> {round: record}, for the one-file (interleaved) mode
     for r in ours:
         v = r.get("variant", r["name"].split("/")[0])
         if r.get("status") != "ok" or not r.get("tflops") or v.startswith("peer:"):
@@ -48,6 +82,7 @@ def main():
         if a.variant and v != a.variant:
             continue
         k = (key(r), rep(r))
+        mine_all.setdefault((key(r), r.get("config_str", "")), {})[rep(r)] = r
         if r["tflops"] > best.get(k, (0, ""))[0]:
             best[k] = (r["tflops"], r.get("config_str", ""), r)
     names = []
@@ -62,6 +97,9 @@ def main():
         return 2
     # With two files the rounds of ours and of the peers are unrelated: pair every round of ours with round 0.
     paired = a.peers is None
+    chosen = ""
+    if paired:
+        chosen = choose_on_round0(best, mine_all, lambda k, i: peer.get((k, a.peer, i)))
     load = lambda r: (f"{(r or {}).get('sm_clock_mhz') or 0:5.0f} {(r or {}).get('busy_fraction') or 0:4.2f} "
                       f"{(r or {}).get('power_w') or 0:4.0f}")
     mhz_ratio = lambda r, q: (q["sm_clock_mhz"] / r["sm_clock_mhz"]
@@ -93,6 +131,8 @@ def main():
                f" {'':13s}" if rounds > 1 else "") +
               f" {med(per_mhz):7.3f}  {load(rec)} | {load(peer.get((k, a.peer, 0 if not paired else mine[0][0])))}"
               f"  {cfg}")
+    if chosen:
+        print(chosen)
     return 0
 
 

@@ -69,16 +69,25 @@ def test_ours_records_are_named_as_flashbench_names_them(peers):
     assert peers.record("torch_cudnn", p, "ok", timing=timing)["variant"] == "peer:torch_cudnn"
 
 
-def test_ours_best_takes_the_fastest_verified_config_per_problem(peers, tmp_path):
+def test_ours_best_ranks_verified_configs_by_their_fastest_sample(peers, tmp_path):
     p = {"batch": 4, "heads_q": 16, "heads_kv": 16, "seqlen_q": 4096, "seqlen_kv": 4096, "head_dim": 128,
          "causal": False, "dtype": "bf16", "layout": "bshd", "scale": 0.0}
-    recs = [{"variant": "fa3_pipelined", "status": "ok", "tflops": 700.0, "config_str": "a=1", "problem": p},
-            {"variant": "fa3_pipelined", "status": "ok", "tflops": 720.0, "config_str": "a=2", "problem": p},
-            {"variant": "fa3_pipelined", "status": "incorrect", "tflops": 900.0, "config_str": "a=3", "problem": p},
-            {"variant": "fa2_q_outer", "status": "ok", "tflops": 950.0, "config_str": "a=4", "problem": p}]
+    # a=1's median is slower (a power-capped phase) but its fastest sample is the fastest: it ranks first
+    recs = [{"variant": "fa3_pipelined", "status": "ok", "tflops": 700.0, "min_us": 750.0, "config_str": "a=1",
+             "problem": p},
+            {"variant": "fa3_pipelined", "status": "ok", "tflops": 720.0, "min_us": 790.0, "config_str": "a=2",
+             "problem": p},
+            {"variant": "fa3_pipelined", "status": "ok", "tflops": 710.0, "min_us": 780.0, "config_str": "a=5",
+             "problem": p},
+            {"variant": "fa3_pipelined", "status": "incorrect", "tflops": 900.0, "min_us": 1.0, "config_str": "a=3",
+             "problem": p},
+            {"variant": "fa2_q_outer", "status": "ok", "tflops": 950.0, "min_us": 1.0, "config_str": "a=4",
+             "problem": p}]
     f = tmp_path / "r.json"
     f.write_text(json.dumps({"benchmarks": recs}))
-    assert peers.best_configs(str(f), "fa3_pipelined") == {"b4_hq16_hkv16_sq4096_skv4096_d128_bf16": "a=2"}
+    key = "b4_hq16_hkv16_sq4096_skv4096_d128_bf16"
+    assert peers.best_configs(str(f), "fa3_pipelined") == {key: ["a=1"]}
+    assert peers.best_configs(str(f), "fa3_pipelined", 2) == {key: ["a=1", "a=5"]}
     with pytest.raises(peers.UserError, match="no verified point of naive"):
         peers.best_configs(str(f), "naive")
 
@@ -150,6 +159,7 @@ def test_rounds_time_every_peer_in_turn_the_order_reversed_each_round(peers, mon
     (["--ours", "fa3_pipelined"], "--ours-config"),
     (["--ours-config", "default"], "need --ours"),
     (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-best", "x.json"], "one of"),
+    (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-top", "2"], "--ours-top 2"),
     (["--rounds", "0"], "--rounds"),
 ])
 def test_bad_ours_arguments_are_one_line_user_errors(tmp_path, argv, what):
@@ -188,6 +198,27 @@ def test_peer_table_pairs_rounds_and_gives_the_median_ratio(peers, tmp_path):
     assert row[:3] == ["d128", "N512", "causal"] and row[5] == "1.000" and row[6] == "0.500-" and row[7] == "2.000"
     r = subprocess.run([sys.executable, table, str(f), "--variant", "naive"], capture_output=True, text=True)
     assert r.returncode == 2 and "no verified point of naive" in r.stderr
+
+
+def test_peer_table_chooses_among_configs_on_round_0_and_grades_on_the_later_rounds(peers, tmp_path):
+    p = peers.normalize_problem({"seqlen_q": 4096, "heads_q": 16, "head_dim": 128, "batch": 4})
+    t = lambda us: dict(peers.summarize([us, us]), samples_us=[us, us], sm_clock_mhz=1980, busy_fraction=0.9)
+    recs = []
+    # round 0: a=1 (ratio 1.25) beats a=2 (1.111); later rounds: a=1 at 1.0 and 1.053, a=2 at 2.0 and 2.0.
+    # Chosen on round 0 -> a=1, graded on rounds 1-2 -> median 1.026, never a=2's later (unchosen) rounds
+    for i, (a1, a2, cudnn) in enumerate([(80.0, 90.0, 100.0), (100.0, 50.0, 100.0), (95.0, 50.0, 100.0)]):
+        recs.append(peers.record("fa3_pipelined", p, "ok", timing=t(a1), config_str="a=1", rep=(i, 3)))
+        recs.append(peers.record("fa3_pipelined", p, "ok", timing=t(a2), config_str="a=2", rep=(i, 3)))
+        recs.append(peers.record("torch_cudnn", p, "ok", timing=t(cudnn), rep=(i, 3)))
+    f = tmp_path / "ab.json"
+    peers.write_atomic(str(f), {"context": {"schema_version": 1}, "benchmarks": recs})
+    table = os.path.join(os.path.dirname(PEERS), "peer_table.py")
+    r = subprocess.run([sys.executable, table, str(f), "--variant", "fa3_pipelined"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    row = lines[1].split()
+    assert row[:2] == ["d128", "N4096"] and row[4] == "1.026" and row[5] == "1.000-" and row[6] == "1.053"
+    assert row[-1] == "a=1" and "chosen by its ratio in round 0" in lines[-1]
 
 
 class _PairTimer(_OrderTimer):

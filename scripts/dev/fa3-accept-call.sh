@@ -14,6 +14,9 @@
 # the 24 problems can take up to 24 x 2 x 1 s (power-capped points are noisy and run to the 1-s timeout): with the
 # ~6 minutes before it, ROUNDS=3 fits one 10-minute call, 5 did not (c153 of session 30). NOTES.md, session 30.
 # INTERLEAVE=sample times ours and cuDNN in one loop, sample by sample in turn (peers.py --interleave; default round).
+# TOP=K: the peers step times each problem's K fastest configs (peers.py --ours-top; by their fastest sample), and the
+# table chooses one on round 0 and reports the later rounds. SKIP_TESTS=1 leaves out the gtests, check and sanitize
+# (for a call on a tree whose tests passed in an earlier call).
 set -u
 spec=${1:-sweeps/fa3-accept.yaml}
 if [ -n "${QUEUE:-}" ]; then
@@ -28,6 +31,7 @@ python3 -c 'import torch; print("torch", torch.__version__)' >> $L/gpu.txt 2>&1
 ts "build: $(ls build/flashbench 2>&1)"
 grep -E 'C75|spill|error' $L/build.log | head -5
 FB=build/flashbench
+if [ -z "${SKIP_TESTS:-}" ]; then
 timeout 200 build/tests/test_kernels --gtest_filter='*Fa3*:*Capi*:*Timer*' > $L/gtest.log 2>&1; ts "gtest rc $?: $(tail -1 $L/gtest.log)"
 timeout 200 $FB check --variant fa3_pipelined > $L/check.log 2>&1; ts "check rc $?: $(tail -1 $L/check.log)"
 cfg="block_m=128,block_n=128,stages=2,consumer_wgs=2,pingpong=on,intra_wg_overlap=on,scheduler=dynamic"
@@ -36,11 +40,12 @@ for causal in true false; do
   timeout 90 bash scripts/sanitize.sh fa3_pipelined "$cfg" "$shape,causal=$causal" >> $L/sanitize.log 2>&1
   ts "sanitize causal=$causal rc $?"
 done
+fi
 $FB run "$spec" -o /tmp/res/acc.json > $L/acc.log 2>&1; ts "sweep rc $?: $(tail -1 $L/acc.log)"
 if [ -n "${ROUNDS:-}" ]; then
   $FB plan "$spec" > /tmp/res/plan.json && timeout 230 python3 scripts/peers.py --problems /tmp/res/plan.json \
     --peers torch_cudnn --ceilings --timeout 1 --ours fa3_pipelined --ours-best /tmp/res/acc.json --rounds "$ROUNDS" \
-    --interleave "${INTERLEAVE:-round}" \
+    --interleave "${INTERLEAVE:-round}" --ours-top "${TOP:-1}" \
     -o /tmp/res/ab.json > $L/peers.log 2>&1; ts "interleaved peers rc $?"
   python3 scripts/peer_table.py /tmp/res/ab.json --variant fa3_pipelined > $L/table.txt 2>&1
 else
