@@ -181,28 +181,37 @@ def test_reports_read_the_first_round_of_a_rounds_file(peers, tmp_path):
     assert [x.median_us for x in r.points] == [10.0]
 
 
+def _peer_table(peers, tmp_path, recs, variant="fa3_pipelined"):
+    """Writes recs as a peers.py results file and runs scripts/peer_table.py on it (one-file mode)."""
+    f = tmp_path / "ab.json"
+    peers.write_atomic(str(f), {"context": {"schema_version": 1}, "benchmarks": recs})
+    table = os.path.join(os.path.dirname(PEERS), "peer_table.py")
+    return subprocess.run([sys.executable, table, str(f), "--variant", variant], capture_output=True, text=True)
+
+
+def _timing(peers, us, busy):
+    return dict(peers.summarize([us, us]), samples_us=[us, us], sm_clock_mhz=1980, busy_fraction=busy)
+
+
 def test_peer_table_pairs_rounds_and_gives_the_median_ratio(peers, tmp_path):
     p = peers.normalize_problem({"seqlen_q": 512, "heads_q": 16, "head_dim": 128, "batch": 32, "causal": True})
-    t = lambda us: dict(peers.summarize([us, us]), samples_us=[us, us], sm_clock_mhz=1980, busy_fraction=0.7)
+    t = lambda us: _timing(peers, us, 0.7)
     recs = []
     # ours / cuDNN per round: 1.0, 0.5, 2.0 -> median 1.0 over the range 0.5-2.0 (times are inverse to TFLOP/s)
     for i, (ours, cudnn) in enumerate([(100.0, 100.0), (200.0, 100.0), (50.0, 100.0)]):
         recs.append(peers.record("fa3_pipelined", p, "ok", timing=t(ours), config_str="block_m=128", rep=(i, 3)))
         recs.append(peers.record("torch_cudnn", p, "ok", timing=t(cudnn), rep=(i, 3)))
-    f = tmp_path / "ab.json"
-    peers.write_atomic(str(f), {"context": {"schema_version": 1}, "benchmarks": recs})
-    table = os.path.join(os.path.dirname(PEERS), "peer_table.py")
-    r = subprocess.run([sys.executable, table, str(f), "--variant", "fa3_pipelined"], capture_output=True, text=True)
+    r = _peer_table(peers, tmp_path, recs)
     assert r.returncode == 0, r.stderr
     row = r.stdout.splitlines()[1].split()
     assert row[:3] == ["d128", "N512", "causal"] and row[5] == "1.000" and row[6] == "0.500-" and row[7] == "2.000"
-    r = subprocess.run([sys.executable, table, str(f), "--variant", "naive"], capture_output=True, text=True)
+    r = _peer_table(peers, tmp_path, recs, "naive")
     assert r.returncode == 2 and "no verified point of naive" in r.stderr
 
 
 def test_peer_table_chooses_among_configs_on_round_0_and_grades_on_the_later_rounds(peers, tmp_path):
     p = peers.normalize_problem({"seqlen_q": 4096, "heads_q": 16, "head_dim": 128, "batch": 4})
-    t = lambda us: dict(peers.summarize([us, us]), samples_us=[us, us], sm_clock_mhz=1980, busy_fraction=0.9)
+    t = lambda us: _timing(peers, us, 0.9)
     recs = []
     # round 0: a=1 (ratio 1.25) beats a=2 (1.111); later rounds: a=1 at 1.0 and 1.053, a=2 at 2.0 and 2.0.
     # Chosen on round 0 -> a=1, graded on rounds 1-2 -> median 1.026, never a=2's later (unchosen) rounds
@@ -210,10 +219,7 @@ def test_peer_table_chooses_among_configs_on_round_0_and_grades_on_the_later_rou
         recs.append(peers.record("fa3_pipelined", p, "ok", timing=t(a1), config_str="a=1", rep=(i, 3)))
         recs.append(peers.record("fa3_pipelined", p, "ok", timing=t(a2), config_str="a=2", rep=(i, 3)))
         recs.append(peers.record("torch_cudnn", p, "ok", timing=t(cudnn), rep=(i, 3)))
-    f = tmp_path / "ab.json"
-    peers.write_atomic(str(f), {"context": {"schema_version": 1}, "benchmarks": recs})
-    table = os.path.join(os.path.dirname(PEERS), "peer_table.py")
-    r = subprocess.run([sys.executable, table, str(f), "--variant", "fa3_pipelined"], capture_output=True, text=True)
+    r = _peer_table(peers, tmp_path, recs)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     row = lines[1].split()
