@@ -930,9 +930,9 @@ __device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem<D, B
     const uint64_t evict_first = l2_policy_evict_first();
 #pragma unroll
     for (int c = 0; c < D / 64; ++c)
-      tma_store_4d_hint(&a.tm_o,
-                        sm.o + uint32_t(c) * sm.q_chunk_bytes() + uint32_t(wg * kRowsPerWarpgroup) * 128,
-                        c * 64, w.q0 + wg * kRowsPerWarpgroup, w.h(), w.b(), evict_first);
+      tma_store_4d(&a.tm_o,
+                   sm.o + uint32_t(c) * sm.q_chunk_bytes() + uint32_t(wg * kRowsPerWarpgroup) * 128,
+                   c * 64, w.q0 + wg * kRowsPerWarpgroup, w.h(), w.b(), evict_first);
     bulk_commit();
   }
 }

@@ -110,26 +110,20 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const void *tmap, uint
                : "memory");
 }
 
-// Shared -> global: the box of `tmap` at (c0, c1, c2, c3) from shared memory at src, in the
-// issuing thread's bulk async-group. Out-of-bounds rows of the box (past the sequence end) are not
-// written. The shared memory may be reused once wait_group.read says the group has been read.
-__device__ __forceinline__ void tma_store_4d(const void *tmap, uint32_t src, int c0, int c1, int c2,
-                                             int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], "
-               "[%1];" ::"l"(reinterpret_cast<uint64_t>(tmap)),
-               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-// The same store with an L2 eviction-priority hint: O is written once and never read back by this kernel, so with
-// evict_first its lines go before the K/V lines that the head's other query tiles still read (H100 causal d128 N512
-// is at ~86% of the copy ceiling's DRAM rate, with 207 MB read against 201 MB of Q, K and V: session 31).
+// An L2 eviction-priority policy for O's stores (v41): O is written once and not read back by this kernel.
+// Measured on an H100 (session 31, c162): +0.7-1.3% at causal d128 N512, where the kernel is DRAM-bound, and
+// neutral elsewhere; the DRAM reads did not drop, so why it helps is not known.
 __device__ __forceinline__ uint64_t l2_policy_evict_first() {
   uint64_t policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
-__device__ __forceinline__ void tma_store_4d_hint(const void *tmap, uint32_t src, int c0, int c1, int c2,
-                                                  int c3, uint64_t policy) {
+// Shared -> global: the box of `tmap` at (c0, c1, c2, c3) from shared memory at src, in the
+// issuing thread's bulk async-group, with the L2 policy `policy`. Out-of-bounds rows of the box (past the
+// sequence end) are not written. The shared memory may be reused once wait_group.read says the group has been
+// read.
+__device__ __forceinline__ void tma_store_4d(const void *tmap, uint32_t src, int c0, int c1, int c2,
+                                             int c3, uint64_t policy) {
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group.L2::cache_hint "
                "[%0, {%2, %3, %4, %5}], [%1], %6;" ::"l"(reinterpret_cast<uint64_t>(tmap)),
                "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "l"(policy)
