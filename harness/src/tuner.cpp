@@ -130,6 +130,7 @@ nlohmann::json to_json(const TuningTable& t) {
                             {"median_us", e.median_us},
                             {"runner_up", e.runner_up},
                             {"margin", e.margin},
+                            {"clock_spread", e.clock_spread},
                             {"problem", e.problem},
                             {"strategy", e.strategy},
                             {"evaluations", e.evaluations},
@@ -160,6 +161,7 @@ TuningTable tuning_table_from_json(const nlohmann::json& j, const std::string& p
       e.median_us = x.value("median_us", 0.0);
       e.runner_up = x.value("runner_up", "");
       e.margin = x.value("margin", 0.0);
+      e.clock_spread = x.value("clock_spread", 0.0);
       if (x.contains("problem")) e.problem = x["problem"].get<AttentionProblem>();
       e.strategy = x.value("strategy", "");
       e.evaluations = x.value("evaluations", 0.0);
@@ -255,6 +257,11 @@ int resource_rank(const ConfigSpace& space, const Config& c) {
 bool same_fidelity(double a, double b) { return std::abs(a - b) < 1e-9; }
 
 } // namespace
+
+double clock_spread(const Measurement& a, const Measurement& b) {
+  if (a.sm_clock_mhz <= 0 || b.sm_clock_mhz <= 0) return 0;
+  return std::abs(a.sm_clock_mhz - b.sm_clock_mhz) / std::max(a.sm_clock_mhz, b.sm_clock_mhz);
+}
 
 std::optional<size_t> pick_winner(const ConfigSpace& space, const std::vector<Measurement>& m, double fidelity,
                                   double tie_fraction) {
@@ -379,6 +386,7 @@ public:
         m.median_us = j.value("median_us", 0.0);
         m.tflops = j.value("tflops", 0.0);
         m.reason = j.value("reason", "");
+        m.sm_clock_mhz = j.value("sm_clock_mhz", 0.0);
         entries_[j.at("key").get<std::string>()] = m;
       } catch (const std::exception&) {
       }
@@ -400,6 +408,7 @@ public:
     j["median_us"] = m.median_us;
     j["tflops"] = m.tflops;
     j["reason"] = m.reason;
+    j["sm_clock_mhz"] = m.sm_clock_mhz;
     j["created"] = iso_now();
     std::ofstream os(path_, std::ios::app);
     os << j.dump() + "\n";
@@ -417,6 +426,7 @@ Measurement measurement_from_record(const nlohmann::json& rec) {
   if (rec.value("median_us", nlohmann::json()).is_number()) m.median_us = rec["median_us"].get<double>();
   if (rec.value("tflops", nlohmann::json()).is_number()) m.tflops = rec["tflops"].get<double>();
   m.seconds = rec.value("wall_s", 0.0);
+  if (rec.value("sm_clock_mhz", nlohmann::json()).is_number()) m.sm_clock_mhz = rec["sm_clock_mhz"].get<double>();
   return m;
 }
 
@@ -469,7 +479,7 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
 
   nlohmann::json report = {{"strategy", o.strategy}, {"budget", o.budget}, {"seed", o.seed},
                            {"device", dev},          {"build_id", build_id()}, {"results", nlohmann::json::array()}};
-  int measured = 0, from_cache = 0, without_winner = 0;
+  int measured = 0, from_cache = 0, without_winner = 0, clock_flagged = 0;
   double measure_s = 0;
   char line[512];
   std::snprintf(line, sizeof line, "%-13s %-40s %-10s %5s %6s  %-52s %8s %7s\n", "variant", "problem", "strategy",
@@ -582,6 +592,7 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
                                         {"median_us", m.status == Status::ok ? nlohmann::json(m.median_us) : nlohmann::json()},
                                         {"tflops", m.status == Status::ok ? nlohmann::json(m.tflops) : nlohmann::json()},
                                         {"reason", m.reason},
+                                        {"sm_clock_mhz", m.sm_clock_mhz},
                                         {"cached", m.cached}});
       }
       item["measure_seconds"] = item_seconds;
@@ -598,15 +609,17 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
           const Measurement& ru = sr.measurements[*sr.runner_up];
           e.runner_up = v->space().to_string(ru.config);
           e.margin = ru.median_us / w.median_us - 1;
+          e.clock_spread = clock_spread(w, ru);
         }
         e.strategy = o.strategy;
         e.evaluations = sr.evaluations;
         e.candidates = sr.candidates;
         item["winner"] = {{"config", e.config_str}, {"median_us", e.median_us}, {"tflops", e.tflops}};
-        item["runner_up"] = {{"config", e.runner_up}, {"margin", e.margin}};
+        item["runner_up"] = {{"config", e.runner_up}, {"margin", e.margin}, {"clock_spread", e.clock_spread}};
         best = e.config_str;
         tflops = fmt("%.1f", e.tflops);
-        margin = sr.runner_up ? fmt("%+.1f%%", e.margin * 100) : "-";
+        margin = sr.runner_up ? fmt("%+.1f%%", e.margin * 100) + (e.clock_spread > kClockSpreadFlag ? "*" : "") : "-";
+        clock_flagged += e.clock_spread > kClockSpreadFlag;
         table.upsert(std::move(e));
       } else {
         ++without_winner;
@@ -618,6 +631,11 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
       os << line << std::flush;
     }
   }
+  if (clock_flagged)
+    os << "* " << clock_flagged << " margin(s) between configs timed at SM clocks more than "
+       << fmt("%.0f", kClockSpreadFlag * 100)
+       << "% apart (a power cap): the order may be the clock's, not the code's; compare the two sample by sample "
+          "in one loop (scripts/peers.py --ours with --interleave sample: README)\n";
   if (!table.entries.empty()) save_tuning_table(out_path, table);
   os << measured << " measurements made (" << fmt("%.1f", measure_s) << " s of sampling), " << from_cache
      << " served from the cache" << (cache.enabled() ? " " + o.cache_path : std::string(" (cache off)")) << "\n";

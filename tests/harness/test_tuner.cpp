@@ -169,6 +169,30 @@ TEST(Tuner, TiesWithinOnePercentGoToFewerResources) {
   EXPECT_FALSE(pick_winner(v.space(), partial));
 }
 
+// c157 (fa3 NOTES.md, session 31): at d128 N4096 the config fastest by median had been timed at 1980 MHz and the
+// others at ~1700 MHz. Such a margin is flagged by the spread of the two points' clocks, kept in the table.
+TEST(Tuner, ClockSpreadFlagsMarginsBetweenPointsTimedAtDifferentClocks) {
+  Measurement a, b;
+  EXPECT_EQ(clock_spread(a, b), 0.0); // unknown clocks: nothing to flag
+  a.sm_clock_mhz = 1980;
+  EXPECT_EQ(clock_spread(a, b), 0.0);
+  b.sm_clock_mhz = 1695;
+  EXPECT_NEAR(clock_spread(a, b), 285.0 / 1980.0, 1e-12);
+  EXPECT_EQ(clock_spread(a, b), clock_spread(b, a));
+  EXPECT_GT(clock_spread(a, b), kClockSpreadFlag);
+  b.sm_clock_mhz = 1965; // one NVML step apart: not flagged
+  EXPECT_LT(clock_spread(a, b), kClockSpreadFlag);
+
+  TuningTable t;
+  TuningEntry e = make_entry_key("fa2_q_outer", prefill(4096, 128, false));
+  e.config = Config({{"block_m", 128}});
+  e.clock_spread = 0.144;
+  t.upsert(e);
+  const fs::path d = test_dir("clock_spread");
+  save_tuning_table((d / "t.json").string(), t);
+  EXPECT_DOUBLE_EQ(load_tuning_table((d / "t.json").string()).entries.at(0).clock_spread, 0.144);
+}
+
 TEST(Tuner, TableBucketsLookupAndRoundTrip) {
   EXPECT_EQ(bucket_of(1), 1);
   EXPECT_EQ(bucket_of(1000), 1024);

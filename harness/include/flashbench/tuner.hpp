@@ -58,6 +58,10 @@ struct TuningEntry {
   double tflops = 0, median_us = 0;
   std::string runner_up;  // config_str of the second best ("" when there was one candidate)
   double margin = 0;      // runner-up time / winner time - 1 (negative when the winner won a 1% tie on resources)
+  // How far apart the SM clocks were at which the winner and the runner-up were timed: |a - b| / max(a, b) of their
+  // median sampled clocks (0: unknown, or no runner-up). Under a power cap a point's median follows the clock phase
+  // it drew, so above kClockSpreadFlag the margin may be the clock's rather than the code's (fa3 NOTES.md, session 31).
+  double clock_spread = 0;
   AttentionProblem problem; // the problem it was measured on
   std::string strategy;
   double evaluations = 0;
@@ -109,7 +113,13 @@ struct Measurement {
   std::string reason;
   bool cached = false;
   double seconds = 0; // wall time the measurement took (timing), 0 when cached
+  double sm_clock_mhz = 0; // median SM clock over the timed samples (0: unknown)
 };
+
+// The winner/runner-up clock spread above which `flashbench tune` flags a margin (TuningEntry::clock_spread).
+inline constexpr double kClockSpreadFlag = 0.02;
+// |a - b| / max(a, b) of two measurements' clocks; 0 when either is unknown.
+double clock_spread(const Measurement& a, const Measurement& b);
 
 // Measures a batch of trials of one (variant, problem); one Measurement per trial, in order.
 using Evaluator = std::function<std::vector<Measurement>(const std::vector<Trial>&)>;
