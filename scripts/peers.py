@@ -352,11 +352,7 @@ class Ours(Peer):
             raise ValueError(self.lib.error())
         self.handle = h
         self.config = self.lib.lib.fb_capi_config_string(h).decode()
-        B, Hq, Sq, D = p["batch"], p["heads_q"], p["seqlen_q"], p["head_dim"]
-        o = (torch.empty(B, Sq, Hq, D, dtype=q.dtype, device=q.device).transpose(1, 2) if p["layout"] == "bshd"
-             else torch.empty(B, Hq, Sq, D, dtype=q.dtype, device=q.device))
-        lse = torch.empty(B, Hq, Sq, dtype=torch.float32, device=q.device)
-        self.outputs = (o, lse)
+        o, lse = self.outputs = self.make_outputs(q)
         self.poison()
         launch, lib, ptrs = self.lib.lib.fb_capi_launch, self.lib, (q.data_ptr(), k.data_ptr(), v.data_ptr(),
                                                                  o.data_ptr(), lse.data_ptr())
@@ -366,6 +362,14 @@ class Ours(Peer):
                 raise RuntimeError(lib.error())
             return o
         return call
+
+    def make_outputs(self, q):
+        """O (as SDPA's [B, Hq, Sq, D] view of the problem's layout) and LSE [B, Hq, Sq], from torch's allocator."""
+        torch, p = self.torch, self.p
+        B, Hq, Sq, D = p["batch"], p["heads_q"], p["seqlen_q"], p["head_dim"]
+        o = (torch.empty(B, Sq, Hq, D, dtype=q.dtype, device=q.device).transpose(1, 2) if p["layout"] == "bshd"
+             else torch.empty(B, Hq, Sq, D, dtype=q.dtype, device=q.device))
+        return o, torch.empty(B, Hq, Sq, dtype=torch.float32, device=q.device)
 
     def poison(self):
         for t in self.outputs:
