@@ -13,6 +13,7 @@ void register_catalog(Registry &r) {
   register_fa2_q_outer(r);
   register_flash_decoding(r);
   register_fa3_pipelined(r);
+  register_fa3_fp8(r);
   // Variants that fail on purpose, for the sweep engine's fault-isolation tests; never shown to users.
   if (const char* t = std::getenv("FLASHBENCH_TEST_VARIANTS"); t && std::string(t) == "1") register_test_faults(r);
 }

@@ -48,10 +48,14 @@ import time
 import warnings
 
 SCHEMA_VERSION = 1
-PEERS = ("torch_flash", "torch_cudnn", "torch_efficient", "flex")
-DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-# atol + rtol * |ref|, per input dtype; fp32 allows for TF32 inside a backend
-TOLERANCE = {"fp32": (2e-3, 2e-3), "fp16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2)}
+PEERS = ("torch_flash", "torch_cudnn", "torch_efficient", "flex", "torch_fp8")
+DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1}
+OUT_DTYPE = {"e4m3": "bf16"}  # O's dtype where it is not the inputs' (flashbench/problem.hpp, out_dtype)
+# atol + rtol * |ref|, per input dtype; fp32 allows for TF32 inside a backend. e4m3 as flashbench's verify.cpp
+# (P rounded to e4m3 for P V), with its norm bound E4M3_REL_L2.
+TOLERANCE = {"fp32": (2e-3, 2e-3), "fp16": (1e-2, 1e-2), "bf16": (2e-2, 2e-2), "e4m3": (3e-2, 1.2e-1)}
+E4M3_REL_L2 = 5e-2
+FP8_SCALE_BLOCK = 128  # tokens per Q/K descale (flashbench/problem.hpp, kFp8ScaleBlock)
 
 
 class UserError(Exception):
@@ -75,7 +79,7 @@ def normalize_problem(p: dict) -> dict:
     if q["heads_q"] % q["heads_kv"]:
         raise UserError("problem {}: heads_q must be a multiple of heads_kv".format(json.dumps(p)))
     if q["dtype"] not in DTYPE_BYTES:
-        raise UserError("problem {}: dtype must be fp32, fp16 or bf16".format(json.dumps(p)))
+        raise UserError("problem {}: dtype must be fp32, fp16, bf16 or e4m3".format(json.dumps(p)))
     return q
 
 
@@ -106,9 +110,9 @@ def kv_bytes(p: dict) -> float:
 
 
 def bytes_min(p: dict) -> float:
-    el = DTYPE_BYTES[p["dtype"]]
+    el = DTYPE_BYTES[p["dtype"]] + DTYPE_BYTES[OUT_DTYPE.get(p["dtype"], p["dtype"])]  # Q read, O written
     q = p["batch"] * p["heads_q"] * p["seqlen_q"] * p["head_dim"]
-    return float(el * 2 * q + kv_bytes(p) + 4 * p["batch"] * p["heads_q"] * p["seqlen_q"])
+    return float(el * q + kv_bytes(p) + 4 * p["batch"] * p["heads_q"] * p["seqlen_q"])
 
 
 def problem_key(p: dict) -> str:
@@ -255,12 +259,17 @@ class Peer:
             return "torch flash backend needs fp16 or bf16 inputs"
         if self.name == "torch_cudnn" and p["dtype"] == "fp32":
             return "torch cuDNN backend needs fp16 or bf16 inputs"
+        if (self.name == "torch_fp8") != (p["dtype"] == "e4m3"):
+            return "torch_fp8 takes e4m3 problems only" if self.name == "torch_fp8" else \
+                "e4m3 inputs with per-block descales: torch's peer for them is torch_fp8"
         return None
 
     def build(self, q, k, v):
         torch, p = self.torch, self.p
         scale = p["scale"] or None
         gqa = p["heads_q"] != p["heads_kv"]
+        if self.name == "torch_fp8":
+            return self.build_fp8(q, k, v, scale)
         if self.name == "flex":
             from torch.nn.attention.flex_attention import create_block_mask, flex_attention
             # A fresh compile per problem: past dynamo's recompile limit (8 shapes) torch silently falls back
@@ -304,6 +313,37 @@ class Peer:
         return call
 
 
+    def build_fp8(self, q, k, v, scale):
+        """torch's FP8 SDPA (torch.nn.attention.experimental._scaled_dot_product_attention_quantized) on the same
+        e4m3 codes as ours. Its descales are per (batch, kv head) (FA3's backend) or per tensor (cuDNN's, in later
+        torch), not per 128-token block: each block's descale is replaced by its head's largest (per head) or the
+        tensor's (per tensor), and the check compares with the reference of those values (self.ref_values)."""
+        torch, p = self.torch, self.p
+        import torch.nn.attention.experimental._scaled_dot_product_attention_quantized as m
+        qd, kd, vd = self.inputs.descales
+        if hasattr(m.DescaleType, "PER_TENSOR"):
+            kind = m.DescaleType.PER_TENSOR
+            ds = [d.amax().reshape(1, 1, 1, 1) for d in (qd, kd, vd)]
+            per = [d.reshape(1, 1, 1) for d in ds]
+            self.extra["peer_descale"] = "per_tensor"
+        else:
+            kind = m.DescaleType.PER_HEAD
+            # q_descale is (batch, kv heads) too: one per GQA group, as torch documents
+            grp = p["heads_q"] // p["heads_kv"]
+            qh = qd.amax(dim=2).reshape(p["batch"], p["heads_kv"], grp).amax(dim=2)
+            ds = [qh.contiguous(), kd.amax(dim=2).contiguous(), vd.contiguous()]
+            per = [qh.repeat_interleave(grp, dim=1)[:, :, None], ds[1][:, :, None], ds[2][:, :, None]]
+            self.extra["peer_descale"] = "per_head"
+        self.ref_values = tuple(c.float() * d[:, :, :, None] for c, d in zip((q, k, v), per))
+        kwargs = {"is_causal": bool(p["causal"]), "scale": scale, "q_descale": ds[0], "k_descale": ds[1],
+                  "v_descale": ds[2], "q_descale_type": kind, "k_descale_type": kind, "v_descale_type": kind}
+        if p["causal"] and p["seqlen_q"] != p["seqlen_kv"]:
+            raise ValueError("torch_fp8: is_causal is top-left aligned; seqlen_q != seqlen_kv is not modelled")
+        self.extra["peer_causal"] = "is_causal" if p["causal"] else "none"
+        f = m._scaled_dot_product_attention_quantized
+        return lambda: f(q, k, v, **kwargs)
+
+
 class CapiLib:
     """libflashbench_capi.so (harness/capi, flashbench/capi.h) through ctypes: a catalog variant launched on torch's
     stream over torch's tensors, so that this script times it with the peers' timer, in the same process."""
@@ -320,6 +360,7 @@ class CapiLib:
         lib.fb_capi_create.restype, lib.fb_capi_create.argtypes = P, [ctypes.c_char_p] * 3
         lib.fb_capi_config_string.restype, lib.fb_capi_config_string.argtypes = ctypes.c_char_p, [P]
         lib.fb_capi_launch.restype, lib.fb_capi_launch.argtypes = ctypes.c_int, [P] * 7
+        lib.fb_capi_set_descales.restype, lib.fb_capi_set_descales.argtypes = ctypes.c_int, [P] * 4
         lib.fb_capi_destroy.restype, lib.fb_capi_destroy.argtypes = None, [P]
         lib.fb_capi_last_error.restype, lib.fb_capi_last_error.argtypes = ctypes.c_char_p, []
         self.lib = lib
@@ -352,6 +393,10 @@ class Ours(Peer):
             raise ValueError(self.lib.error())
         self.handle = h
         self.config = self.lib.lib.fb_capi_config_string(h).decode()
+        if p["dtype"] == "e4m3":
+            ds = self.inputs.descales  # kept alive by self.inputs while the launcher is
+            if self.lib.lib.fb_capi_set_descales(h, *(d.data_ptr() for d in ds)) != 0:
+                raise ValueError(self.lib.error())
         o, lse = self.outputs = self.make_outputs(q)
         self.poison()
         launch, lib, ptrs = self.lib.lib.fb_capi_launch, self.lib, (q.data_ptr(), k.data_ptr(), v.data_ptr(),
@@ -367,8 +412,9 @@ class Ours(Peer):
         """O (as SDPA's [B, Hq, Sq, D] view of the problem's layout) and LSE [B, Hq, Sq], from torch's allocator."""
         torch, p = self.torch, self.p
         B, Hq, Sq, D = p["batch"], p["heads_q"], p["seqlen_q"], p["head_dim"]
-        o = (torch.empty(B, Sq, Hq, D, dtype=q.dtype, device=q.device).transpose(1, 2) if p["layout"] == "bshd"
-             else torch.empty(B, Hq, Sq, D, dtype=q.dtype, device=q.device))
+        dt = torch.bfloat16 if p["dtype"] == "e4m3" else q.dtype
+        o = (torch.empty(B, Sq, Hq, D, dtype=dt, device=q.device).transpose(1, 2) if p["layout"] == "bshd"
+             else torch.empty(B, Hq, Sq, D, dtype=dt, device=q.device))
         return o, torch.empty(B, Hq, Sq, dtype=torch.float32, device=q.device)
 
     def poison(self):
@@ -405,7 +451,48 @@ def best_configs(path: str, variant: str, top: int = 1) -> dict:
     return {k: [c for _, c in sorted(v)[:top]] for k, v in points.items()}
 
 
+class Fp8Inputs(tuple):
+    """e4m3 inputs: the (q, k, v) codes as SDPA's [B, H, S, D] views, with .descales (float32: Q [B, Hq, ceil(Sq /
+    128)], K [B, Hkv, ceil(Skv / 128)], V [B, Hkv]) and .values (the dequantized float32 q, k, v, for the check)."""
+
+
+def quantize_e4m3(torch, x, block: int):
+    """x float32 [B, H, S, D] -> (codes [B, H, S, D] float8_e4m3fn, descale [B, H, ceil(S / block)]): per (batch,
+    head, block of tokens) amax / 448, as flashbench's fill_quantized_e4m3."""
+    B, H, S, D = x.shape
+    nb = (S + block - 1) // block
+    pad = torch.nn.functional.pad(x, (0, 0, 0, nb * block - S)).reshape(B, H, nb, block * D)
+    amax = pad.abs().amax(dim=3)
+    ds = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    codes = (pad / ds[..., None]).clamp(-448.0, 448.0).reshape(B, H, nb * block, D)[:, :, :S].to(torch.float8_e4m3fn)
+    return codes, ds
+
+
+def make_fp8_inputs(torch, p: dict, g, device):
+    """Normal values with a magnitude drawn per 128-token block in [1/2, 2] (as flashbench's inputs), quantized per
+    block (Q, K) and per head (V)."""
+    B, Hq, Hkv, Sq, Skv, D = (p[k] for k in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim"))
+    codes, descales, values = [], [], []
+    for h, s, block in ((Hq, Sq, FP8_SCALE_BLOCK), (Hkv, Skv, FP8_SCALE_BLOCK), (Hkv, Skv, Skv)):
+        nb = (s + block - 1) // block
+        mag = torch.exp2(torch.rand(B, h, nb, generator=g, device=device) * 2 - 1)
+        x = torch.randn(B, s, h, D, generator=g, device=device).transpose(1, 2)  # [B, H, S, D] view of bshd
+        x = x * mag.repeat_interleave(block, dim=2)[:, :, :s, None]
+        c, ds = quantize_e4m3(torch, x, block)
+        if p["layout"] == "bshd":
+            c = c.transpose(1, 2).contiguous().transpose(1, 2)
+        values.append(c.float() * ds.repeat_interleave(block, dim=2)[:, :, :s, None])
+        codes.append(c)
+        descales.append(ds.contiguous())
+    descales[2] = descales[2].reshape(B, Hkv).contiguous()  # one per (batch, kv head)
+    out = Fp8Inputs(codes)
+    out.descales, out.values = tuple(descales), tuple(values)
+    return out
+
+
 def make_inputs(torch, p: dict, seed: int, device):
+    if p["dtype"] == "e4m3":
+        return make_fp8_inputs(torch, p, torch.Generator(device=device).manual_seed(seed), device)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[p["dtype"]]
     g = torch.Generator(device=device).manual_seed(seed)
     B, Hq, Hkv, Sq, Skv, D = (p[k] for k in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim"))
@@ -449,6 +536,8 @@ def reference_check(torch, p: dict, q, k, v, out) -> dict:
             num += float((diff[torch.isfinite(diff)] ** 2).sum()) + (float("inf") if not torch.isfinite(diff).all() else 0)
             den += float((ref ** 2).sum())
     rel_l2 = math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else float("inf"))
+    if p["dtype"] == "e4m3" and not rel_l2 <= E4M3_REL_L2:
+        bad += 1  # the norm bound (flashbench's Tolerance::rel_l2)
     res = {"max_error": max_err if math.isfinite(max_err) else None,
            "rel_l2_error": rel_l2 if math.isfinite(rel_l2) else None, "verified_against": "gpu_f64",
            "tolerance": {"atol": atol, "rtol": rtol}}
@@ -895,6 +984,7 @@ def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool, graph: bool =
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            pe.inputs = inputs  # e4m3: build() reads the descales (Fp8Inputs)
             fn = pe.build(q, k, v)
             out = fn()
             torch.cuda.synchronize()
@@ -911,7 +1001,9 @@ def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool, graph: bool =
         return rec("crashed", first_line(e)), None
     check = {}
     if verify:
-        check = reference_check(torch, p, q, k, v, out)
+        # e4m3: the reference of the values the peer computes on (its own descales, or the per-block ones)
+        rq, rk, rv = getattr(pe, "ref_values", None) or getattr(inputs, "values", None) or (q, k, v)
+        check = reference_check(torch, p, rq, rk, rv, out)
         bad = check.pop("_bad")
         if bad:
             return rec("incorrect", "{} elements beyond atol+rtol*|ref| (max error {})".format(

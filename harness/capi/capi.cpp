@@ -20,6 +20,7 @@ struct fb_capi_launcher {
   fb::Config config;
   std::string config_str;
   fb::DeviceBuffer workspace, semaphores, seqlens;
+  const float* descales[3] = {nullptr, nullptr, nullptr}; // e4m3: Q, K, V (fb_capi_set_descales)
 };
 
 namespace {
@@ -96,13 +97,29 @@ extern "C" int fb_capi_launch(fb_capi_launcher* l, const void* q, const void* k,
   return guarded(
       [&]() -> int {
         if (!l || !q || !k || !v || !o || !lse) throw fb::UserError("fb_capi_launch: a null launcher or buffer");
+        if (l->problem.dtype == fb::DType::e4m3 && !l->descales[0])
+          throw fb::UserError("fb_capi_launch: an e4m3 problem needs its descales first (fb_capi_set_descales)");
         fb::LaunchArgs a;
         a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
         a.workspace = l->workspace.get(), a.workspace_bytes = l->workspace.bytes();
         a.semaphores = l->semaphores.get(), a.semaphore_bytes = l->semaphores.bytes();
         a.cache_seqlens = l->seqlens.as<int32_t>();
+        a.q_descale = l->descales[0], a.k_descale = l->descales[1], a.v_descale = l->descales[2];
         l->variant->launch(l->problem, l->config, a, static_cast<cudaStream_t>(stream));
         FB_CHECK_LAUNCH();
+        return 0;
+      },
+      -1);
+}
+
+extern "C" int fb_capi_set_descales(fb_capi_launcher* l, const float* q_descale, const float* k_descale,
+                                    const float* v_descale) {
+  return guarded(
+      [&]() -> int {
+        if (!l || l->problem.dtype != fb::DType::e4m3)
+          throw fb::UserError("fb_capi_set_descales: the launcher is null or its problem is not e4m3");
+        if (!q_descale || !k_descale || !v_descale) throw fb::UserError("fb_capi_set_descales: a null descale");
+        l->descales[0] = q_descale, l->descales[1] = k_descale, l->descales[2] = v_descale;
         return 0;
       },
       -1);

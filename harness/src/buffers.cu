@@ -6,9 +6,11 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -76,7 +78,81 @@ __global__ void fill_normal_kernel(T *dst, int64_t n, uint64_t seed, float stdde
         cast_from_float<T>(normal_from_hash(splitmix64(base + static_cast<uint64_t>(i))) * stddev);
 }
 
+// e4m3 quantization (fill_quantized_e4m3): one CTA per (token block, head, batch entry). The value of logical
+// element (b, h, t, d) comes from the hash of its logical index, whatever the layout, so both passes (amax, then the
+// codes) draw the same values.
+constexpr int kQuantThreads = 256;
+constexpr float kE4m3Max = 448.f;
+
+struct QuantBlock {
+  int64_t t0, rows, b, h;
+  __device__ QuantBlock(int64_t seqlen, int64_t block) {
+    b = blockIdx.z;
+    h = blockIdx.y;
+    t0 = int64_t(blockIdx.x) * block;
+    rows = seqlen - t0 < block ? seqlen - t0 : block;
+  }
+};
+
+__global__ void quantize_e4m3_kernel(__nv_fp8_storage_t *dst, float *descale, int64_t seqlen, int64_t heads,
+                                     int64_t head_dim, Strides s, int64_t block, uint64_t seed) {
+  const QuantBlock q(seqlen, block);
+  const uint64_t base = splitmix64(seed);
+  const uint64_t blk = (uint64_t(q.b) * heads + q.h) * gridDim.x + blockIdx.x;
+  // Magnitude 2^u, u uniform in [-1, 1): blocks differ by up to 4x.
+  const float mag = exp2f(float(splitmix64(base ^ (blk * 0x9e3779b97f4a7c15ull + 1)) >> 40) * 0x1p-23f - 1.f);
+  const int64_t n = q.rows * head_dim;
+  auto value = [&](int64_t i) {
+    const int64_t t = q.t0 + i / head_dim, d = i % head_dim;
+    const uint64_t logical = ((uint64_t(q.b) * heads + q.h) * seqlen + t) * head_dim + d;
+    return normal_from_hash(splitmix64(base + logical)) * mag;
+  };
+  float amax = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += kQuantThreads) amax = fmaxf(amax, fabsf(value(i)));
+  __shared__ float red[kQuantThreads / 32];
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = 0.f;
+  for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red[w]);
+  const float ds = amax > 0.f ? amax / kE4m3Max : 1.f;
+  if (threadIdx.x == 0) descale[blk] = ds;
+  for (int64_t i = threadIdx.x; i < n; i += kQuantThreads) {
+    const int64_t t = q.t0 + i / head_dim, d = i % head_dim;
+    dst[q.b * s.batch + t * s.seq + q.h * s.head + d] = __nv_cvt_float_to_fp8(value(i) / ds, __NV_SATFINITE, __NV_E4M3);
+  }
+}
+
+__global__ void dequantize_e4m3_kernel(float *dst, const __nv_fp8_storage_t *src, const float *descale,
+                                       int64_t seqlen, int64_t heads, int64_t head_dim, Strides s, int64_t block) {
+  const QuantBlock q(seqlen, block);
+  const float ds = descale[(uint64_t(q.b) * heads + q.h) * gridDim.x + blockIdx.x];
+  for (int64_t i = threadIdx.x; i < q.rows * head_dim; i += kQuantThreads) {
+    const int64_t at = q.b * s.batch + (q.t0 + i / head_dim) * s.seq + q.h * s.head + i % head_dim;
+    dst[at] = __half2float(__half(__nv_cvt_fp8_to_halfraw(src[at], __NV_E4M3))) * ds;
+  }
+}
+
+dim3 quant_grid(int64_t batch, int64_t seqlen, int64_t heads, int64_t block) {
+  return dim3(static_cast<unsigned>((seqlen + block - 1) / block), static_cast<unsigned>(heads),
+              static_cast<unsigned>(batch));
+}
+
 } // namespace
+
+void fill_quantized_e4m3(void *dst, float *descale, int64_t batch, int64_t seqlen, int64_t heads,
+                         int64_t head_dim, const Strides &s, int64_t block, uint64_t seed, cudaStream_t stream) {
+  quantize_e4m3_kernel<<<quant_grid(batch, seqlen, heads, block), kQuantThreads, 0, stream>>>(
+      static_cast<__nv_fp8_storage_t *>(dst), descale, seqlen, heads, head_dim, s, block, seed);
+  FB_CHECK_LAUNCH();
+}
+
+void dequantize_e4m3(float *dst, const void *src, const float *descale, int64_t batch, int64_t seqlen,
+                     int64_t heads, int64_t head_dim, const Strides &s, int64_t block, cudaStream_t stream) {
+  dequantize_e4m3_kernel<<<quant_grid(batch, seqlen, heads, block), kQuantThreads, 0, stream>>>(
+      dst, static_cast<const __nv_fp8_storage_t *>(src), descale, seqlen, heads, head_dim, s, block);
+  FB_CHECK_LAUNCH();
+}
 
 void fill_normal(void *dst, DType t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream) {
   if (n <= 0)
@@ -96,6 +172,8 @@ void fill_normal(void *dst, DType t, int64_t n, uint64_t seed, float stddev, cud
     fill_normal_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16 *>(dst), n, seed,
                                                         stddev);
     break;
+  case DType::e4m3:
+    throw std::invalid_argument("fill_normal: e4m3 tensors are quantized per block (fill_quantized_e4m3)");
   }
   FB_CHECK_LAUNCH();
 }

@@ -36,6 +36,19 @@ float bf16_bits_to_float(uint16_t b) {
   return out;
 }
 
+float e4m3_bits_to_float(uint8_t b) {
+  // float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinities, S.1111.111 is NaN.
+  const int exp = (b >> 3) & 0xf, man = b & 7;
+  float mag;
+  if (exp == 15 && man == 7)
+    mag = NAN;
+  else if (exp == 0)
+    mag = std::ldexp(static_cast<float>(man), -9); // subnormal: man * 2^-9
+  else
+    mag = std::ldexp(static_cast<float>(8 + man), exp - 10);
+  return (b & 0x80) ? -mag : mag;
+}
+
 std::vector<float> to_float(const void *host_src, DType t, int64_t n) {
   std::vector<float> out(static_cast<size_t>(n));
   switch (t) {
@@ -52,6 +65,12 @@ std::vector<float> to_float(const void *host_src, DType t, int64_t n) {
     const auto *s = static_cast<const uint16_t *>(host_src);
     for (int64_t i = 0; i < n; ++i)
       out[i] = bf16_bits_to_float(s[i]);
+    break;
+  }
+  case DType::e4m3: { // the codes, not the values: a descale multiplies them (fp8_descale_elems)
+    const auto *s = static_cast<const uint8_t *>(host_src);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = e4m3_bits_to_float(s[i]);
     break;
   }
   }

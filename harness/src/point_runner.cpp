@@ -41,28 +41,46 @@ void PointRunner::prepare(const AttentionProblem& p) {
   q_ = DeviceBuffer(p.q_elems() * e);
   k_ = DeviceBuffer(p.kv_elems() * e);
   v_ = DeviceBuffer(p.kv_elems() * e);
-  o_ = DeviceBuffer(p.q_elems() * e);
+  o_ = DeviceBuffer(p.q_elems() * static_cast<size_t>(dtype_bytes(out_dtype(p.dtype))));
   lse_ = DeviceBuffer(p.lse_elems() * sizeof(float));
-  fill_normal(q_.get(), p.dtype, p.q_elems(), seed_, 1.0f, stream_);
-  fill_normal(k_.get(), p.dtype, p.kv_elems(), seed_ + 1, 1.0f, stream_);
-  fill_normal(v_.get(), p.dtype, p.kv_elems(), seed_ + 2, 1.0f, stream_);
-  FB_CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (use_cpu_reference(p)) {
-    const auto q = download_as_float(q_.get(), p.dtype, p.q_elems());
-    const auto k = download_as_float(k_.get(), p.dtype, p.kv_elems());
-    const auto v = download_as_float(v_.get(), p.dtype, p.kv_elems());
-    ReferenceOutput ref = cpu_reference(p, q.data(), k.data(), v.data());
-    ref_o_ = std::move(ref.o);
-    ref_lse_ = std::move(ref.lse);
-    reference_kind_ = "cpu_f64";
+  for (DeviceBuffer& d : descales_) d = DeviceBuffer();
+  if (p.dtype == DType::e4m3) {
+    // Quantized per block (buffers.hpp); the reference runs in fp32/fp64 on the dequantized values, so it sees
+    // exactly the inputs the kernel sees.
+    descales_[0] = DeviceBuffer(static_cast<size_t>(p.q_descale_elems()) * sizeof(float));
+    descales_[1] = DeviceBuffer(static_cast<size_t>(p.k_descale_elems()) * sizeof(float));
+    descales_[2] = DeviceBuffer(static_cast<size_t>(p.v_descale_elems()) * sizeof(float));
+    const Strides qs = p.q_strides(), ks = p.kv_strides();
+    struct Tensor {
+      DeviceBuffer& codes;
+      DeviceBuffer& descale;
+      int64_t seqlen, heads;
+      Strides s;
+      int64_t block;
+      uint64_t seed;
+    };
+    const Tensor tensors[3] = {{q_, descales_[0], p.seqlen_q, p.heads_q, qs, kFp8ScaleBlock, seed_},
+                               {k_, descales_[1], p.seqlen_kv, p.heads_kv, ks, kFp8ScaleBlock, seed_ + 1},
+                               {v_, descales_[2], p.seqlen_kv, p.heads_kv, ks, p.seqlen_kv, seed_ + 2}};
+    DeviceBuffer values[3];
+    for (int i = 0; i < 3; ++i) {
+      const Tensor& t = tensors[i];
+      fill_quantized_e4m3(t.codes.get(), t.descale.as<float>(), p.batch, t.seqlen, t.heads, p.head_dim, t.s, t.block,
+                          t.seed, stream_);
+      values[i] = DeviceBuffer(t.codes.bytes() * sizeof(float));
+      dequantize_e4m3(values[i].as<float>(), t.codes.get(), t.descale.as<float>(), p.batch, t.seqlen, t.heads,
+                      p.head_dim, t.s, t.block, stream_);
+    }
+    AttentionProblem pf = p;
+    pf.dtype = DType::f32;
+    FB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    compute_reference(pf, values[0].get(), values[1].get(), values[2].get());
   } else {
-    DeviceBuffer o_ref(p.q_elems() * sizeof(float)), lse_ref(p.lse_elems() * sizeof(float));
-    gpu_reference(p, q_.get(), k_.get(), v_.get(), o_ref.as<float>(), lse_ref.as<float>(), stream_);
-    const auto o = download_as_float(o_ref.get(), DType::f32, p.q_elems());
-    const auto l = download_as_float(lse_ref.get(), DType::f32, p.lse_elems());
-    ref_o_.assign(o.begin(), o.end());
-    ref_lse_.assign(l.begin(), l.end());
-    reference_kind_ = "gpu_f32";
+    fill_normal(q_.get(), p.dtype, p.q_elems(), seed_, 1.0f, stream_);
+    fill_normal(k_.get(), p.dtype, p.kv_elems(), seed_ + 1, 1.0f, stream_);
+    fill_normal(v_.get(), p.dtype, p.kv_elems(), seed_ + 2, 1.0f, stream_);
+    FB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    compute_reference(p, q_.get(), k_.get(), v_.get());
   }
   kv_cache_ = build_kv_cache(p, k_.get(), v_.get(), seed_ + 3, stream_);
   if (p.paged()) { // the kernels read the pools; the contiguous copies served the reference only
@@ -70,6 +88,26 @@ void PointRunner::prepare(const AttentionProblem& p) {
     v_ = DeviceBuffer();
   }
   prepared_ = true;
+}
+
+void PointRunner::compute_reference(const AttentionProblem& p, const void* q, const void* k, const void* v) {
+  if (use_cpu_reference(p)) {
+    const auto qh = download_as_float(q, p.dtype, p.q_elems());
+    const auto kh = download_as_float(k, p.dtype, p.kv_elems());
+    const auto vh = download_as_float(v, p.dtype, p.kv_elems());
+    ReferenceOutput ref = cpu_reference(p, qh.data(), kh.data(), vh.data());
+    ref_o_ = std::move(ref.o);
+    ref_lse_ = std::move(ref.lse);
+    reference_kind_ = "cpu_f64";
+  } else {
+    DeviceBuffer o_ref(p.q_elems() * sizeof(float)), lse_ref(p.lse_elems() * sizeof(float));
+    gpu_reference(p, q, k, v, o_ref.as<float>(), lse_ref.as<float>(), stream_);
+    const auto o = download_as_float(o_ref.get(), DType::f32, p.q_elems());
+    const auto l = download_as_float(lse_ref.get(), DType::f32, p.lse_elems());
+    ref_o_.assign(o.begin(), o.end());
+    ref_lse_.assign(l.begin(), l.end());
+    reference_kind_ = "gpu_f32";
+  }
 }
 
 void PointRunner::ensure_workspace(size_t bytes) {
@@ -100,6 +138,9 @@ LaunchArgs PointRunner::args() const {
   a.workspace_bytes = workspace_.bytes();
   a.semaphores = semaphores_.get();
   a.semaphore_bytes = semaphores_.bytes();
+  a.q_descale = descales_[0].as<float>();
+  a.k_descale = descales_[1].as<float>();
+  a.v_descale = descales_[2].as<float>();
   return a;
 }
 
@@ -113,7 +154,7 @@ VerifyResult PointRunner::verify(const Variant& v, const Config& c, double deadl
   v.launch(p, c, args(), stream_);
   FB_CHECK_LAUNCH();
   wait_with_deadline(stream_, deadline_s);
-  const auto out = download_as_float(o_.get(), p.dtype, p.q_elems());
+  const auto out = download_as_float(o_.get(), out_dtype(p.dtype), p.q_elems());
   const auto lse = download_as_float(lse_.get(), DType::f32, p.lse_elems());
   VerifyResult r = fb::verify<double>(p, out.data(), lse.data(), ref_o_.data(), ref_lse_.data(),
                                       tolerance_for(p.dtype));

@@ -32,6 +32,8 @@ public:
   LaunchArgs args() const;
 
 private:
+  // The reference for inputs q, k, v of problem p (the e4m3 path passes dequantized fp32 copies).
+  void compute_reference(const AttentionProblem& p, const void* q, const void* k, const void* v);
   void ensure_workspace(size_t bytes);
   void ensure_semaphores(size_t bytes);
 
@@ -41,6 +43,7 @@ private:
   AttentionProblem problem_;
   uint64_t seed_ = 0;
   DeviceBuffer q_, k_, v_, o_, lse_, workspace_;
+  DeviceBuffer descales_[3]; // e4m3 problems: Q, K, V descales (LaunchArgs)
   DeviceBuffer semaphores_; // zeroed once when allocated; every launch leaves them zero (LaunchArgs)
   KvCacheBuffers kv_cache_; // cache_seqlens always; page table and K/V pools (then k_/v_ are freed) when paged
   std::vector<double> ref_o_, ref_lse_;

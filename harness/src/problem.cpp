@@ -16,6 +16,7 @@ const char* to_string(DType t) {
   case DType::f32: return "fp32";
   case DType::f16: return "fp16";
   case DType::bf16: return "bf16";
+  case DType::e4m3: return "e4m3";
   }
   return "?";
 }
@@ -24,10 +25,13 @@ DType parse_dtype(const std::string& s) {
   if (s == "fp32" || s == "f32" || s == "float32") return DType::f32;
   if (s == "fp16" || s == "f16" || s == "float16" || s == "half") return DType::f16;
   if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  throw UserError("unknown dtype '" + s + "'; use one of fp32, fp16, bf16");
+  if (s == "e4m3" || s == "fp8" || s == "float8_e4m3fn") return DType::e4m3;
+  throw UserError("unknown dtype '" + s + "'; use one of fp32, fp16, bf16, e4m3");
 }
 
-int dtype_bytes(DType t) { return t == DType::f32 ? 4 : 2; }
+int dtype_bytes(DType t) { return t == DType::f32 ? 4 : t == DType::e4m3 ? 1 : 2; }
+
+DType out_dtype(DType t) { return t == DType::e4m3 ? DType::bf16 : t; }
 
 const char* to_string(Layout l) { return l == Layout::bshd ? "bshd" : "bhsd"; }
 
@@ -76,6 +80,9 @@ void validate(const AttentionProblem& p) {
     throw UserError("page_size = " + std::to_string(p.page_size) + " is impossible; use 0 (contiguous) or a page size");
   if (p.page_size > 0 && p.layout != Layout::bshd)
     throw UserError("a paged KV cache (page_size > 0) stores pages as [page_size, heads_kv, head_dim]; use layout bshd");
+  if (p.dtype == DType::e4m3 && (p.paged() || !p.kv_lens.empty()))
+    throw UserError("dtype e4m3 takes one contiguous K/V per batch entry (its descales are per 128-token block of "
+                    "it); drop kv_lens and page_size, or use bf16 for a decode cache");
   if (!(p.scale >= 0.0) || !std::isfinite(p.scale))
     throw UserError("scale must be a finite number >= 0 (0 means 1/sqrt(head_dim))");
   // Guard against shapes whose element counts overflow the 64-bit index math downstream.
@@ -123,8 +130,9 @@ double kv_bytes(const AttentionProblem& p) {
 }
 
 double min_bytes(const AttentionProblem& p) {
-  const double e = dtype_bytes(p.dtype);
-  return e * 2.0 * p.q_elems() + kv_bytes(p) + 4.0 * p.lse_elems();
+  // Q in the input dtype, O in the output dtype (bf16 for e4m3 inputs); descales are too small to count.
+  return (dtype_bytes(p.dtype) + dtype_bytes(out_dtype(p.dtype))) * static_cast<double>(p.q_elems()) + kv_bytes(p) +
+         4.0 * p.lse_elems();
 }
 
 static uint64_t splitmix64(uint64_t x) {

@@ -14,6 +14,12 @@ Tolerance tolerance_for(DType t) {
   case DType::f32: return {1e-5, 1e-4, 1e-4};
   case DType::f16: return {2e-3, 5e-3, 2e-3};
   case DType::bf16: return {1e-2, 2e-2, 2e-3};
+  // e4m3: the reference runs on the dequantized inputs, so what is left is the kernel's own rounding, and the
+  // largest part of it is P rounded to e4m3 for P V (3 mantissa bits: up to 2^-4 relative, ~2.5% rms). That error
+  // is spread over every key, so a bound per element cannot be tight for long rows whose O is small; the norm
+  // bound (rel_l2 5%, twice the expected) is the strict part, and the element bound catches a wrong row or block.
+  // LSE comes from fp32 scores of exact e4m3 products.
+  case DType::e4m3: return {3e-2, 1.2e-1, 5e-3, 5e-2};
   }
   return {};
 }
@@ -86,6 +92,10 @@ VerifyResult verify(const AttentionProblem& p, const float* out, const float* ls
   if (r.nonfinite) r.max_abs_error = INFINITY;
   r.rel_l2_error = ref_sq > 0 ? std::sqrt(diff_sq / ref_sq) : std::sqrt(diff_sq);
   r.pass = r.mismatches == 0;
+  if (tol.rel_l2 > 0 && !(r.rel_l2_error <= tol.rel_l2)) {
+    r.pass = false;
+    detail << (reported ? "; " : "") << "rel_l2 " << r.rel_l2_error << " over its bound " << tol.rel_l2;
+  }
   r.detail = detail.str();
   return r;
 }

@@ -27,10 +27,18 @@ inline std::string format_kb(double bytes) {
   return buf;
 }
 
+// For every variant but fa3_fp8: e4m3 inputs (quantized, with descales) are that variant's alone.
+inline std::optional<std::string> fp8_reason(const AttentionProblem &p) {
+  if (p.dtype == DType::e4m3)
+    return std::string("e4m3 inputs (per-block descales) are taken by fa3_fp8 only");
+  return std::nullopt;
+}
+
 // Q, K, V, O and LSE: what the harness allocates for every point besides the workspace.
 inline double io_bytes(const AttentionProblem &p) {
   const double e = dtype_bytes(p.dtype);
-  return e * (2.0 * p.q_elems() + 2.0 * p.kv_elems()) + 4.0 * p.lse_elems();
+  return e * (p.q_elems() + 2.0 * p.kv_elems()) + dtype_bytes(out_dtype(p.dtype)) * double(p.q_elems()) +
+         4.0 * p.lse_elems();
 }
 
 // Leave 10% of device memory to the context, cuBLAS and the L2 flush buffer.

@@ -376,6 +376,8 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
   case DType::bf16:
     launch_typed<__nv_bfloat16>(p, c, args, stream);
     break;
+  case DType::e4m3:
+    throw std::invalid_argument("fa1_kv_outer: e4m3 inputs are not supported (supports() says so)");
   }
 }
 

@@ -27,6 +27,8 @@ public:
       return Support::no(*why);
     if (auto why = kernels::needs_decode_variant(p))
       return Support::no(*why);
+    if (auto why = kernels::fp8_reason(p))
+      return Support::no(*why);
     if (!fa1::head_dim_ok(p.head_dim))
       return Support::no("head_dim " + std::to_string(p.head_dim) +
                          ": needs a multiple of 8 up to " + std::to_string(fa1::kMaxHeadDim));

@@ -55,6 +55,8 @@ public:
   Support supports(const AttentionProblem& p, const Config& c, const DeviceInfo& dev) const override {
     if (auto why = space_.check(c)) return Support::no(*why);
     if (auto why = kernels::needs_decode_variant(p)) return Support::no(*why);
+    if (auto why = kernels::fp8_reason(p))
+      return Support::no(*why);
     if (p.dtype == DType::f32)
       return Support::no("fp32 inputs: the tensor-core kernel takes fp16 or bf16 (use naive or fa1_kv_outer)");
     if (!fa2::head_dim_ok(p.head_dim))

@@ -90,6 +90,8 @@ public:
           std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
     if (auto why = kernels::needs_decode_variant(p))
       return Support::no(*why);
+    if (auto why = kernels::fp8_reason(p))
+      return Support::no(*why);
     if (p.causal && fa3::params_of(c).scheduler == fa3::kSchedStreamK)
       return Support::no("scheduler stream_k shares out the last wave of equal work tiles by K/V "
                          "tiles: non-causal only (causal tiles differ in length; dynamic "

@@ -18,5 +18,10 @@ namespace fb::fa3 {
 // fb::CudaError on failure.
 CUtensorMap make_tile_map(const void *base, DType dtype, int64_t head_dim, int64_t seqlen,
                           int64_t heads, int64_t batch, const Strides &strides, int box_rows);
+// The same for any element type: `box_cols` elements of `elem_bytes` bytes must make 128 bytes (one 128B-swizzle
+// row): 64 for fp16/bf16, 128 for e4m3 (fa3_fp8, CU_TENSOR_MAP_DATA_TYPE_UINT8).
+CUtensorMap make_map(const void *base, CUtensorMapDataType type, int elem_bytes, int64_t head_dim,
+                     int64_t seqlen, int64_t heads, int64_t batch, const Strides &strides, int box_cols,
+                     int box_rows);
 
 } // namespace fb::fa3

@@ -50,6 +50,8 @@ public:
                    const DeviceInfo &dev) const override {
     if (auto why = space_.check(c))
       return Support::no(*why);
+    if (auto why = kernels::fp8_reason(p))
+      return Support::no(*why);
     if (p.dtype == DType::f32)
       return Support::no("fp32 inputs: the tensor-core kernel takes fp16 or bf16");
     if (!fdec::head_dim_ok(p.head_dim))
@@ -91,14 +93,14 @@ public:
   }
 
   std::vector<KernelDesc> kernels(const AttentionProblem &p, const Config &c) const override {
-    if (!fdec::head_dim_ok(p.head_dim) || p.dtype == DType::f32)
+    if (!fdec::head_dim_ok(p.head_dim) || (p.dtype != DType::bf16 && p.dtype != DType::f16))
       return {};
     return fdec::kernel_descs(p, fdec::params_of(c), plan(p, c));
   }
 
   void launch(const AttentionProblem &p, const Config &c, const LaunchArgs &args,
               cudaStream_t stream) const override {
-    if (!fdec::head_dim_ok(p.head_dim) || p.dtype == DType::f32)
+    if (!fdec::head_dim_ok(p.head_dim) || (p.dtype != DType::bf16 && p.dtype != DType::f16))
       throw std::invalid_argument("flash_decoding: unsupported problem " + key(p));
     if (p.paged() && args.page_table == nullptr)
       throw std::invalid_argument("flash_decoding: paged problem without a page table");

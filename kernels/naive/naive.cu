@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 namespace fb::naive {
@@ -183,6 +184,8 @@ void launch(const AttentionProblem &p, int softmax_threads, const LaunchArgs &ar
   case DType::bf16:
     launch_softmax<__nv_bfloat16>(p, softmax_threads, s, pbuf, args.lse, stream);
     break;
+  case DType::e4m3:
+    throw std::invalid_argument("naive: e4m3 inputs are not supported (supports() says so)");
   }
 
   // Row-major O[sq, d] = P·V is column-major Oᵀ[d, sq] = Vᵀ·Pᵀ, stored with the sequence stride as

@@ -26,6 +26,8 @@ public:
       return Support::no(*why);
     if (auto why = kernels::needs_decode_variant(p))
       return Support::no(*why);
+    if (auto why = kernels::fp8_reason(p))
+      return Support::no(*why);
     // cuBLAS's 32-bit interface: dimensions, leading dimensions and the batch count are ints.
     const int64_t slices = p.batch * p.heads_q;
     if (p.seqlen_q > INT_MAX || p.seqlen_kv > INT_MAX || p.head_dim > INT_MAX || slices > INT_MAX ||

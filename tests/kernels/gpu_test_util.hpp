@@ -91,8 +91,12 @@ public:
     q_ = DeviceBuffer(size_t(p_.q_elems() * e_));
     k_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
     v_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
-    o_ = DeviceBuffer(size_t(p_.q_elems() * e_));
+    o_ = DeviceBuffer(size_t(p_.q_elems() * dtype_bytes(out_dtype(p_.dtype))));
     lse_ = DeviceBuffer(size_t(p_.lse_elems()) * sizeof(float));
+    if (p_.dtype == DType::e4m3) {
+      init_e4m3();
+      return;
+    }
     fill_normal(q_.get(), p_.dtype, p_.q_elems(), seed_ * 3 + 0, 1.f, nullptr);
     fill_normal(k_.get(), p_.dtype, p_.kv_elems(), seed_ * 3 + 1, 1.f, nullptr);
     fill_normal(v_.get(), p_.dtype, p_.kv_elems(), seed_ * 3 + 2, 1.f, nullptr);
@@ -160,10 +164,13 @@ public:
     args.workspace_bytes = ws.bytes();
     args.semaphores = sem.get();
     args.semaphore_bytes = sem.bytes();
+    args.q_descale = descale_[0].as<float>();
+    args.k_descale = descale_[1].as<float>();
+    args.v_descale = descale_[2].as<float>();
     for (int i = 0; i < launches; ++i)
       var.launch(p_, c, args, nullptr);
     FB_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto o = download_as_float(o_.get(), p_.dtype, p_.q_elems());
+    const auto o = download_as_float(o_.get(), out_dtype(p_.dtype), p_.q_elems());
     const auto lse = download_as_float(lse_.get(), DType::f32, p_.lse_elems());
     VerifyResult r = verify_against_reference(o, lse, tolerance_for(p_.dtype));
     const int64_t nonzero = count_nonzero_bytes(sem.get(), sem.bytes());
@@ -192,7 +199,41 @@ public:
     EXPECT_TRUE(r.pass) << what << ": " << r.summary();
   }
 
+  // e4m3 problems: the K descales, [batch, heads_kv, ceil(seqlen_kv / 128)] (a test may scale one block's to
+  // show that a kernel applies each block's own).
+  float *k_descale() { return descale_[1].as<float>(); }
+
 private:
+  // e4m3: inputs quantized per block as the harness does (buffers.hpp), and the reference on their values.
+  void init_e4m3() {
+    if (!p_.kv_lens.empty() || p_.paged()) throw std::invalid_argument("Case: e4m3 needs contiguous K/V");
+    descale_[0] = DeviceBuffer(size_t(p_.q_descale_elems()) * sizeof(float));
+    descale_[1] = DeviceBuffer(size_t(p_.k_descale_elems()) * sizeof(float));
+    descale_[2] = DeviceBuffer(size_t(p_.v_descale_elems()) * sizeof(float));
+    const Strides qs = p_.q_strides(), ks = p_.kv_strides();
+    fill_quantized_e4m3(q_.get(), descale_[0].as<float>(), p_.batch, p_.seqlen_q, p_.heads_q, p_.head_dim, qs,
+                        kFp8ScaleBlock, seed_ * 3 + 0, nullptr);
+    fill_quantized_e4m3(k_.get(), descale_[1].as<float>(), p_.batch, p_.seqlen_kv, p_.heads_kv, p_.head_dim, ks,
+                        kFp8ScaleBlock, seed_ * 3 + 1, nullptr);
+    fill_quantized_e4m3(v_.get(), descale_[2].as<float>(), p_.batch, p_.seqlen_kv, p_.heads_kv, p_.head_dim, ks,
+                        p_.seqlen_kv, seed_ * 3 + 2, nullptr);
+    DeviceBuffer qf(size_t(p_.q_elems()) * 4), kf(size_t(p_.kv_elems()) * 4), vf(size_t(p_.kv_elems()) * 4);
+    dequantize_e4m3(qf.as<float>(), q_.get(), descale_[0].as<float>(), p_.batch, p_.seqlen_q, p_.heads_q,
+                    p_.head_dim, qs, kFp8ScaleBlock, nullptr);
+    dequantize_e4m3(kf.as<float>(), k_.get(), descale_[1].as<float>(), p_.batch, p_.seqlen_kv, p_.heads_kv,
+                    p_.head_dim, ks, kFp8ScaleBlock, nullptr);
+    dequantize_e4m3(vf.as<float>(), v_.get(), descale_[2].as<float>(), p_.batch, p_.seqlen_kv, p_.heads_kv,
+                    p_.head_dim, ks, p_.seqlen_kv, nullptr);
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
+    AttentionProblem pf = p_;
+    pf.dtype = DType::f32;
+    const auto q = download_as_float(qf.get(), DType::f32, p_.q_elems());
+    const auto k = download_as_float(kf.get(), DType::f32, p_.kv_elems());
+    const auto v = download_as_float(vf.get(), DType::f32, p_.kv_elems());
+    ref_ = cpu_reference(pf, q.data(), k.data(), v.data());
+    kv_ = build_kv_cache(p_, k_.get(), v_.get(), seed_ * 3 + 3, nullptr);
+  }
+
   // Element 0 of each of `rows` head_dim-long rows := x (an integer below 256 in magnitude: exact
   // in bf16 and fp16, whose bits are then the top half of the float's and an exact conversion).
   void set_channel0(void *dst, int64_t rows, float x) {
@@ -214,6 +255,7 @@ private:
   uint64_t seed_;
   int64_t e_;
   DeviceBuffer q_, k_, v_, o_, lse_;
+  DeviceBuffer descale_[3]; // e4m3: Q, K, V descales
   KvCacheBuffers kv_;
   ReferenceOutput ref_;
 };

@@ -34,13 +34,24 @@ private:
 
 // Fills n elements of type t with normal(0, 1) * stddev values derived from (seed, i).
 void fill_normal(void* dst, DType t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);
-// Overwrites with all-ones bits: NaN in fp32, fp16 and bf16, so an element a kernel forgot to write fails.
+// e4m3 inputs (DType::e4m3): one tensor of `heads` heads and `seqlen` tokens with element strides s, quantized per
+// (batch, head, block of `block` tokens): the values are normal(0, 1) draws times a magnitude drawn per block in
+// [1/2, 2] (so that a kernel that applies another block's descale fails verification), each block's descale is
+// amax / 448 (e4m3's largest finite value) and the codes are value / descale, rounded to nearest, saturating.
+// descale is float32 [batch, heads, ceil(seqlen / block)].
+void fill_quantized_e4m3(void* dst, float* descale, int64_t batch, int64_t seqlen, int64_t heads,
+                         int64_t head_dim, const Strides& s, int64_t block, uint64_t seed, cudaStream_t stream);
+// The values of such a tensor (code * its block's descale) as float32, in the same layout and strides.
+void dequantize_e4m3(float* dst, const void* src, const float* descale, int64_t batch, int64_t seqlen,
+                     int64_t heads, int64_t head_dim, const Strides& s, int64_t block, cudaStream_t stream);
+// Overwrites with all-ones bits: NaN in fp32, fp16, bf16 and e4m3, so an element a kernel forgot to write fails.
 void poison(void* dst, size_t bytes, cudaStream_t stream);
 
 // Host-side conversion of raw fp32/fp16/bf16 bits to float (no CUDA headers needed).
 std::vector<float> to_float(const void* host_src, DType t, int64_t n);
 float half_bits_to_float(uint16_t bits);
 float bf16_bits_to_float(uint16_t bits);
+float e4m3_bits_to_float(uint8_t bits);
 
 // Bytes of a device buffer that are not zero (semaphores must come back all zero: LaunchArgs::semaphores).
 int64_t count_nonzero_bytes(const void* device_src, size_t bytes);

@@ -27,9 +27,13 @@ FB_CAPI fb_capi_launcher* fb_capi_create(const char* variant, const char* config
 /* The config's canonical string (every axis), owned by the launcher. */
 FB_CAPI const char* fb_capi_config_string(const fb_capi_launcher* l);
 /* Queues the forward pass on STREAM (a cudaStream_t; NULL for the legacy default stream). Q, K, V and O are in the
- * problem's dtype and layout, LSE is fp32 [batch, heads_q, seqlen_q]. Asynchronous. 0 on success, -1 on error. */
+ * problem's dtype and layout (O in bf16 for e4m3, whose descales fb_capi_set_descales gives), LSE is fp32 [batch, heads_q, seqlen_q]. Asynchronous. 0 on success, -1 on error. */
 FB_CAPI int fb_capi_launch(fb_capi_launcher* l, const void* q, const void* k, const void* v, void* o, float* lse,
                    void* stream);
+/* e4m3 problems: the float32 descales (device pointers, shapes as in flashbench/variant.hpp's LaunchArgs) that every
+ * later fb_capi_launch passes on; O is then bf16. 0 on success, -1 when the launcher is NULL or not e4m3. */
+FB_CAPI int fb_capi_set_descales(fb_capi_launcher* l, const float* q_descale, const float* k_descale,
+                                 const float* v_descale);
 /* Frees the launcher's buffers; the caller synchronises its launches first. NULL is a no-op. */
 FB_CAPI void fb_capi_destroy(fb_capi_launcher* l);
 /* The last error of this thread, one line; "" if none. */

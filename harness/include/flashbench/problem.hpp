@@ -9,11 +9,17 @@
 
 namespace fb {
 
-enum class DType { f32, f16, bf16 };
+// e4m3 (float8_e4m3fn) is a quantized input type: Q, K and V are 1-byte e4m3 codes with float32 descales (the
+// value is code * descale), O comes out in bf16 (out_dtype), LSE in fp32 as always. Descales: Q and K one per
+// (batch, head, block of kFp8ScaleBlock tokens), V one per (batch, kv head); see fp8_descale_elems.
+enum class DType { f32, f16, bf16, e4m3 };
 
 const char* to_string(DType t);
 DType parse_dtype(const std::string& s); // throws UserError
 int dtype_bytes(DType t);
+// The dtype of O for inputs of dtype t: t itself, bf16 for e4m3.
+DType out_dtype(DType t);
+constexpr int64_t kFp8ScaleBlock = 128; // tokens per Q/K descale
 
 // Memory layout of Q, K, V and O. The head dimension is always contiguous.
 //   bshd: [batch, seqlen, heads, head_dim] (FlashAttention's native layout)
@@ -56,6 +62,11 @@ struct AttentionProblem {
   int64_t q_elems() const { return batch * heads_q * seqlen_q * head_dim; }
   int64_t kv_elems() const { return batch * heads_kv * seqlen_kv * head_dim; }
   int64_t lse_elems() const { return batch * heads_q * seqlen_q; }
+  // e4m3 descales (float32): Q [batch, heads_q, ceil(seqlen_q / 128)], K [batch, heads_kv, ceil(seqlen_kv / 128)],
+  // V [batch, heads_kv]; all row-major.
+  int64_t q_descale_elems() const { return batch * heads_q * ((seqlen_q + kFp8ScaleBlock - 1) / kFp8ScaleBlock); }
+  int64_t k_descale_elems() const { return batch * heads_kv * ((seqlen_kv + kFp8ScaleBlock - 1) / kFp8ScaleBlock); }
+  int64_t v_descale_elems() const { return batch * heads_kv; }
   // Keys of batch entry b (its cache_seqlens entry).
   int64_t kv_len(int64_t b) const { return kv_lens.empty() ? seqlen_kv : kv_lens[static_cast<size_t>(b)]; }
   bool paged() const { return page_size > 0; }

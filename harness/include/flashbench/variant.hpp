@@ -27,7 +27,7 @@ struct Support {
   explicit operator bool() const { return ok; }
 };
 
-// Device pointers of one call. Q/K/V/O are in problem.dtype with problem.layout; lse is fp32 [batch, heads_q,
+// Device pointers of one call. Q/K/V are in problem.dtype, O in out_dtype(problem.dtype), all with problem.layout; lse is fp32 [batch, heads_q,
 // seqlen_q] (natural log, -inf for rows that see no key); workspace has workspace_bytes() bytes, 256-byte aligned.
 struct LaunchArgs {
   const void* q = nullptr;
@@ -50,6 +50,11 @@ struct LaunchArgs {
   // head_dim] and page_table is int32 [batch, pages_per_seq] of pool page indices.
   const int32_t* page_table = nullptr;
   int64_t pages_per_seq = 0;
+  // e4m3 problems only (problem.dtype == e4m3; O is then bf16): float32 descales, value = code * descale.
+  // Q [batch, heads_q, ceil(seqlen_q / 128)], K [batch, heads_kv, ceil(seqlen_kv / 128)], V [batch, heads_kv].
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
 };
 
 // One kernel a variant launches, for the occupancy report. Library kernels (cuBLAS) are not listed.

@@ -14,6 +14,7 @@ namespace fb {
 struct Tolerance {
   double atol = 0, rtol = 0;   // for O
   double lse_atol = 0;         // for LSE (natural log units)
+  double rel_l2 = 0;           // ||out - ref|| / ||ref|| over O must not pass it; 0: not checked
 };
 // Per dtype; stated in the README. fp16/bf16 inputs are rounded before the reference sees them, so these bound
 // only the kernel's arithmetic (low-precision P and O, fp32 accumulation).

@@ -1,0 +1,404 @@
+// FP8 (e4m3) forward for Hopper (sm_90a), with per-block scaling: Q and K carry one float32 descale per (batch,
+// head, 128 tokens), V one per (batch, kv head); O comes out in bf16, LSE in fp32.
+//
+// What it changes relative to fa3_pipelined (the bf16/fp16 kernel it takes its roles, TMA loads, mbarrier ring and
+// WGMMA descriptors from; kernels/fa3_pipelined/hopper.cuh), and why:
+//  - Both GEMMs are e4m3 x e4m3 -> fp32 WGMMA (k32 per instruction, twice the bf16 rate; wgmma_fp8.cuh).
+//  - fp8 WGMMA takes K-major shared-memory operands only, and V arrives [key][head_dim] (head_dim contiguous: the
+//    MN-major B of P V). The producer warpgroup, idle in fa3_pipelined but for one thread, transposes each V tile
+//    in shared memory into V^T [head_dim][key] (transpose_v) and hands it on through its own ring (vt_full,
+//    vt_empty). The TMA brings V into a two-deep raw ring (vraw_full), released by the transposers' named barrier.
+//  - P leaves the S accumulators as e4m3 A fragments with no shuffle: the k32 A fragment wants keys 4c..4c+3 in
+//    one register, the accumulator holds keys 2c, 2c+1, 8+2c, 9+2c. The transposer writes V^T's keys in that same
+//    order (key_of_position), so the product pairs each P with its own V row. (FA3 permutes the same way.)
+//  - Descales: block_m = block_n = 128, one Q descale per CTA and one K descale per K/V tile, folded into the one
+//    multiply per score the softmax already makes (scale_log2 * q_descale * k_descale); V's descale folds into 1/l.
+//  - P is rounded to e4m3 for P V (it is <= 1: the running max is exact here, no rescale slack), l sums the
+//    unrounded fp32 P.
+//  - One tile shape (block_m 128, block_n 128, head_dim 128), a one-shot grid with the longest causal tiles first,
+//    no ping-pong and no intra-warpgroup overlap yet; O is stored from registers.
+//
+// Roles: warpgroup 0 is the producer (thread 0 issues every TMA load; all 128 threads transpose V), warpgroups 1
+// and 2 are consumers of 64 query rows each.
+// Barriers (count; who arrives):
+//   q_full          1 + Q bytes; thread 0's expect_tx, once.
+//   k_full[s]       1 + K tile bytes; K/V tile j uses slot s = j % stages, its n-th use has parity n & 1.
+//   k_empty[s]      8: lane 0 of every consumer warp once its Q K^T retired.
+//   vraw_full[r]    1 + V tile bytes; tile j's raw V in slot r = j % 2.
+//   vt_full[s]      128: every producer thread after its part of V^T (each fences its writes to the async proxy).
+//   vt_empty[s]     8: lane 0 of every consumer warp once its P V retired.
+//   named barrier 1 (128 producer threads): the raw slot has been read; thread 0 may refill it.
+#include "kernels/fa3_fp8/launch.hpp"
+#include "kernels/fa3_fp8/wgmma_fp8.cuh"
+#include "kernels/fa3_pipelined/hopper.cuh"
+#include "kernels/fa3_pipelined/tensor_map.hpp"
+
+#include "flashbench/check.hpp"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace fb::fa3fp8 {
+namespace detail {
+
+using namespace fb::fa3::detail; // hopper.cuh: mbarriers, TMA, descriptors, setmaxnreg, named barriers
+
+struct KernelArgs {
+  CUtensorMap tm_q, tm_k, tm_v; // e4m3, 128 x 128-byte boxes, 128B swizzle
+  __nv_bfloat16 *o;
+  float *lse;
+  const float *q_descale, *k_descale, *v_descale;
+  int64_t o_batch, o_seq, o_head; // O's element strides (Q's)
+  int seqlen_q, seqlen_kv, heads_q, group;
+  int n_q_tiles, n_k_blocks; // Q descales per (batch, head), K descales per (batch, kv head)
+  float scale_log2;          // softmax scale * log2(e)
+  int causal, stages;
+};
+
+constexpr int kProducerRegs = 72;  // the transposer: 16 words of V, 8 of V^T, 8 addresses (56 and 64 spilled)
+constexpr int kConsumerRegs = 216; // O (64) + S (64) + P (16) and the row state; 128 x 72 + 256 x 216 <= 64K
+constexpr int kBarProducer = 1;
+constexpr float kLn2 = 0.69314718055994531f;
+
+// Shared memory (byte addresses, 1024-aligned tiles: the 128B swizzle pattern repeats every 1024 bytes).
+struct Smem {
+  uint32_t q, k, vraw, vt, bars;
+  __device__ __forceinline__ Smem(uint32_t base, int stages) {
+    q = base;
+    k = q + kTileBytes;
+    vraw = k + uint32_t(stages) * kTileBytes;
+    vt = vraw + 2u * kTileBytes;
+    bars = vt + uint32_t(stages) * kTileBytes;
+  }
+  __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kTileBytes; }
+  __device__ __forceinline__ uint32_t vraw_tile(int r) const { return vraw + uint32_t(r) * kTileBytes; }
+  __device__ __forceinline__ uint32_t vt_tile(int s) const { return vt + uint32_t(s) * kTileBytes; }
+  __device__ __forceinline__ uint32_t q_full() const { return bars; }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (1 + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (1 + kMaxStages + s); }
+  __device__ __forceinline__ uint32_t vt_full(int s) const { return bars + 8 * (1 + 2 * kMaxStages + s); }
+  __device__ __forceinline__ uint32_t vt_empty(int s) const { return bars + 8 * (1 + 3 * kMaxStages + s); }
+  __device__ __forceinline__ uint32_t vraw_full(int r) const { return bars + 8 * (1 + 4 * kMaxStages + r); }
+};
+
+// Byte offset of (row, byte) in a tile of 128-byte rows as TMA's 128B swizzle lays it out (and WGMMA reads it):
+// the 16-byte chunk c of row r sits at chunk c ^ (r % 8).
+__device__ __forceinline__ uint32_t swz(uint32_t row, uint32_t byte) {
+  return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+
+// The key that position p of V^T's key axis holds (the P fragment's order, see the file comment): inside each
+// 16 keys, position 4c + b holds key 8 (b >> 1) + 2c + (b & 1).
+__device__ __forceinline__ uint32_t key_of_position(uint32_t p) {
+  return (p & ~15u) | (((p >> 1) & 1u) << 3) | (((p >> 2) & 3u) << 1) | (p & 1u);
+}
+
+__device__ __forceinline__ void ld_shared_v2(uint32_t addr, uint32_t &lo, uint32_t &hi) {
+  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void st_shared_v2(uint32_t addr, uint32_t lo, uint32_t hi) {
+  asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(addr), "r"(lo), "r"(hi) : "memory");
+}
+
+// 4x4 byte transpose: x[j] byte i = w[i] byte j.
+__device__ __forceinline__ void transpose4(const uint32_t (&w)[4], uint32_t (&x)[4]) {
+  const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
+  const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
+  x[0] = __byte_perm(t0, t2, 0x5410);
+  x[1] = __byte_perm(t0, t2, 0x7632);
+  x[2] = __byte_perm(t1, t3, 0x5410);
+  x[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+// V (raw tile: row = key, 128 bytes of head_dim) -> V^T (row = head_dim index, 128 bytes of keys in
+// key_of_position order), by the 128 producer threads: 256 blocks of 8 x 8 bytes, two a thread. Thread u takes
+// key block pb = u % 16 and head_dim blocks (pb + 2 (u / 16) + k) % 16, k = 0, 1: in each half-warp the 16 threads
+// hold 16 different key blocks and 16 different head_dim blocks, so their 8-byte loads and stores fall in 16
+// different 8-byte bank pairs under the swizzle (conflict-free in both directions).
+__device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, int u) {
+  const uint32_t pb = uint32_t(u) & 15u, p0 = pb * 8;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const uint32_t d0 = ((pb + 2u * (uint32_t(u) >> 4) + uint32_t(k)) & 15u) * 8;
+    uint32_t lo[8], hi[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) ld_shared_v2(src + swz(key_of_position(p0 + i), d0), lo[i], hi[i]);
+    // Output row d0 + j: byte i = input row i, byte j. Rows 0-3 come from the low words, 4-7 from the high.
+    uint32_t a[4], b[4];
+    transpose4({lo[0], lo[1], lo[2], lo[3]}, a);
+    transpose4({lo[4], lo[5], lo[6], lo[7]}, b);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st_shared_v2(dst + swz(d0 + j, p0), a[j], b[j]);
+    transpose4({hi[0], hi[1], hi[2], hi[3]}, a);
+    transpose4({hi[4], hi[5], hi[6], hi[7]}, b);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) st_shared_v2(dst + swz(d0 + 4 + j, p0), a[j], b[j]);
+  }
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+// Four fp32 -> four e4m3 in one register, x0 in the lowest byte (round to nearest, saturating at 448).
+__device__ __forceinline__ uint32_t pack_e4m3(float x0, float x1, float x2, float x3) {
+  uint16_t lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0)); // a -> upper byte, b -> lower
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
+  return uint32_t(lo) | (uint32_t(hi) << 16);
+}
+
+// K/V tiles a CTA visits: all, or (causal) up to the last key its last row sees (bottom-right alignment).
+__device__ __forceinline__ int kv_tiles(const KernelArgs &a, int q0) {
+  const int all = (a.seqlen_kv + kBlockN - 1) / kBlockN;
+  if (!a.causal) return all;
+  const int last_key = min(q0 + kBlockM, a.seqlen_q) - 1 + (a.seqlen_kv - a.seqlen_q);
+  return last_key < 0 ? 0 : min(all, last_key / kBlockN + 1);
+}
+
+struct TileId {
+  int qt, q0, h, b, hk;
+};
+__device__ __forceinline__ TileId tile_id(const KernelArgs &a) {
+  TileId t;
+  t.h = int(blockIdx.x) % a.heads_q; // heads of one GQA group in neighbouring CTAs: their K/V shared in L2
+  t.b = int(blockIdx.x) / a.heads_q;
+  t.qt = a.causal ? a.n_q_tiles - 1 - int(blockIdx.y) : int(blockIdx.y); // causal: the longest tiles first
+  t.q0 = t.qt * kBlockM;
+  t.hk = t.h / a.group;
+  return t;
+}
+
+__device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm, const TileId &t, int n) {
+  const int u = int(threadIdx.x);
+  if (u == 0) {
+    mbar_arrive_expect_tx(sm.q_full(), kTileBytes);
+    tma_load_4d(sm.q, &a.tm_q, sm.q_full(), 0, t.q0, t.h, t.b);
+    for (int j = 0; j < min(n, a.stages); ++j) {
+      mbar_arrive_expect_tx(sm.k_full(j), kTileBytes);
+      tma_load_4d(sm.k_tile(j), &a.tm_k, sm.k_full(j), 0, j * kBlockN, t.hk, t.b);
+    }
+    for (int j = 0; j < min(n, 2); ++j) {
+      mbar_arrive_expect_tx(sm.vraw_full(j), kTileBytes);
+      tma_load_4d(sm.vraw_tile(j), &a.tm_v, sm.vraw_full(j), 0, j * kBlockN, t.hk, t.b);
+    }
+  }
+  for (int j = 0; j < n; ++j) {
+    const int s = j % a.stages, use = j / a.stages, r = j & 1;
+    mbar_wait(sm.vraw_full(r), uint32_t(j >> 1) & 1u);
+    if (use > 0) mbar_wait(sm.vt_empty(s), uint32_t(use - 1) & 1u);
+    transpose_v(sm.vraw_tile(r), sm.vt_tile(s), u);
+    fence_proxy_async_smem(); // this thread's V^T writes, visible to the consumers' WGMMA (the async proxy)
+    mbar_arrive(sm.vt_full(s));
+    named_sync(kBarProducer, 128); // every transposer has read raw slot r
+    if (u == 0) {
+      if (j + 2 < n) {
+        mbar_arrive_expect_tx(sm.vraw_full(r), kTileBytes);
+        tma_load_4d(sm.vraw_tile(r), &a.tm_v, sm.vraw_full(r), 0, (j + 2) * kBlockN, t.hk, t.b);
+      }
+      if (j + a.stages < n) {
+        mbar_wait(sm.k_empty(s), uint32_t(use) & 1u);
+        mbar_arrive_expect_tx(sm.k_full(s), kTileBytes);
+        tma_load_4d(sm.k_tile(s), &a.tm_k, sm.k_full(s), 0, (j + a.stages) * kBlockN, t.hk, t.b);
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, const TileId &t, int n, int wg) {
+  const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
+  const int row0 = t.q0 + 64 * wg + 16 * warp + g; // this thread's half-0 row; half 1 is row0 + 8
+  float o[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  const int causal_off = a.seqlen_kv - a.seqlen_q; // row i sees keys <= i + causal_off
+  if (n > 0) {
+    const float q_scale = a.scale_log2 * a.q_descale[(int64_t(t.b) * a.heads_q + t.h) * a.n_q_tiles + t.qt];
+    const float *k_descale = a.k_descale + (int64_t(t.b) * (a.heads_q / a.group) + t.hk) * a.n_k_blocks;
+    const DescBase dq = desc_base(sm.q + uint32_t(wg) * 64 * 128, 16);
+    mbar_wait(sm.q_full(), 0);
+    for (int j = 0; j < n; ++j) {
+      const int s = j % a.stages;
+      const uint32_t ph = uint32_t(j / a.stages) & 1u;
+      // S = Q K^T: 4 k-steps of 32 bytes inside the one 128-byte swizzle row.
+      float sacc[64];
+      const DescBase dk = desc_base(sm.k_tile(s), 16);
+      mbar_wait(sm.k_full(s), ph);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_ss(sacc, dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, IntN<128>{});
+      wgmma_commit();
+      const float f = q_scale * k_descale[j]; // log2 units per raw score; loaded while the GEMM runs
+      wgmma_wait<0>();
+      fence_operands(sacc);
+      if (lane == 0) mbar_arrive(sm.k_empty(s));
+      // Mask keys past the end and (causal) right of the diagonal, only on tiles that reach them.
+      const int key0 = j * kBlockN;
+      if (key0 + kBlockN > a.seqlen_kv || (a.causal && key0 + kBlockN - 1 > t.q0 + 64 * wg + causal_off)) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = key0 + 8 * i + 2 * c + (e & 1), row = row0 + 8 * (e >> 1);
+            if (key >= a.seqlen_kv || (a.causal && key > row + causal_off)) sacc[4 * i + e] = -INFINITY;
+          }
+      }
+      // Online softmax in log2 units; a row that has seen no key keeps m = -inf and subtracts 0.
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], sacc[4 * i + e]);
+      float off[2], corr[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const float m_new = fmaxf(m[h], quad_max(mx[h]) * f);
+        corr[h] = m_new == -INFINITY ? 1.f : fast_exp2(m[h] - m_new);
+        m[h] = m_new;
+        off[h] = m_new == -INFINITY ? 0.f : m_new;
+      }
+      float rs[2] = {0.f, 0.f};
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p = fast_exp2(fmaf(sacc[4 * i + e], f, -off[e >> 1]));
+          sacc[4 * i + e] = p;
+          rs[e >> 1] += p;
+        }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + rs[h];
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[4 * i + e] *= corr[e >> 1];
+      // P as e4m3 A fragments, in the accumulator's own key order (key_of_position).
+      uint32_t pa[4][4];
+#pragma unroll
+      for (int kt = 0; kt < 4; ++kt) {
+        const float *s0 = sacc + 16 * kt; // groups 4kt .. 4kt + 3
+        pa[kt][0] = pack_e4m3(s0[0], s0[1], s0[4], s0[5]);
+        pa[kt][1] = pack_e4m3(s0[2], s0[3], s0[6], s0[7]);
+        pa[kt][2] = pack_e4m3(s0[8], s0[9], s0[12], s0[13]);
+        pa[kt][3] = pack_e4m3(s0[10], s0[11], s0[14], s0[15]);
+      }
+      // O += P V^T: 4 k-steps of 32 keys.
+      const DescBase dv = desc_base(sm.vt_tile(s), 16);
+      mbar_wait(sm.vt_full(s), ph);
+      wgmma_fence();
+#pragma unroll
+      for (int kt = 0; kt < 4; ++kt) wgmma_rs(o, pa[kt], dv.at(kt * 32), IntN<128>{});
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_operands(o);
+      fence_operands(pa);
+      if (lane == 0) mbar_arrive(sm.vt_empty(s));
+    }
+  }
+  // O = acc * v_descale / l in bf16; LSE = (m + log2 l) ln 2, -inf for a row that saw no key.
+  const float v_ds = a.v_descale[int64_t(t.b) * (a.heads_q / a.group) + t.hk];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    const float lsum = quad_sum(l[h]);
+    if (row >= a.seqlen_q) continue;
+    const float inv = lsum > 0.f ? v_ds / lsum : 0.f;
+    __nv_bfloat16 *dst = a.o + int64_t(t.b) * a.o_batch + int64_t(row) * a.o_seq + int64_t(t.h) * a.o_head + 2 * c;
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+      *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * i) =
+          __floats2bfloat162_rn(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
+    if (c == 0)
+      a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
+          lsum > 0.f ? (m[h] + log2f(lsum)) * kLn2 : -INFINITY;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
+  const Smem sm(base, a.stages);
+  const TileId t = tile_id(a);
+  const int n = kv_tiles(a, t.q0);
+  if (threadIdx.x == 0) {
+    mbar_init(sm.q_full(), 1);
+    for (int s = 0; s < a.stages; ++s) {
+      mbar_init(sm.k_full(s), 1);
+      mbar_init(sm.k_empty(s), 8);
+      mbar_init(sm.vt_full(s), 128);
+      mbar_init(sm.vt_empty(s), 8);
+    }
+    for (int r = 0; r < 2; ++r) mbar_init(sm.vraw_full(r), 1);
+    mbar_fence_init();
+  }
+  __syncthreads();
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  if (wg == 0) {
+    regs_dealloc<kProducerRegs>();
+    producer(a, sm, t, n);
+    return;
+  }
+  regs_alloc<kConsumerRegs>();
+  consumer(a, sm, t, n, wg - 1);
+}
+
+} // namespace detail
+
+const void *kernel_ptr() { return reinterpret_cast<const void *>(detail::fa3_fp8_kernel); }
+
+void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, cudaStream_t stream) {
+  if (p.dtype != DType::e4m3 || p.head_dim != kHeadDim || p.paged() || !p.kv_lens.empty())
+    throw std::invalid_argument("fa3_fp8: unsupported problem " + key(p));
+  if (!args.q_descale || !args.k_descale || !args.v_descale)
+    throw std::invalid_argument("fa3_fp8: e4m3 inputs need their descales (LaunchArgs::q_descale, ...)");
+  if (c.stages < 2 || c.stages > kMaxStages) throw std::invalid_argument("fa3_fp8: stages must be 2..4");
+  detail::KernelArgs a{};
+  const Strides qs = p.q_strides(), ks = p.kv_strides();
+  a.tm_q = fa3::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_q, p.heads_q, p.batch, qs,
+                         kHeadDim, kBlockM);
+  a.tm_k = fa3::make_map(args.k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv, p.heads_kv, p.batch, ks,
+                         kHeadDim, kBlockN);
+  a.tm_v = fa3::make_map(args.v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv, p.heads_kv, p.batch, ks,
+                         kHeadDim, kBlockN);
+  a.o = static_cast<__nv_bfloat16 *>(args.o);
+  a.lse = args.lse;
+  a.q_descale = args.q_descale;
+  a.k_descale = args.k_descale;
+  a.v_descale = args.v_descale;
+  a.o_batch = qs.batch;
+  a.o_seq = qs.seq;
+  a.o_head = qs.head;
+  a.seqlen_q = int(p.seqlen_q);
+  a.seqlen_kv = int(p.seqlen_kv);
+  a.heads_q = int(p.heads_q);
+  a.group = int(p.group_size());
+  a.n_q_tiles = int(num_q_tiles(p));
+  a.n_k_blocks = int((p.seqlen_kv + kFp8ScaleBlock - 1) / kFp8ScaleBlock);
+  a.scale_log2 = float(p.softmax_scale() * 1.4426950408889634);
+  a.causal = p.causal ? 1 : 0;
+  a.stages = c.stages;
+  const int64_t smem = smem_bytes(c);
+  FB_CUDA_CHECK(cudaFuncSetAttribute(detail::fa3_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(p.heads_q * p.batch), static_cast<unsigned>(a.n_q_tiles));
+  detail::fa3_fp8_kernel<<<grid, kThreads, static_cast<size_t>(smem), stream>>>(a);
+  FB_CHECK_LAUNCH();
+}
+
+} // namespace fb::fa3fp8

@@ -1,0 +1,45 @@
+// fa3_fp8: the config space, the shared-memory budget and the traffic model that the kernel, supports() and the
+// plan share. Host logic only.
+#pragma once
+
+#include "flashbench/config.hpp"
+#include "flashbench/problem.hpp"
+
+#include <cstdint>
+
+namespace fb::fa3fp8 {
+
+// One tile geometry: block_m 128 (two consumer warpgroups of 64 rows), block_n 128 and head_dim 128.
+//  - block_m = block_n = kFp8ScaleBlock: a CTA's Q rows share one Q descale and a K/V tile one K descale, so the
+//    descales fold into the softmax's one multiply per score (scale_log2 * q_descale * k_descale per tile).
+//  - head_dim 128 is one 128-byte e4m3 row: one TMA box and one 128B-swizzle atom per row, for Q, K, V and V^T.
+constexpr int kBlockM = 128;
+constexpr int kBlockN = 128;
+constexpr int kHeadDim = 128;
+constexpr int kTileBytes = kBlockN * kHeadDim; // one 128 x 128 e4m3 tile (Q, K, V or V^T)
+constexpr int kMaxStages = 4;
+constexpr int kThreads = 384; // producer warpgroup + 2 consumer warpgroups
+constexpr int64_t kSmemOptinHopper = 232448;
+static_assert(kBlockM == kFp8ScaleBlock && kBlockN == kFp8ScaleBlock, "one descale per Q tile and per K/V tile");
+
+struct Params {
+  int stages = 2; // K and V^T tiles in flight
+};
+
+inline ConfigSpace make_space() {
+  return ConfigSpace({Axis{"stages", {2, 3, 4}, {}, "K and V^T tiles in flight (the raw V ring is 2 deep)"}},
+                     Config({{"stages", 2}}));
+}
+
+inline Params params_of(const Config& c) { return Params{static_cast<int>(c.get("stages"))}; }
+
+// Q, the K ring, two raw V tiles, the V^T ring, 1 KB of mbarriers and 1 KB of alignment slack.
+inline int64_t smem_bytes(const Params& p) { return int64_t(kTileBytes) * (1 + 2 * p.stages + 2) + 2048; }
+
+inline int64_t num_q_tiles(const AttentionProblem& p) { return (p.seqlen_q + kBlockM - 1) / kBlockM; }
+
+// HBM bytes: Q, K and V once (e4m3), O once (bf16), LSE once. A CTA re-reads its head's K and V for every Q tile;
+// the model counts those reads as L2 hits, as for the other variants' one-shot grids at these sizes.
+inline double traffic_bytes(const AttentionProblem& p) { return min_bytes(p); }
+
+} // namespace fb::fa3fp8

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue #7 point 5 (fa3_fp8) in one GPU-machine call: build; the fa3_fp8 gtests; `flashbench check --variant fa3_fp8`;
+# racecheck and synccheck on a small causal shape; what torch offers for FP8 attention (scripts/dev/fp8_probe.py);
+# sweeps/fa3-fp8.yaml (fa3_fp8 e4m3 and fa3_pipelined bf16 on the same shapes). PEERS=1 adds the peers step
+# (scripts/peers.py: torch cuDNN bf16 and torch's FP8 SDPA where it runs, ours through the C API, ceilings).
+# Results and logs go to $OUT as res.tgz and logs.tgz.  Usage: OUT=... bash scripts/dev/fp8-call.sh
+set -u
+out=${OUT:?set OUT}
+L=/tmp/logs; mkdir -p $L /tmp/res
+t0=$(date +%s); ts() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version,power.limit --format=csv > $L/gpu.txt 2>&1
+( source scripts/env.sh; fb_configure && fb_build --target flashbench test_kernels flashbench_capi ) > $L/build.log 2>&1
+ts "build: $(ls build/flashbench 2>&1)"; grep -E 'C75|spill|error' $L/build.log | head -5
+FB=build/flashbench
+timeout 150 build/tests/test_kernels --gtest_filter='*Fp8*:*Capi*' > $L/gtest.log 2>&1; grc=$?
+ts "gtest rc $grc: $(tail -1 $L/gtest.log)"; grep -E "^\[  FAILED|Failure" -A4 $L/gtest.log | head -40
+timeout 120 $FB check --variant fa3_fp8 > $L/check.log 2>&1; ts "check rc $?: $(tail -1 $L/check.log)"
+grep -m6 -E "FAIL|incorrect|crash|timeout" $L/check.log
+timeout 60 python3 scripts/dev/fp8_probe.py > $L/probe.txt 2>&1; ts "probe rc $?"; cat $L/probe.txt
+if [ $grc -eq 0 ]; then
+  for causal in true false; do
+    timeout 90 bash scripts/sanitize.sh fa3_fp8 "stages=2" \
+      "batch=1,heads_q=4,heads_kv=2,seqlen_q=200,seqlen_kv=333,head_dim=128,dtype=e4m3,causal=$causal" \
+      >> $L/sanitize.log 2>&1; ts "sanitize causal=$causal rc $?"
+  done
+  $FB run sweeps/fa3-fp8.yaml -o /tmp/res/fp8.json > $L/sweep.log 2>&1; ts "sweep rc $?: $(tail -1 $L/sweep.log)"
+  python3 - <<'PY' | tee $L/sweep-table.txt
+import json
+recs = json.load(open("/tmp/res/fp8.json"))["benchmarks"]
+best = {}
+for r in recs:
+    if r.get("status") != "ok": continue
+    p = r["problem"]; k = (p["seqlen_q"], p["causal"], r["variant"])
+    if k not in best or r["tflops"] > best[k][0]: best[k] = (r["tflops"], r["config_str"], r.get("median_us"))
+for (n, c, v), (tf, cfg, us) in sorted(best.items()):
+    print(f"N={n:6d} causal={int(c)} {v:14s} {tf:7.1f} TF/s {us:9.1f} us  {cfg}")
+bad = [r for r in recs if r.get("status") not in ("ok", "skipped")]
+print("not ok:", len(bad), [ (r["variant"], r["status"], r.get("reason","")[:80]) for r in bad[:4]])
+PY
+fi
+tar czf "$out"/res.tgz -C /tmp res
+tar czf "$out"/logs.tgz -C /tmp logs
+ts done

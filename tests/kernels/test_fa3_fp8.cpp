@@ -1,0 +1,103 @@
+// fa3_fp8 (e4m3, Hopper sm_90a) against the float64 CPU reference on the dequantized inputs. GPU tests skip
+// without a device and on any device other than compute capability 9.0; the host tests (supports() reasons) run
+// everywhere.
+//  - Fa3Fp8Shapes: every config (stages 2-4) on awkward shapes: length 1, lengths that are multiples of no tile,
+//    causal with seqlen_q > seqlen_kv (rows that see no key: O = 0, LSE = -inf, not NaN) and < seqlen_kv, GQA,
+//    MQA, bhsd, and shapes long enough to wrap the K/V, raw-V and V^T rings several times.
+//  - WrongBlockDescaleFails: the same kernel with one K block's descale doubled after the reference was taken
+//    must fail verification, so the check sees a kernel that applies the wrong block's (or one per-tensor) scale.
+#include "gpu_test_util.hpp"
+#include "kernels/fa3_fp8/traits.hpp"
+
+#include <vector>
+
+using namespace fb;
+using fb::test::Case;
+using fb::test::Shape;
+
+namespace {
+
+const Variant& fp8() { return catalog().get("fa3_fp8"); }
+
+#define FB_SKIP_WITHOUT_HOPPER()                                                                   \
+  do {                                                                                             \
+    FB_SKIP_WITHOUT_GPU();                                                                         \
+    if (fb::test::test_device().cc() != 90)                                                        \
+      GTEST_SKIP() << "fa3_fp8 needs sm_90a; device is cc " << fb::test::test_device().cc_major << "." \
+                   << fb::test::test_device().cc_minor;                                           \
+  } while (0)
+
+std::vector<Shape> fp8_shapes() {
+  using enum DType;
+  return {
+      {"len1", 1, 2, 2, 1, 1, 128, false, e4m3},
+      {"len1_causal", 1, 2, 2, 1, 1, 128, true, e4m3},
+      {"q77_kv131", 1, 2, 2, 77, 131, 128, false, e4m3},
+      {"q131_kv77", 2, 2, 2, 131, 77, 128, false, e4m3},
+      {"causal_q131_kv77", 1, 2, 2, 131, 77, 128, true, e4m3}, // 54 rows see no key
+      {"causal_q77_kv131", 1, 2, 2, 77, 131, 128, true, e4m3},
+      {"causal_q40_kv1", 1, 1, 1, 40, 1, 128, true, e4m3},
+      {"decode_q1_kv300", 2, 4, 4, 1, 300, 128, true, e4m3},
+      {"gqa_8_2", 2, 8, 2, 100, 100, 128, true, e4m3},
+      {"mqa_8_1", 1, 8, 1, 64, 200, 128, false, e4m3},
+      {"bhsd_gqa", 2, 4, 2, 50, 70, 128, true, e4m3, {}, 0, Layout::bhsd},
+      // Rings wrapped many times (11 K/V tiles over 2-4 stages), several Q tiles and descale blocks per head.
+      {"long_1300", 1, 4, 2, 300, 1300, 128, false, e4m3},
+      {"long_causal_1111", 2, 4, 1, 1111, 1111, 128, true, e4m3},
+      {"long_causal_q500_kv1400", 1, 2, 2, 500, 1400, 128, true, e4m3, {}, 0, Layout::bhsd},
+  };
+}
+
+class Fa3Fp8Shapes : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(Fa3Fp8Shapes, EveryConfigMatchesReference) {
+  FB_SKIP_WITHOUT_HOPPER();
+  Case cs(GetParam().problem());
+  for (const auto& e : fp8().space().expand())
+    if (!e.invalid_reason) cs.expect_pass(fp8(), e.config, /*launches=*/2);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Fa3Fp8Shapes, ::testing::ValuesIn(fp8_shapes()), fb::test::shape_name);
+
+TEST(Fa3Fp8, WrongBlockDescaleFails) {
+  FB_SKIP_WITHOUT_HOPPER();
+  Case cs(Shape{"two_blocks", 1, 2, 2, 256, 256, 128, false, DType::e4m3}.problem());
+  const Config c = fp8().space().default_config();
+  ASSERT_TRUE(cs.run(fp8(), c).pass);
+  float ds = 0.f;
+  FB_CUDA_CHECK(cudaMemcpy(&ds, cs.k_descale() + 1, sizeof ds, cudaMemcpyDeviceToHost));
+  ds *= 2.f; // K block 1 of (batch 0, kv head 0)
+  FB_CUDA_CHECK(cudaMemcpy(cs.k_descale() + 1, &ds, sizeof ds, cudaMemcpyHostToDevice));
+  const VerifyResult r = cs.run(fp8(), c);
+  EXPECT_FALSE(r.pass) << "a doubled K block descale went unnoticed: " << r.summary();
+}
+
+// ---- host only
+TEST(Fa3Fp8Host, SupportsE4m3HeadDim128Only) {
+  DeviceInfo none; // no device: no compute-capability or memory check
+  const Config c = fp8().space().default_config();
+  AttentionProblem p = Shape{"p", 1, 2, 2, 100, 100, 128, true, DType::e4m3}.problem();
+  EXPECT_TRUE(fp8().supports(p, c, none).ok);
+  p.dtype = DType::bf16;
+  EXPECT_NE(fp8().supports(p, c, none).reason.find("takes e4m3"), std::string::npos);
+  p.dtype = DType::e4m3;
+  p.head_dim = 64;
+  EXPECT_NE(fp8().supports(p, c, none).reason.find("compiled for 128 only"), std::string::npos);
+}
+
+TEST(Fa3Fp8Host, OtherVariantsTurnDownE4m3) {
+  DeviceInfo none;
+  const AttentionProblem p = Shape{"p", 1, 2, 2, 100, 100, 128, false, DType::e4m3}.problem();
+  for (const auto& v : catalog().all()) {
+    if (v->name() == "fa3_fp8") continue;
+    const Support s = v->supports(p, v->space().default_config(), none);
+    EXPECT_FALSE(s.ok) << v->name() << " accepted e4m3 inputs";
+  }
+}
+
+TEST(Fa3Fp8Host, SharedMemoryFitsHopperAtEveryDepth) {
+  for (int st = 2; st <= fa3fp8::kMaxStages; ++st)
+    EXPECT_LE(fa3fp8::smem_bytes(fa3fp8::Params{st}), fa3fp8::kSmemOptinHopper) << "stages " << st;
+}
+
+} // namespace
