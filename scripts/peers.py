@@ -320,6 +320,14 @@ class Peer:
         tensor's (per tensor), and the check compares with the reference of those values (self.ref_values)."""
         torch, p = self.torch, self.p
         import torch.nn.attention.experimental._scaled_dot_product_attention_quantized as m
+        if not hasattr(m.DescaleType, "PER_TENSOR"):
+            # torch 2.11: FA3's backend only, which needs the flash_attn_3 package; its error names what is missing
+            try:
+                torch.nn.attention.activate_flash_attention_impl("FA3")
+            except Exception as e:
+                raise ValueError("torch_fp8 (torch {}): per-head FP8 SDPA needs the FA3 backend, and "
+                                 "activate_flash_attention_impl('FA3') failed: {}".format(torch.__version__,
+                                                                                        first_line(e)))
         qd, kd, vd = self.inputs.descales
         if hasattr(m.DescaleType, "PER_TENSOR"):
             kind = m.DescaleType.PER_TENSOR
@@ -934,6 +942,16 @@ def measure_ceilings(torch, args) -> dict:
     mm = Timer(torch, argparse.Namespace(**dict(vars(args), cold=False, min_samples=20, max_samples=200,
                                                 min_time=0.5, timeout=10.0, max_noise=0.01)), 0)
     t_mm = mm.measure(lambda: torch.mm(a, b))["median_us"]
+    # The e4m3 ceiling (the fa3_fp8 variant's GEMMs): torch._scaled_mm, e4m3 x e4m3 -> bf16, unit scales.
+    fp8 = None
+    try:
+        a8, b8 = a.to(torch.float8_e4m3fn), b.t().contiguous().to(torch.float8_e4m3fn).t()
+        one = torch.ones((), device="cuda")
+        t8 = mm.measure(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
+        fp8 = 2.0 * n ** 3 / (t8["median_us"] * 1e-6) / 1e12
+        del a8, b8
+    except Exception:  # an older torch or GPU without it: the ceiling is absent, not guessed
+        pass
     del a, b
     copy_elems = 1 << 30  # 1 GiB each way, far larger than any L2
     src = torch.empty(copy_elems, dtype=torch.uint8, device="cuda").fill_(1)
@@ -942,6 +960,7 @@ def measure_ceilings(torch, args) -> dict:
     del src, dst
     torch.cuda.empty_cache()
     return {"gemm_bf16_tflops": 2.0 * n ** 3 / (t_mm * 1e-6) / 1e12, "gemm_mnk": "{0}x{0}x{0}".format(n),
+            "gemm_e4m3_tflops": fp8,
             "copy_gbps": 2.0 * copy_elems / (t_cp * 1e-6) / 1e9, "copy_bytes": 2 * copy_elems,
             "sm_clock_mhz": sm_clock_mhz(torch), "measured_by": "scripts/peers.py (torch.mm, Tensor.copy_)"}
 

@@ -133,6 +133,11 @@ __global__ void dequantize_e4m3_kernel(float *dst, const __nv_fp8_storage_t *src
   }
 }
 
+__global__ void abs_kernel(float *x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = fabsf(x[i]);
+}
+
 dim3 quant_grid(int64_t batch, int64_t seqlen, int64_t heads, int64_t block) {
   return dim3(static_cast<unsigned>((seqlen + block - 1) / block), static_cast<unsigned>(heads),
               static_cast<unsigned>(batch));
@@ -151,6 +156,13 @@ void dequantize_e4m3(float *dst, const void *src, const float *descale, int64_t 
                      int64_t heads, int64_t head_dim, const Strides &s, int64_t block, cudaStream_t stream) {
   dequantize_e4m3_kernel<<<quant_grid(batch, seqlen, heads, block), kQuantThreads, 0, stream>>>(
       dst, static_cast<const __nv_fp8_storage_t *>(src), descale, seqlen, heads, head_dim, s, block);
+  FB_CHECK_LAUNCH();
+}
+
+void abs_inplace(float *x, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  const int64_t blocks = (n + kQuantThreads - 1) / kQuantThreads;
+  abs_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kQuantThreads, 0, stream>>>(x, n);
   FB_CHECK_LAUNCH();
 }
 

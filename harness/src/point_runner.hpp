@@ -47,6 +47,7 @@ private:
   DeviceBuffer semaphores_; // zeroed once when allocated; every launch leaves them zero (LaunchArgs)
   KvCacheBuffers kv_cache_; // cache_seqlens always; page table and K/V pools (then k_/v_ are freed) when paged
   std::vector<double> ref_o_, ref_lse_;
+  std::vector<double> ref_o_abs_; // e4m3: the reference's O over |V| (Tolerance::p_round)
   std::string reference_kind_;
 };
 

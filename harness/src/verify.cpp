@@ -15,11 +15,12 @@ Tolerance tolerance_for(DType t) {
   case DType::f16: return {2e-3, 5e-3, 2e-3};
   case DType::bf16: return {1e-2, 2e-2, 2e-3};
   // e4m3: the reference runs on the dequantized inputs, so what is left is the kernel's own rounding, and the
-  // largest part of it is P rounded to e4m3 for P V (3 mantissa bits: up to 2^-4 relative, ~2.5% rms). That error
-  // is spread over every key, so a bound per element cannot be tight for long rows whose O is small; the norm
-  // bound (rel_l2 5%, twice the expected) is the strict part, and the element bound catches a wrong row or block.
-  // LSE comes from fp32 scores of exact e4m3 products.
-  case DType::e4m3: return {3e-2, 1.2e-1, 5e-3, 5e-2};
+  // largest part of it is P rounded to e4m3 for P V (3 mantissa bits: up to 2^-4 relative). An element of O is
+  // then within 2^-4 of the softmax-weighted mean of |V| (p_round, with the reference of |V|) on top of bf16's
+  // bound for O; over the whole of O the errors average out, and the norm bound (rel_l2 5%; ~2.5% expected from
+  // uniform rounding, 1.3-1.7% measured on an H100) is the strict part. LSE comes from fp32 scores of exact e4m3
+  // products.
+  case DType::e4m3: return {1e-2, 2e-2, 5e-3, 5e-2, 0.0625};
   }
   return {};
 }
@@ -36,7 +37,7 @@ std::string VerifyResult::summary() const {
 
 template <class RefT>
 VerifyResult verify(const AttentionProblem& p, const float* out, const float* lse_out, const RefT* ref_o,
-                    const RefT* ref_lse, const Tolerance& tol) {
+                    const RefT* ref_lse, const Tolerance& tol, const RefT* ref_o_abs) {
   VerifyResult r;
   constexpr int kMaxReported = 3;
   int reported = 0;
@@ -50,7 +51,8 @@ VerifyResult verify(const AttentionProblem& p, const float* out, const float* ls
           const int64_t idx = b * s.batch + i * s.seq + h * s.head + d;
           const double got = out[idx];
           const double want = static_cast<double>(ref_o[idx]);
-          const double bound = tol.atol + tol.rtol * std::abs(want);
+          double bound = tol.atol + tol.rtol * std::abs(want);
+          if (ref_o_abs && tol.p_round > 0) bound += tol.p_round * static_cast<double>(ref_o_abs[idx]);
           const double err = std::abs(got - want);
           bool bad = false;
           if (!std::isfinite(got)) {
@@ -101,9 +103,9 @@ VerifyResult verify(const AttentionProblem& p, const float* out, const float* ls
 }
 
 template VerifyResult verify<double>(const AttentionProblem&, const float*, const float*, const double*,
-                                     const double*, const Tolerance&);
+                                     const double*, const Tolerance&, const double*);
 template VerifyResult verify<float>(const AttentionProblem&, const float*, const float*, const float*,
-                                    const float*, const Tolerance&);
+                                    const float*, const Tolerance&, const float*);
 
 void to_json(nlohmann::json& j, const VerifyResult& v) {
   auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };

@@ -37,6 +37,12 @@ for (n, c, v), (tf, cfg, us) in sorted(best.items()):
 bad = [r for r in recs if r.get("status") not in ("ok", "skipped")]
 print("not ok:", len(bad), [ (r["variant"], r["status"], r.get("reason","")[:80]) for r in bad[:4]])
 PY
+  if [ -n "${PEERS:-}" ]; then
+    $FB plan sweeps/fa3-fp8.yaml > /tmp/res/plan.json && timeout 240 python3 scripts/peers.py \
+      --problems /tmp/res/plan.json --peers torch_cudnn,torch_fp8 --ceilings --timeout 1 --ours fa3_fp8 \
+      --ours-best /tmp/res/fp8.json --rounds 2 -o /tmp/res/peers.json > $L/peers.log 2>&1; ts "peers rc $?"
+    python3 scripts/dev/fp8_table.py /tmp/res/fp8.json /tmp/res/peers.json | tee $L/table.txt
+  fi
 fi
 tar czf "$out"/res.tgz -C /tmp res
 tar czf "$out"/logs.tgz -C /tmp logs

@@ -183,7 +183,8 @@ public:
 
   VerifyResult verify_against_reference(const std::vector<float> &o, const std::vector<float> &lse,
                                         const Tolerance &tol) const {
-    return verify<double>(p_, o.data(), lse.data(), ref_.o.data(), ref_.lse.data(), tol);
+    return verify<double>(p_, o.data(), lse.data(), ref_.o.data(), ref_.lse.data(), tol,
+                          ref_abs_.empty() ? nullptr : ref_abs_.data());
   }
 
   // One EXPECT per (variant, config): supported on this device, and within tolerance.
@@ -231,6 +232,9 @@ private:
     const auto k = download_as_float(kf.get(), DType::f32, p_.kv_elems());
     const auto v = download_as_float(vf.get(), DType::f32, p_.kv_elems());
     ref_ = cpu_reference(pf, q.data(), k.data(), v.data());
+    std::vector<float> v_abs(v);
+    for (float& x : v_abs) x = std::abs(x);
+    ref_abs_ = cpu_reference(pf, q.data(), k.data(), v_abs.data()).o; // Tolerance::p_round's scale
     kv_ = build_kv_cache(p_, k_.get(), v_.get(), seed_ * 3 + 3, nullptr);
   }
 
@@ -258,6 +262,7 @@ private:
   DeviceBuffer descale_[3]; // e4m3: Q, K, V descales
   KvCacheBuffers kv_;
   ReferenceOutput ref_;
+  std::vector<double> ref_abs_; // e4m3: O of the reference over |V|
 };
 
 // The awkward shapes every variant must get right. Names are GoogleTest parameter names.

@@ -44,6 +44,8 @@ void fill_quantized_e4m3(void* dst, float* descale, int64_t batch, int64_t seqle
 // The values of such a tensor (code * its block's descale) as float32, in the same layout and strides.
 void dequantize_e4m3(float* dst, const void* src, const float* descale, int64_t batch, int64_t seqlen,
                      int64_t heads, int64_t head_dim, const Strides& s, int64_t block, cudaStream_t stream);
+// x[i] = |x[i]| for n float32 values (the e4m3 check's reference of |V|: verify.hpp, Tolerance::p_round).
+void abs_inplace(float* x, int64_t n, cudaStream_t stream);
 // Overwrites with all-ones bits: NaN in fp32, fp16, bf16 and e4m3, so an element a kernel forgot to write fails.
 void poison(void* dst, size_t bytes, cudaStream_t stream);
 

@@ -15,6 +15,9 @@ struct Tolerance {
   double atol = 0, rtol = 0;   // for O
   double lse_atol = 0;         // for LSE (natural log units)
   double rel_l2 = 0;           // ||out - ref|| / ||ref|| over O must not pass it; 0: not checked
+  // e4m3: P is rounded to e4m3 (relative error <= 2^-4 in its normal range) before P V, so an element of O may be
+  // off by up to p_round * sum_k p_k |v_k| / l: the bound adds p_round times the reference of |V| (ref_o_abs).
+  double p_round = 0;
 };
 // Per dtype; stated in the README. fp16/bf16 inputs are rounded before the reference sees them, so these bound
 // only the kernel's arithmetic (low-precision P and O, fp32 accumulation).
@@ -35,10 +38,11 @@ struct VerifyResult {
 };
 
 // out and lse_out are host copies of the kernel's outputs; ref_o/ref_lse the reference (any float type via
-// template instantiations for double and float).
+// template instantiations for double and float); ref_o_abs (where tol.p_round > 0) the reference's O of the same
+// inputs with V replaced by |V|.
 template <class RefT>
 VerifyResult verify(const AttentionProblem& p, const float* out, const float* lse_out, const RefT* ref_o,
-                    const RefT* ref_lse, const Tolerance& tol);
+                    const RefT* ref_lse, const Tolerance& tol, const RefT* ref_o_abs = nullptr);
 
 void to_json(nlohmann::json& j, const VerifyResult& v);
 
