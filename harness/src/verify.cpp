@@ -15,12 +15,14 @@ Tolerance tolerance_for(DType t) {
   case DType::f16: return {2e-3, 5e-3, 2e-3};
   case DType::bf16: return {1e-2, 2e-2, 2e-3};
   // e4m3: the reference runs on the dequantized inputs, so what is left is the kernel's own rounding, and the
-  // largest part of it is P rounded to e4m3 for P V (3 mantissa bits: up to 2^-4 relative). An element of O is
-  // then within 2^-4 of the softmax-weighted mean of |V| (p_round, with the reference of |V|) on top of bf16's
-  // bound for O; over the whole of O the errors average out, and the norm bound (rel_l2 5%; ~2.5% expected from
-  // uniform rounding, 1.3-1.7% measured on an H100) is the strict part. LSE comes from fp32 scores of exact e4m3
-  // products.
-  case DType::e4m3: return {1e-2, 2e-2, 5e-3, 5e-2, 0.0625};
+  // largest part of it is P rounded to e4m3 for P V (3 mantissa bits: up to 2^-4 relative; the kernel scales P by
+  // 2^8 first, so that P down to 2^-14 is in e4m3's normal range). The other part is the scores: Hopper's fp8 MMA
+  // keeps about 14 bits while it accumulates (DeepSeek-V3's report; c167 on an H100: LSE off by up to 7e-4
+  // relative, 2^-10.5, mostly low, as truncation), which moves P by ~1% more. An element of O is then within
+  // p_round = 2^-4 + 0.0125 of the softmax-weighted mean of |V| (the reference over |V|) on top of bf16's bound
+  // for O, and LSE within 5e-3 + 2^-10 |LSE|. Over the whole of O the errors average out: the norm bound (rel_l2
+  // 5%; 1.3-1.7% measured) is the strict part.
+  case DType::e4m3: return {1e-2, 2e-2, 5e-3, 0x1p-10, 5e-2, 0.075};
   }
   return {};
 }
@@ -83,7 +85,7 @@ VerifyResult verify(const AttentionProblem& p, const float* out, const float* ls
     } else {
       const double err = std::abs(got - want);
       r.lse_max_error = std::max(r.lse_max_error, err);
-      bad = err > tol.lse_atol;
+      bad = err > tol.lse_atol + tol.lse_rtol * std::abs(want);
     }
     if (bad) {
       ++r.mismatches;

@@ -13,8 +13,10 @@
 //    order (key_of_position), so the product pairs each P with its own V row. (FA3 permutes the same way.)
 //  - Descales: block_m = block_n = 128, one Q descale per CTA and one K descale per K/V tile, folded into the one
 //    multiply per score the softmax already makes (scale_log2 * q_descale * k_descale); V's descale folds into 1/l.
-//  - P is rounded to e4m3 for P V (it is <= 1: the running max is exact here, no rescale slack), l sums the
-//    unrounded fp32 P.
+//  - P is rounded to e4m3 for P V, scaled by 2^8 first (kPShift, folded into the exp2 offset, and out again through
+//    l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts at 2^-6, so unscaled, every P below
+//    1/64 would keep 0-2 mantissa bits (c167: elements of O off by 2.5x the 2^-4 rounding bound on rows that spread
+//    over many keys); scaled, P down to 2^-14 keeps all 3, and the largest, 256, is under e4m3's 448.
 //  - One tile shape (block_m 128, block_n 128, head_dim 128), a one-shot grid with the longest causal tiles first,
 //    no ping-pong and no intra-warpgroup overlap yet; O is stored from registers.
 //
@@ -65,6 +67,7 @@ constexpr int kProducerRegs = 72;  // the transposer: 16 words of V, 8 of V^T, 8
 constexpr int kConsumerRegs = 216; // O (64) + S (64) + P (16) and the row state; 128 x 72 + 256 x 216 <= 64K
 constexpr int kBarProducer = 1;
 constexpr float kLn2 = 0.69314718055994531f;
+constexpr float kPShift = 8.f; // log2 of P's scale before its e4m3 rounding (see the file comment)
 
 // Shared memory (byte addresses, 1024-aligned tiles: the 128B swizzle pattern repeats every 1024 bytes).
 struct Smem {
@@ -271,7 +274,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
         const float m_new = fmaxf(m[h], quad_max(mx[h]) * f);
         corr[h] = m_new == -INFINITY ? 1.f : fast_exp2(m[h] - m_new);
         m[h] = m_new;
-        off[h] = m_new == -INFINITY ? 0.f : m_new;
+        off[h] = m_new == -INFINITY ? 0.f : m_new - kPShift; // P = 2^8 exp2(s - m) <= 256
       }
       float rs[2] = {0.f, 0.f};
 #pragma unroll
@@ -311,7 +314,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       if (lane == 0) mbar_arrive(sm.vt_empty(s));
     }
   }
-  // O = acc * v_descale / l in bf16; LSE = (m + log2 l) ln 2, -inf for a row that saw no key.
+  // O = acc * v_descale / l in bf16 (both carry P's 2^8); LSE = (m + log2 l - 8) ln 2, -inf for a row that saw no
+  // key.
   const float v_ds = a.v_descale[int64_t(t.b) * (a.heads_q / a.group) + t.hk];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -326,7 +330,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
           __floats2bfloat162_rn(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
     if (c == 0)
       a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
-          lsum > 0.f ? (m[h] + log2f(lsum)) * kLn2 : -INFINITY;
+          lsum > 0.f ? (m[h] + log2f(lsum) - kPShift) * kLn2 : -INFINITY;
   }
 }
 

@@ -14,6 +14,7 @@ namespace fb {
 struct Tolerance {
   double atol = 0, rtol = 0;   // for O
   double lse_atol = 0;         // for LSE (natural log units)
+  double lse_rtol = 0;         // ... plus this times |LSE|
   double rel_l2 = 0;           // ||out - ref|| / ||ref|| over O must not pass it; 0: not checked
   // e4m3: P is rounded to e4m3 (relative error <= 2^-4 in its normal range) before P V, so an element of O may be
   // off by up to p_round * sum_k p_k |v_k| / l: the bound adds p_round times the reference of |V| (ref_o_abs).
