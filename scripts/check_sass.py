@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""The fa3_pipelined kernels' machine code, checked without a GPU (issue #7, point 3).
+"""The fa3_pipelined and fa3_fp8 kernels' machine code, checked without a GPU (issue #7, point 3).
 
     scripts/check_sass.py OBJECT...
 
 Disassembles each object with cuobjdump and, for every fa3 kernel in it, checks:
-  - HGMMA (wgmma) and UTMALDG (TMA loads) are there;
+  - HGMMA (wgmma; QGMMA for fa3_fp8's e4m3) and UTMALDG (TMA loads) are there;
   - no local-memory traffic (STL/LDL: register spills; ptxas also fails the build on a spill);
   - `WARPGROUP.DEPBAR.LE gsb0, 0x0` (a wait for every wgmma in flight) appears at most 3 times. Every
     instantiation has 2 (intra_wg_overlap off) or 3 (on); when ptxas cannot prove the wgmma pipeline safe it
@@ -74,15 +74,16 @@ def main(argv):
             return 1
         sass = run.stdout
         for name, lines in kernels(sass).items():
-            if "fa3_kernel" not in name:
+            if "fa3_kernel" not in name and "fa3_fp8_kernel" not in name:
                 continue
             checked += 1
             count = lambda pat: sum(1 for l in lines if re.search(pat, l))
-            hgmma, tma = count(r"\bHGMMA\."), count(r"\bUTMALDG\b")
+            # fp16/bf16 wgmma is HGMMA in SASS, e4m3 (fa3_fp8) is QGMMA
+            hgmma, tma = count(r"\b[HQ]GMMA\."), count(r"\bUTMALDG\b")
             local, waits = count(r"\b(STL|LDL)(\.|\s)"), count(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0")
             bad = []
             if hgmma == 0:
-                bad.append("no HGMMA")
+                bad.append("no HGMMA/QGMMA")
             if tma == 0:
                 bad.append("no UTMALDG")
             if local:
@@ -90,7 +91,7 @@ def main(argv):
             if waits > MAX_FULL_WAITS:
                 bad.append(f"{waits} full wgmma waits (> {MAX_FULL_WAITS}: serialised HGMMAs)")
             failed += bool(bad)
-            print(f"{'FAIL' if bad else 'ok  '} {os.path.basename(obj)} {name[:90]}: HGMMA {hgmma}, UTMALDG {tma}, "
+            print(f"{'FAIL' if bad else 'ok  '} {os.path.basename(obj)} {name[:90]}: HGMMA/QGMMA {hgmma}, UTMALDG {tma}, "
                   f"full waits {waits}, STL/LDL {local}{'; ' + '; '.join(bad) if bad else ''}")
     if checked == 0:
         print("check_sass: no fa3 kernel found in " + " ".join(objects))
