@@ -30,6 +30,7 @@
 //   vt_full[s]      128: every producer thread after its part of V^T (each fences its writes to the async proxy).
 //   vt_empty[s]     8: lane 0 of every consumer warp once its P V retired.
 //   named barrier 1 (128 producer threads): the raw slot has been read; thread 0 may refill it.
+#include "kernels/common/mma.cuh"
 #include "kernels/fa3_fp8/launch.hpp"
 #include "kernels/fa3_fp8/wgmma_fp8.cuh"
 #include "kernels/fa3_pipelined/hopper.cuh"
@@ -150,14 +151,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
+// A wgmma accumulator row is held by the four lanes of a quad, as in mma.sync's m16n8 layout.
+using fb::kernels::quad_max;
+using fb::kernels::quad_sum;
 // Four fp32 -> four e4m3 in one register, x0 in the lowest byte (round to nearest, saturating at 448).
 __device__ __forceinline__ uint32_t pack_e4m3(float x0, float x1, float x2, float x3) {
   uint16_t lo, hi;
