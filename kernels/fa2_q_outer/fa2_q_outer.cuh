@@ -70,16 +70,7 @@ struct LaneChunks {
   __device__ __forceinline__ uint32_t at(int kk) const { return (kk / 4) * 128 + off[kk % 4]; }
 };
 
-// 2^x on the MUFU unit alone (ex2.approx.ftz): exp2f adds a compare and two predicated multiplies per call to get
-// subnormal results right (FSETP, FMUL 0.5 before and FMUL x·x after MUFU.EX2 in the SASS), which softmax does not
-// need: a weight under 2^-126 of the row max is 0 in bf16/fp16 P and negligible in l. exp2(-inf) = +0, as the
-// empty-row handling (softmax_offset) needs. 64 exponentials per tile and thread at 128x64: ~190 fewer ALU
-// instructions per K/V tile per warp, and 3 fewer predicate registers in the softmax.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+using fb::kernels::fast_exp2; // kernels/common/mma.cuh
 
 // Hides a value from the optimiser: the compiler can neither hoist what is computed from it out of a loop nor keep
 // per-iteration copies of it live. Used for the cp.async addressing inside the K/V loop, whose loop-invariant parts

@@ -17,8 +17,12 @@
 //    l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts at 2^-6, so unscaled, every P below
 //    1/64 would keep 0-2 mantissa bits (c167: elements of O off by 2.5x the 2^-4 rounding bound on rows that spread
 //    over many keys); scaled, P down to 2^-14 keeps all 3, and the largest, 256, is under e4m3's 448.
+//  - intra_wg_overlap (v2, on by default): tile j's Q K^T goes out with tile j-1's P V, and tile j's softmax runs
+//    while that P V still holds the tensor cores (FA3's two-stage pipelining in a warpgroup). P is 16 registers in
+//    e4m3, so this costs no register set beyond v1's (S, O and P).
 //  - One tile shape (block_m 128, block_n 128, head_dim 128), a one-shot grid with the longest causal tiles first,
-//    no ping-pong and no intra-warpgroup overlap yet; O is stored from registers.
+//    O is stored from registers.
+//  - pingpong (v2): the two consumer warpgroups take turns to issue their GEMMs (named barriers, Turns).
 //
 // Roles: warpgroup 0 is the producer (thread 0 issues every TMA load; all 128 threads transpose V), warpgroups 1
 // and 2 are consumers of 64 query rows each.
@@ -62,11 +66,13 @@ struct KernelArgs {
   int n_q_tiles, n_k_blocks; // Q descales per (batch, head), K descales per (batch, kv head)
   float scale_log2;          // softmax scale * log2(e)
   int causal, stages;
+  int pingpong; // the two consumer warpgroups take turns to issue their GEMMs (Turns)
 };
 
 constexpr int kProducerRegs = 72;  // the transposer: 16 words of V, 8 of V^T, 8 addresses (56 and 64 spilled)
 constexpr int kConsumerRegs = 216; // O (64) + S (64) + P (16) and the row state; 128 x 72 + 256 x 216 <= 64K
 constexpr int kBarProducer = 1;
+constexpr int kBarTurn0 = 2; // 2, 3: consumer warpgroup 0's and 1's turn to issue (pingpong)
 constexpr float kLn2 = 0.69314718055994531f;
 constexpr float kPShift = 8.f; // log2 of P's scale before its e4m3 rounding (see the file comment)
 
@@ -146,12 +152,8 @@ __device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, int u) {
   }
 }
 
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 // A wgmma accumulator row is held by the four lanes of a quad, as in mma.sync's m16n8 layout.
+using fb::kernels::fast_exp2;
 using fb::kernels::quad_max;
 using fb::kernels::quad_sum;
 // Four fp32 -> four e4m3 in one register, x0 in the lowest byte (round to nearest, saturating at 448).
@@ -219,6 +221,113 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm, co
   }
 }
 
+// pingpong: the consumer warpgroups issue their GEMMs in turn, so that one's softmax runs while the other's GEMMs
+// hold the tensor cores. Named barrier kBarTurn0 + w (256 threads) is warpgroup w's turn: w syncs on it before
+// each issue, the other arrives on it after each of its own. Warpgroup 1 opens warpgroup 0's first turn and skips
+// its arrival after its last issue, so each barrier sees as many arrivals as syncs (both issue equally often).
+struct Turns {
+  bool on;
+  int wg;
+  __device__ __forceinline__ void open(int n) const {
+    if (on && wg == 1 && n > 0) named_arrive(kBarTurn0, 256);
+  }
+  __device__ __forceinline__ void begin() const {
+    if (on) named_sync(kBarTurn0 + wg, 256);
+  }
+  __device__ __forceinline__ void end(bool last) const {
+    if (on && !(wg == 1 && last)) named_arrive(kBarTurn0 + (wg ^ 1), 256);
+  }
+};
+
+// ---- consumer steps (one warpgroup, 64 query rows)
+struct ConsumerCtx {
+  const KernelArgs &a;
+  const Smem &sm;
+  DescBase dq;             // this warpgroup's 64 rows of Q
+  float q_scale;           // scale_log2 * the CTA's Q descale
+  const float *k_descale;  // this (batch, kv head)'s K descales, one per K/V tile
+  int row0, c, first_row;  // the thread's half-0 row, its lane % 4, the warpgroup's first row
+};
+
+// S = Q K^T for K slot s: 4 k-steps of 32 bytes inside the one 128-byte swizzle row (uncommitted).
+__device__ __forceinline__ void issue_qk(float (&sacc)[64], const ConsumerCtx &x, int s) {
+  const DescBase dk = desc_base(x.sm.k_tile(s), 16);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wgmma_ss(sacc, x.dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, IntN<128>{});
+}
+
+// O += P V^T for V^T slot s: 4 k-steps of 32 keys (uncommitted).
+__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[4][4], const ConsumerCtx &x, int s) {
+  const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
+#pragma unroll
+  for (int kt = 0; kt < 4; ++kt) wgmma_rs(o, pa[kt], dv.at(kt * 32), IntN<128>{});
+}
+
+// K/V tile j's scores (sacc, retired) -> 2^8 P in place; m and l move on, corr is what O must be scaled by.
+__device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x, int j, float (&m)[2],
+                                        float (&l)[2], float (&corr)[2]) {
+  const KernelArgs &a = x.a;
+  const float f = x.q_scale * x.k_descale[j]; // log2 units per raw score
+  const int causal_off = a.seqlen_kv - a.seqlen_q; // row i sees keys <= i + causal_off
+  // Mask keys past the end and (causal) right of the diagonal, only on tiles that reach them.
+  const int key0 = j * kBlockN;
+  if (key0 + kBlockN > a.seqlen_kv || (a.causal && key0 + kBlockN - 1 > x.first_row + causal_off)) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = key0 + 8 * i + 2 * x.c + (e & 1), row = x.row0 + 8 * (e >> 1);
+        if (key >= a.seqlen_kv || (a.causal && key > row + causal_off)) sacc[4 * i + e] = -INFINITY;
+      }
+  }
+  // Online softmax in log2 units; a row that has seen no key keeps m = -inf and subtracts 0.
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], sacc[4 * i + e]);
+  float off[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float m_new = fmaxf(m[h], quad_max(mx[h]) * f);
+    corr[h] = m_new == -INFINITY ? 1.f : fast_exp2(m[h] - m_new);
+    m[h] = m_new;
+    off[h] = m_new == -INFINITY ? 0.f : m_new - kPShift; // P = 2^8 exp2(s - m) <= 256
+  }
+  float rs[2] = {0.f, 0.f};
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = fast_exp2(fmaf(sacc[4 * i + e], f, -off[e >> 1]));
+      sacc[4 * i + e] = p;
+      rs[e >> 1] += p;
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + rs[h];
+}
+
+// O *= corr (O retired), then P as e4m3 A fragments, in the accumulator's own key order (key_of_position).
+__device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&corr)[2], const float (&sacc)[64],
+                                                 uint32_t (&pa)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[4 * i + e] *= corr[e >> 1];
+#pragma unroll
+  for (int kt = 0; kt < 4; ++kt) {
+    const float *s0 = sacc + 16 * kt; // groups 4kt .. 4kt + 3
+    pa[kt][0] = pack_e4m3(s0[0], s0[1], s0[4], s0[5]);
+    pa[kt][1] = pack_e4m3(s0[2], s0[3], s0[6], s0[7]);
+    pa[kt][2] = pack_e4m3(s0[8], s0[9], s0[12], s0[13]);
+    pa[kt][3] = pack_e4m3(s0[10], s0[11], s0[14], s0[15]);
+  }
+}
+
+// OVERLAP (intra_wg_overlap on, v2): tile j's Q K^T and tile j-1's P V are issued together, and tile j's softmax
+// runs while P V still occupies the tensor cores; O's rescale and P's packing wait for P V. Off: each tile's two
+// GEMMs and its softmax in series (v1).
+template <bool OVERLAP>
 __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, const TileId &t, int n, int wg) {
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int row0 = t.q0 + 64 * wg + 16 * warp + g; // this thread's half-0 row; half 1 is row0 + 8
@@ -226,88 +335,90 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const int causal_off = a.seqlen_kv - a.seqlen_q; // row i sees keys <= i + causal_off
   if (n > 0) {
-    const float q_scale = a.scale_log2 * a.q_descale[(int64_t(t.b) * a.heads_q + t.h) * a.n_q_tiles + t.qt];
-    const float *k_descale = a.k_descale + (int64_t(t.b) * (a.heads_q / a.group) + t.hk) * a.n_k_blocks;
-    const DescBase dq = desc_base(sm.q + uint32_t(wg) * 64 * 128, 16);
+    const ConsumerCtx x{a,
+                        sm,
+                        desc_base(sm.q + uint32_t(wg) * 64 * 128, 16),
+                        a.scale_log2 * a.q_descale[(int64_t(t.b) * a.heads_q + t.h) * a.n_q_tiles + t.qt],
+                        a.k_descale + (int64_t(t.b) * (a.heads_q / a.group) + t.hk) * a.n_k_blocks,
+                        row0,
+                        c,
+                        t.q0 + 64 * wg};
     mbar_wait(sm.q_full(), 0);
-    for (int j = 0; j < n; ++j) {
-      const int s = j % a.stages;
-      const uint32_t ph = uint32_t(j / a.stages) & 1u;
-      // S = Q K^T: 4 k-steps of 32 bytes inside the one 128-byte swizzle row.
-      float sacc[64];
-      const DescBase dk = desc_base(sm.k_tile(s), 16);
-      mbar_wait(sm.k_full(s), ph);
+    float sacc[64], corr[2];
+    uint32_t pa[4][4];
+    const Turns turn{a.pingpong != 0, wg};
+    turn.open(n);
+    if (OVERLAP) { // issues: Q K^T(0), then (Q K^T(j), P V(j-1)) for j = 1..n-1, then P V(n-1)
+      mbar_wait(sm.k_full(0), 0);
+      turn.begin();
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_ss(sacc, dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, IntN<128>{});
+      issue_qk(sacc, x, 0);
       wgmma_commit();
-      const float f = q_scale * k_descale[j]; // log2 units per raw score; loaded while the GEMM runs
+      turn.end(false);
       wgmma_wait<0>();
       fence_operands(sacc);
-      if (lane == 0) mbar_arrive(sm.k_empty(s));
-      // Mask keys past the end and (causal) right of the diagonal, only on tiles that reach them.
-      const int key0 = j * kBlockN;
-      if (key0 + kBlockN > a.seqlen_kv || (a.causal && key0 + kBlockN - 1 > t.q0 + 64 * wg + causal_off)) {
-#pragma unroll
-        for (int i = 0; i < 16; ++i)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int key = key0 + 8 * i + 2 * c + (e & 1), row = row0 + 8 * (e >> 1);
-            if (key >= a.seqlen_kv || (a.causal && key > row + causal_off)) sacc[4 * i + e] = -INFINITY;
-          }
+      if (lane == 0) mbar_arrive(sm.k_empty(0));
+      softmax(sacc, x, 0, m, l, corr);
+      rescale_and_pack(o, corr, sacc, pa);
+      for (int j = 1; j < n; ++j) {
+        const int s = j % a.stages, sp = (j - 1) % a.stages;
+        // Both waits first: a wait between the two issues made ptxas fence the second (C7519).
+        mbar_wait2(sm.k_full(s), uint32_t(j / a.stages) & 1u, sm.vt_full(sp), uint32_t((j - 1) / a.stages) & 1u);
+        turn.begin();
+        wgmma_fence();
+        issue_qk(sacc, x, s);
+        wgmma_commit();
+        issue_pv(o, pa, x, sp);
+        wgmma_commit();
+        turn.end(false);
+        wgmma_wait<1>(); // Q K^T of tile j retired (groups retire in order); P V of tile j-1 may still run
+        fence_operands(sacc);
+        if (lane == 0) mbar_arrive(sm.k_empty(s));
+        softmax(sacc, x, j, m, l, corr);
+        wgmma_wait<0>();
+        fence_operands(o);
+        fence_operands(pa);
+        if (lane == 0) mbar_arrive(sm.vt_empty(sp));
+        rescale_and_pack(o, corr, sacc, pa);
       }
-      // Online softmax in log2 units; a row that has seen no key keeps m = -inf and subtracts 0.
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], sacc[4 * i + e]);
-      float off[2], corr[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const float m_new = fmaxf(m[h], quad_max(mx[h]) * f);
-        corr[h] = m_new == -INFINITY ? 1.f : fast_exp2(m[h] - m_new);
-        m[h] = m_new;
-        off[h] = m_new == -INFINITY ? 0.f : m_new - kPShift; // P = 2^8 exp2(s - m) <= 256
-      }
-      float rs[2] = {0.f, 0.f};
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = fast_exp2(fmaf(sacc[4 * i + e], f, -off[e >> 1]));
-          sacc[4 * i + e] = p;
-          rs[e >> 1] += p;
-        }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + rs[h];
-#pragma unroll
-      for (int i = 0; i < 16; ++i)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) o[4 * i + e] *= corr[e >> 1];
-      // P as e4m3 A fragments, in the accumulator's own key order (key_of_position).
-      uint32_t pa[4][4];
-#pragma unroll
-      for (int kt = 0; kt < 4; ++kt) {
-        const float *s0 = sacc + 16 * kt; // groups 4kt .. 4kt + 3
-        pa[kt][0] = pack_e4m3(s0[0], s0[1], s0[4], s0[5]);
-        pa[kt][1] = pack_e4m3(s0[2], s0[3], s0[6], s0[7]);
-        pa[kt][2] = pack_e4m3(s0[8], s0[9], s0[12], s0[13]);
-        pa[kt][3] = pack_e4m3(s0[10], s0[11], s0[14], s0[15]);
-      }
-      // O += P V^T: 4 k-steps of 32 keys.
-      const DescBase dv = desc_base(sm.vt_tile(s), 16);
-      mbar_wait(sm.vt_full(s), ph);
+      const int sl = (n - 1) % a.stages;
+      mbar_wait(sm.vt_full(sl), uint32_t((n - 1) / a.stages) & 1u);
+      turn.begin();
       wgmma_fence();
-#pragma unroll
-      for (int kt = 0; kt < 4; ++kt) wgmma_rs(o, pa[kt], dv.at(kt * 32), IntN<128>{});
+      issue_pv(o, pa, x, sl);
       wgmma_commit();
+      turn.end(true);
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(pa);
-      if (lane == 0) mbar_arrive(sm.vt_empty(s));
+      if (lane == 0) mbar_arrive(sm.vt_empty(sl));
+    } else { // issues: Q K^T(j) and P V(j) for each j
+      for (int j = 0; j < n; ++j) {
+        const int s = j % a.stages;
+        const uint32_t ph = uint32_t(j / a.stages) & 1u;
+        mbar_wait(sm.k_full(s), ph);
+        turn.begin();
+        wgmma_fence();
+        issue_qk(sacc, x, s);
+        wgmma_commit();
+        turn.end(false);
+        wgmma_wait<0>();
+        fence_operands(sacc);
+        if (lane == 0) mbar_arrive(sm.k_empty(s));
+        softmax(sacc, x, j, m, l, corr);
+        rescale_and_pack(o, corr, sacc, pa);
+        mbar_wait(sm.vt_full(s), ph);
+        turn.begin();
+        wgmma_fence();
+        issue_pv(o, pa, x, s);
+        wgmma_commit();
+        turn.end(j == n - 1);
+        wgmma_wait<0>();
+        fence_operands(o);
+        fence_operands(pa);
+        if (lane == 0) mbar_arrive(sm.vt_empty(s));
+      }
     }
   }
   // O = acc * v_descale / l in bf16 (both carry P's 2^8); LSE = (m + log2 l - 8) ln 2, -inf for a row that saw no
@@ -330,6 +441,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
   }
 }
 
+template <bool OVERLAP>
 __global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -355,12 +467,15 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_const
     return;
   }
   regs_alloc<kConsumerRegs>();
-  consumer(a, sm, t, n, wg - 1);
+  consumer<OVERLAP>(a, sm, t, n, wg - 1);
 }
 
 } // namespace detail
 
-const void *kernel_ptr() { return reinterpret_cast<const void *>(detail::fa3_fp8_kernel); }
+const void *kernel_ptr(const Params &c) {
+  return c.overlap ? reinterpret_cast<const void *>(detail::fa3_fp8_kernel<true>)
+                   : reinterpret_cast<const void *>(detail::fa3_fp8_kernel<false>);
+}
 
 void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, cudaStream_t stream) {
   if (p.dtype != DType::e4m3 || p.head_dim != kHeadDim || p.paged() || !p.kv_lens.empty())
@@ -393,11 +508,12 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
   a.scale_log2 = float(p.softmax_scale() * 1.4426950408889634);
   a.causal = p.causal ? 1 : 0;
   a.stages = c.stages;
+  a.pingpong = c.pingpong ? 1 : 0;
   const int64_t smem = smem_bytes(c);
-  FB_CUDA_CHECK(cudaFuncSetAttribute(detail::fa3_fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     static_cast<int>(smem)));
+  const auto kernel = c.overlap ? detail::fa3_fp8_kernel<true> : detail::fa3_fp8_kernel<false>;
+  FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.heads_q * p.batch), static_cast<unsigned>(a.n_q_tiles));
-  detail::fa3_fp8_kernel<<<grid, kThreads, static_cast<size_t>(smem), stream>>>(a);
+  kernel<<<grid, kThreads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 }
 

@@ -49,7 +49,7 @@ public:
   double model_bytes(const AttentionProblem& p, const Config&) const override { return fa3fp8::traffic_bytes(p); }
 
   std::vector<KernelDesc> kernels(const AttentionProblem& p, const Config& c) const override {
-    return {KernelDesc{"fa3_fp8", fa3fp8::kernel_ptr(), fa3fp8::kThreads,
+    return {KernelDesc{"fa3_fp8", fa3fp8::kernel_ptr(fa3fp8::params_of(c)), fa3fp8::kThreads,
                        static_cast<size_t>(fa3fp8::smem_bytes(fa3fp8::params_of(c))),
                        fa3fp8::num_q_tiles(p) * p.heads_q * p.batch}};
   }

@@ -23,15 +23,27 @@ constexpr int64_t kSmemOptinHopper = 232448;
 static_assert(kBlockM == kFp8ScaleBlock && kBlockN == kFp8ScaleBlock, "one descale per Q tile and per K/V tile");
 
 struct Params {
-  int stages = 2; // K and V^T tiles in flight
+  int stages = 2;      // K and V^T tiles in flight
+  bool overlap = true; // intra_wg_overlap: the next Q K^T issued with this P V, the softmax under it
+  bool pingpong = true; // the two consumer warpgroups issue their GEMMs in turn
 };
 
 inline ConfigSpace make_space() {
-  return ConfigSpace({Axis{"stages", {2, 3, 4}, {}, "K and V^T tiles in flight (the raw V ring is 2 deep)"}},
-                     Config({{"stages", 2}}));
+  return ConfigSpace({Axis{"stages", {2, 3, 4}, {}, "K and V^T tiles in flight (the raw V ring is 2 deep)"},
+                      Axis{"intra_wg_overlap",
+                           {0, 1},
+                           {"off", "on"},
+                           "issue tile j's Q K^T with tile j-1's P V and run tile j's softmax under it"},
+                      Axis{"pingpong",
+                           {0, 1},
+                           {"off", "on"},
+                           "the two consumer warpgroups take turns to issue their GEMMs (named barriers)"}},
+                     Config({{"stages", 2}, {"intra_wg_overlap", 1}, {"pingpong", 1}}));
 }
 
-inline Params params_of(const Config& c) { return Params{static_cast<int>(c.get("stages"))}; }
+inline Params params_of(const Config& c) {
+  return Params{static_cast<int>(c.get("stages")), c.get("intra_wg_overlap") != 0, c.get("pingpong") != 0};
+}
 
 // Q, the K ring, two raw V tiles, the V^T ring, 1 KB of mbarriers and 1 KB of alignment slack.
 inline int64_t smem_bytes(const Params& p) { return int64_t(kTileBytes) * (1 + 2 * p.stages + 2) + 2048; }

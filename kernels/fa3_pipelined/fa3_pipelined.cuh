@@ -172,15 +172,9 @@ template <> struct TypeOps<__half> {
 // reductions apply.
 using fb::kernels::quad_max;
 using fb::kernels::quad_sum;
-// 2^x on the MUFU with no denormal handling: exp2f() without fast-math is MUFU.EX2 plus an FSETP
-// and two predicated FMULs (inputs below -126 are pre-scaled), i.e. 4 instructions per score on the
-// critical softmax path instead of 1. P values below 2^-126 do not matter (they are rounded into
-// bf16/fp16 P and summed into l next to values >= 1). ex2.approx(-inf) = +0.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+// 2^x on the MUFU alone (kernels/common/mma.cuh): 1 instruction per score on the critical softmax path instead of
+// exp2f's 4; P values below 2^-126 do not matter (rounded into bf16/fp16 P and summed into l next to values >= 1).
+using fb::kernels::fast_exp2;
 // v13, the tile's end (finish_tile): 1 / l and log2 l on the MUFU alone. IEEE 1.f / l and log2f
 // are a reciprocal with a Newton step and a slow-path call, and a 12-term polynomial: ~60 dependent
 // instructions per row half on every warpgroup's path from its last P V to its next tile. l >= 1

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue #7 point 5 (fa3_fp8) in one GPU-machine call: build; the fa3_fp8 gtests; `flashbench check --variant fa3_fp8`;
-# racecheck and synccheck on a small causal shape; what torch offers for FP8 attention (scripts/dev/fp8_probe.py);
+# racecheck and synccheck on a small shape, causal and not; with PROBE=1, what torch offers for FP8 attention
+# (scripts/dev/fp8_probe.py);
 # sweeps/fa3-fp8.yaml (fa3_fp8 e4m3 and fa3_pipelined bf16 on the same shapes). PEERS=1 adds the peers step
 # (scripts/peers.py: torch cuDNN bf16 and torch's FP8 SDPA where it runs, ours through the C API, ceilings).
 # Results and logs go to $OUT as res.tgz and logs.tgz.  Usage: OUT=... bash scripts/dev/fp8-call.sh
@@ -16,7 +17,9 @@ timeout 150 build/tests/test_kernels --gtest_filter='*Fp8*:*Capi*' > $L/gtest.lo
 ts "gtest rc $grc: $(tail -1 $L/gtest.log)"; grep -E "^\[  FAILED|Failure" -A4 $L/gtest.log | head -40
 timeout 120 $FB check --variant fa3_fp8 > $L/check.log 2>&1; ts "check rc $?: $(tail -1 $L/check.log)"
 grep -m6 -E "FAIL|incorrect|crash|timeout" $L/check.log
-timeout 60 python3 scripts/dev/fp8_probe.py > $L/probe.txt 2>&1; ts "probe rc $?"; cat $L/probe.txt
+if [ -n "${PROBE:-}" ]; then
+  timeout 60 python3 scripts/dev/fp8_probe.py > $L/probe.txt 2>&1; ts "probe rc $?"; cat $L/probe.txt
+fi
 if [ $grc -eq 0 ]; then
   for causal in true false; do
     timeout 90 bash scripts/sanitize.sh fa3_fp8 "stages=2" \
@@ -34,6 +37,17 @@ for r in recs:
     if k not in best or r["tflops"] > best[k][0]: best[k] = (r["tflops"], r["config_str"], r.get("median_us"))
 for (n, c, v), (tf, cfg, us) in sorted(best.items()):
     print(f"N={n:6d} causal={int(c)} {v:14s} {tf:7.1f} TF/s {us:9.1f} us  {cfg}")
+# ablation: fa3_fp8's best TF/s per (intra_wg_overlap, pingpong), over stages
+abl = {}
+for r in recs:
+    if r.get("status") != "ok" or r["variant"] != "fa3_fp8": continue
+    p, c = r["problem"], r["config"]
+    k = (p["seqlen_q"], p["causal"], str(c.get("intra_wg_overlap")), str(c.get("pingpong")))
+    abl[k] = max(abl.get(k, 0), r["tflops"])
+combos = sorted({k[2:] for k in abl})
+print("ablation (overlap, pingpong):", combos)
+for n, cz in sorted({k[:2] for k in abl}):
+    print(f"N={n:6d} causal={int(cz)} " + " ".join(f"{abl.get((n, cz) + cb, 0):7.1f}" for cb in combos))
 bad = [r for r in recs if r.get("status") not in ("ok", "skipped")]
 print("not ok:", len(bad), [ (r["variant"], r["status"], r.get("reason","")[:80]) for r in bad[:4]])
 PY
