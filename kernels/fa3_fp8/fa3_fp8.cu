@@ -95,6 +95,8 @@ struct Smem {
   __device__ __forceinline__ uint32_t vt_full(int s) const { return bars + 8 * (1 + 2 * kMaxStages + s); }
   __device__ __forceinline__ uint32_t vt_empty(int s) const { return bars + 8 * (1 + 3 * kMaxStages + s); }
   __device__ __forceinline__ uint32_t vraw_full(int r) const { return bars + 8 * (1 + 4 * kMaxStages + r); }
+  // One 4-byte slot per consumer thread (threads 128..383), written and never read (pin_softmax, hopper.cuh).
+  __device__ __forceinline__ uint32_t pin_slot() const { return bars + 256 + 4 * (uint32_t(threadIdx.x) - 128); }
 };
 
 // Byte offset of (row, byte) in a tile of 128-byte rows as TMA's 128B swizzle lays it out (and WGMMA reads it):
@@ -376,6 +378,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
         fence_operands(sacc);
         if (lane == 0) mbar_arrive(sm.k_empty(s));
         softmax(sacc, x, j, m, l, corr);
+        // Without it ptxas put the whole softmax below the next wait (c170: every MUFU.EX2 after the DEPBAR).
+        pin_softmax(sm.pin_slot(), l, corr);
         wgmma_wait<0>();
         fence_operands(o);
         fence_operands(pa);

@@ -45,8 +45,8 @@ inline Params params_of(const Config& c) {
   return Params{static_cast<int>(c.get("stages")), c.get("intra_wg_overlap") != 0, c.get("pingpong") != 0};
 }
 
-// Q, the K ring, two raw V tiles, the V^T ring, 1 KB of mbarriers and 1 KB of alignment slack.
-inline int64_t smem_bytes(const Params& p) { return int64_t(kTileBytes) * (1 + 2 * p.stages + 2) + 2048; }
+// Q, the K ring, two raw V tiles, the V^T ring, 2 KB of mbarriers and pin slots, and 1 KB of alignment slack.
+inline int64_t smem_bytes(const Params& p) { return int64_t(kTileBytes) * (1 + 2 * p.stages + 2) + 3072; }
 
 inline int64_t num_q_tiles(const AttentionProblem& p) { return (p.seqlen_q + kBlockM - 1) / kBlockM; }
 

@@ -214,6 +214,18 @@ template <int M> __device__ __forceinline__ void fence_operands(uint32_t (&r)[M]
     fence_operands(r[i]);
 }
 
+// Empty asm fences order nothing for ptxas, which hoisted (fa3_pipelined v2; fa3_fp8 v2 the same, c170) `wgmma.wait_group 0` above the whole
+// softmax (the SASS of v1 and of a v2 with only the fences: WARPGROUP.DEPBAR.LE gsb0, 0x0 right
+// after the mask branch, every MUFU.EX2 below it). ptxas keeps shared-memory stores ordered with
+// WARPGROUP.DEPBAR (WGMMA reads shared memory), so one store per thread of a value that depends
+// on every exp2 of the tile (the lane-partial row sums l) and on alpha pins the softmax above the
+// wait. The slot is private to the thread and never read.
+__device__ __forceinline__ void pin_softmax(uint32_t slot, const float (&l)[2],
+                                            const float (&alpha)[2]) {
+  const float v = (l[0] + l[1]) + (alpha[0] + alpha[1]);
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(slot), "f"(v) : "memory");
+}
+
 // ---- warp specialization
 // -------------------------------------------------------------------------------------
 template <int R> __device__ __forceinline__ void regs_dealloc() {
