@@ -4,7 +4,8 @@
 # (scripts/dev/fp8_probe.py);
 # sweeps/fa3-fp8.yaml (fa3_fp8 e4m3 and fa3_pipelined bf16 on the same shapes). PEERS=1 adds the peers step
 # (scripts/peers.py: torch cuDNN bf16 and torch's FP8 SDPA where it runs, ours through the C API, ceilings).
-# Results and logs go to $OUT as res.tgz and logs.tgz.  Usage: OUT=... bash scripts/dev/fp8-call.sh
+# GTEST_FILTER replaces the gtest filter (default *Fp8*:*Capi*). Results and logs go to $OUT as res.tgz and logs.tgz.
+#   Usage: OUT=... bash scripts/dev/fp8-call.sh
 set -u
 out=${OUT:?set OUT}
 L=/tmp/logs; mkdir -p $L /tmp/res
@@ -13,7 +14,7 @@ nvidia-smi --query-gpu=name,clocks.max.sm,driver_version,power.limit --format=cs
 ( source scripts/env.sh; fb_configure && fb_build --target flashbench test_kernels flashbench_capi ) > $L/build.log 2>&1
 ts "build: $(ls build/flashbench 2>&1)"; grep -E 'C75|spill|error' $L/build.log | head -5
 FB=build/flashbench
-timeout 150 build/tests/test_kernels --gtest_filter='*Fp8*:*Capi*' > $L/gtest.log 2>&1; grc=$?
+timeout 200 build/tests/test_kernels --gtest_filter="${GTEST_FILTER:-*Fp8*:*Capi*}" > $L/gtest.log 2>&1; grc=$?
 ts "gtest rc $grc: $(tail -1 $L/gtest.log)"; grep -E "^\[  FAILED|Failure" -A4 $L/gtest.log | head -40
 timeout 120 $FB check --variant fa3_fp8 > $L/check.log 2>&1; ts "check rc $?: $(tail -1 $L/check.log)"
 grep -m6 -E "FAIL|incorrect|crash|timeout" $L/check.log
