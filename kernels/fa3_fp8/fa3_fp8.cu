@@ -23,6 +23,10 @@
 //  - One tile shape (block_m 128, block_n 128, head_dim 128), a one-shot grid with the longest causal tiles first,
 //    O is stored from registers.
 //  - pingpong (v2): the two consumer warpgroups take turns to issue their GEMMs (named barriers, Turns).
+//  - v3: the overlapped softmax pinned above P V's wait (pin_softmax; ptxas had sunk it below). v4: the row offset
+//    moves only when a row's max passes it by more than kRescaleSlack, so most tiles skip O's 64 multiplies, and
+//    the row max and sum are 4-chain trees: c171 had shown the kernel bound by the consumer warps' instruction
+//    latency (tensor pipe 35% busy under ncu, issue slots 47%), not by the tensor cores.
 //
 // Roles: warpgroup 0 is the producer (thread 0 issues every TMA load; all 128 threads transpose V), warpgroups 1
 // and 2 are consumers of 64 query rows each.
@@ -75,6 +79,9 @@ constexpr int kBarProducer = 1;
 constexpr int kBarTurn0 = 2; // 2, 3: consumer warpgroup 0's and 1's turn to issue (pingpong)
 constexpr float kLn2 = 0.69314718055994531f;
 constexpr float kPShift = 8.f; // log2 of P's scale before its e4m3 rounding (see the file comment)
+// v4: how far (log2 units) a row's max may pass its offset before the offset moves: P stays <= 2^(8 + 0.75) = 431,
+// under e4m3's largest finite value 448 (so satfinite never clips a P).
+constexpr float kRescaleSlack = 0.75f;
 
 // Shared memory (byte addresses, 1024-aligned tiles: the 128B swizzle pattern repeats every 1024 bytes).
 struct Smem {
@@ -282,40 +289,52 @@ __device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x,
         if (key >= a.seqlen_kv || (a.causal && key > row + causal_off)) sacc[4 * i + e] = -INFINITY;
       }
   }
-  // Online softmax in log2 units; a row that has seen no key keeps m = -inf and subtracts 0.
-  float mx[2] = {-INFINITY, -INFINITY};
+  // Online softmax in log2 units; a row that has seen no key keeps m = -inf and subtracts 0. m is the offset in
+  // use, moved only when the row's max passes it by more than kRescaleSlack (v4), so that most tiles leave O
+  // alone (rescale_and_pack skips the 64 multiplies when no row of the warp moved). The max and the sums are
+  // trees of 4 chains a row half (v4; one chain of 32 dependent instructions before).
+  float mx[2][4];
 #pragma unroll
-  for (int i = 0; i < 16; ++i)
+  for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], sacc[4 * i + e]);
+    for (int k = 0; k < 4; ++k) mx[h][k] = fmaxf(sacc[4 * k + 2 * h], sacc[4 * k + 2 * h + 1]);
+#pragma unroll
+  for (int i = 4; i < 16; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mx[e >> 1][i % 4] = fmaxf(mx[e >> 1][i % 4], sacc[4 * i + e]);
   float off[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const float m_new = fmaxf(m[h], quad_max(mx[h]) * f);
-    corr[h] = m_new == -INFINITY ? 1.f : fast_exp2(m[h] - m_new);
+    const float row_max = quad_max(fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]))) * f;
+    const bool move = row_max > m[h] + kRescaleSlack; // false for a row that has seen no key (-inf > -inf)
+    const float m_new = move ? row_max : m[h];
+    corr[h] = move ? fast_exp2(m[h] - m_new) : 1.f; // exp2(-inf) = 0 on the first tile a row sees
     m[h] = m_new;
-    off[h] = m_new == -INFINITY ? 0.f : m_new - kPShift; // P = 2^8 exp2(s - m) <= 256
+    off[h] = m_new == -INFINITY ? 0.f : m_new - kPShift; // P = 2^8 exp2(s - m) <= 2^(8 + slack)
   }
-  float rs[2] = {0.f, 0.f};
+  float rs[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
   for (int i = 0; i < 16; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const float p = fast_exp2(fmaf(sacc[4 * i + e], f, -off[e >> 1]));
       sacc[4 * i + e] = p;
-      rs[e >> 1] += p;
+      rs[e >> 1][i % 4] += p;
     }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + rs[h];
+  for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + ((rs[h][0] + rs[h][1]) + (rs[h][2] + rs[h][3]));
 }
 
-// O *= corr (O retired), then P as e4m3 A fragments, in the accumulator's own key order (key_of_position).
+// O *= corr (O retired; skipped when no row of the warp moved its offset), then P as e4m3 A fragments, in the
+// accumulator's own key order (key_of_position).
 __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&corr)[2], const float (&sacc)[64],
                                                  uint32_t (&pa)[4][4]) {
+  if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < 16; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[4 * i + e] *= corr[e >> 1];
+      for (int e = 0; e < 4; ++e) o[4 * i + e] *= corr[e >> 1];
+  }
 #pragma unroll
   for (int kt = 0; kt < 4; ++kt) {
     const float *s0 = sacc + 16 * kt; // groups 4kt .. 4kt + 3
