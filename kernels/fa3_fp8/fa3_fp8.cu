@@ -22,10 +22,11 @@
 //    e4m3, so this costs no register set beyond v1's (S, O and P).
 //  - One tile shape (block_m 128, block_n 128, head_dim 128), a one-shot grid with the longest causal tiles first,
 //    O is stored from registers.
-//  - pingpong (v2): the two consumer warpgroups take turns to issue their GEMMs (named barriers, Turns).
+//  - pingpong (v2, off by default: c172 had it best only below N = 4096): the two consumer warpgroups take turns
+//    to issue their GEMMs (named barriers, Turns).
 //  - v3: the overlapped softmax pinned above P V's wait (pin_softmax; ptxas had sunk it below). v4: the row offset
 //    moves only when a row's max passes it by more than kRescaleSlack, so most tiles skip O's 64 multiplies, and
-//    the row max and sum are 4-chain trees: c171 had shown the kernel bound by the consumer warps' instruction
+//    the row max and sum are 4-chain trees: c170 had shown the kernel bound by the consumer warps' instruction
 //    latency (tensor pipe 35% busy under ncu, issue slots 47%), not by the tensor cores.
 //
 // Roles: warpgroup 0 is the producer (thread 0 issues every TMA load; all 128 threads transpose V), warpgroups 1
