@@ -31,6 +31,15 @@
       GTEST_SKIP() << "no CUDA device: GPU test skipped";                                          \
   } while (0)
 
+// The sm_90a kernels (fa3_pipelined, fa3_fp8): skipped without a device and on any but compute capability 9.0.
+#define FB_SKIP_WITHOUT_HOPPER()                                                                   \
+  do {                                                                                             \
+    FB_SKIP_WITHOUT_GPU();                                                                         \
+    if (::fb::test::test_device().cc() != 90)                                                      \
+      GTEST_SKIP() << "sm_90a kernel; device is cc " << ::fb::test::test_device().cc_major << "."  \
+                   << ::fb::test::test_device().cc_minor;                                         \
+  } while (0)
+
 namespace fb::test {
 
 struct Shape {

@@ -19,14 +19,6 @@ namespace {
 
 const Variant& fp8() { return catalog().get("fa3_fp8"); }
 
-#define FB_SKIP_WITHOUT_HOPPER()                                                                   \
-  do {                                                                                             \
-    FB_SKIP_WITHOUT_GPU();                                                                         \
-    if (fb::test::test_device().cc() != 90)                                                        \
-      GTEST_SKIP() << "fa3_fp8 needs sm_90a; device is cc " << fb::test::test_device().cc_major << "." \
-                   << fb::test::test_device().cc_minor;                                           \
-  } while (0)
-
 std::vector<Shape> fp8_shapes() {
   using enum DType;
   return {

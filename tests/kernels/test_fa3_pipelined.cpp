@@ -31,14 +31,6 @@ namespace {
 
 const Variant &fa3() { return catalog().get("fa3_pipelined"); }
 
-#define FB_SKIP_WITHOUT_HOPPER()                                                                   \
-  do {                                                                                             \
-    FB_SKIP_WITHOUT_GPU();                                                                         \
-    if (fb::test::test_device().cc() != 90)                                                        \
-      GTEST_SKIP() << "fa3_pipelined needs sm_90a; device is cc "                                  \
-                   << fb::test::test_device().cc_major << "." << fb::test::test_device().cc_minor; \
-  } while (0)
-
 Config cfg(int bm, int bn, int stages, int wgs, int pp, int ov) {
   return fa3().space().make({{"block_m", std::to_string(bm)},
                              {"block_n", std::to_string(bn)},
