@@ -159,6 +159,24 @@ void dequantize_e4m3(float *dst, const void *src, const float *descale, int64_t 
   FB_CHECK_LAUNCH();
 }
 
+void fill_e4m3_inputs(const AttentionProblem &p, void *const codes[3], float *const descales[3],
+                      float *const values[3], const uint64_t seeds[3], cudaStream_t stream) {
+  const Strides qs = p.q_strides(), ks = p.kv_strides();
+  const struct {
+    int64_t seqlen, heads;
+    Strides s;
+    int64_t block;
+  } t[3] = {{p.seqlen_q, p.heads_q, qs, kFp8ScaleBlock},
+            {p.seqlen_kv, p.heads_kv, ks, kFp8ScaleBlock},
+            {p.seqlen_kv, p.heads_kv, ks, p.seqlen_kv}};
+  for (int i = 0; i < 3; ++i) {
+    fill_quantized_e4m3(codes[i], descales[i], p.batch, t[i].seqlen, t[i].heads, p.head_dim, t[i].s, t[i].block,
+                        seeds[i], stream);
+    dequantize_e4m3(values[i], codes[i], descales[i], p.batch, t[i].seqlen, t[i].heads, p.head_dim, t[i].s,
+                    t[i].block, stream);
+  }
+}
+
 void abs_inplace(float *x, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   const int64_t blocks = (n + kQuantThreads - 1) / kQuantThreads;

@@ -51,27 +51,13 @@ void PointRunner::prepare(const AttentionProblem& p) {
     descales_[0] = DeviceBuffer(static_cast<size_t>(p.q_descale_elems()) * sizeof(float));
     descales_[1] = DeviceBuffer(static_cast<size_t>(p.k_descale_elems()) * sizeof(float));
     descales_[2] = DeviceBuffer(static_cast<size_t>(p.v_descale_elems()) * sizeof(float));
-    const Strides qs = p.q_strides(), ks = p.kv_strides();
-    struct Tensor {
-      DeviceBuffer& codes;
-      DeviceBuffer& descale;
-      int64_t seqlen, heads;
-      Strides s;
-      int64_t block;
-      uint64_t seed;
-    };
-    const Tensor tensors[3] = {{q_, descales_[0], p.seqlen_q, p.heads_q, qs, kFp8ScaleBlock, seed_},
-                               {k_, descales_[1], p.seqlen_kv, p.heads_kv, ks, kFp8ScaleBlock, seed_ + 1},
-                               {v_, descales_[2], p.seqlen_kv, p.heads_kv, ks, p.seqlen_kv, seed_ + 2}};
-    DeviceBuffer values[3];
-    for (int i = 0; i < 3; ++i) {
-      const Tensor& t = tensors[i];
-      fill_quantized_e4m3(t.codes.get(), t.descale.as<float>(), p.batch, t.seqlen, t.heads, p.head_dim, t.s, t.block,
-                          t.seed, stream_);
-      values[i] = DeviceBuffer(t.codes.bytes() * sizeof(float));
-      dequantize_e4m3(values[i].as<float>(), t.codes.get(), t.descale.as<float>(), p.batch, t.seqlen, t.heads,
-                      p.head_dim, t.s, t.block, stream_);
-    }
+    DeviceBuffer values[3] = {DeviceBuffer(p.q_elems() * sizeof(float)), DeviceBuffer(p.kv_elems() * sizeof(float)),
+                              DeviceBuffer(p.kv_elems() * sizeof(float))};
+    void* const codes[3] = {q_.get(), k_.get(), v_.get()};
+    float* const ds[3] = {descales_[0].as<float>(), descales_[1].as<float>(), descales_[2].as<float>()};
+    float* const vals[3] = {values[0].as<float>(), values[1].as<float>(), values[2].as<float>()};
+    const uint64_t seeds[3] = {seed_, seed_ + 1, seed_ + 2};
+    fill_e4m3_inputs(p, codes, ds, vals, seeds, stream_);
     AttentionProblem pf = p;
     pf.dtype = DType::f32;
     FB_CUDA_CHECK(cudaStreamSynchronize(stream_));

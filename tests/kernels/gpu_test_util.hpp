@@ -220,20 +220,12 @@ private:
     descale_[0] = DeviceBuffer(size_t(p_.q_descale_elems()) * sizeof(float));
     descale_[1] = DeviceBuffer(size_t(p_.k_descale_elems()) * sizeof(float));
     descale_[2] = DeviceBuffer(size_t(p_.v_descale_elems()) * sizeof(float));
-    const Strides qs = p_.q_strides(), ks = p_.kv_strides();
-    fill_quantized_e4m3(q_.get(), descale_[0].as<float>(), p_.batch, p_.seqlen_q, p_.heads_q, p_.head_dim, qs,
-                        kFp8ScaleBlock, seed_ * 3 + 0, nullptr);
-    fill_quantized_e4m3(k_.get(), descale_[1].as<float>(), p_.batch, p_.seqlen_kv, p_.heads_kv, p_.head_dim, ks,
-                        kFp8ScaleBlock, seed_ * 3 + 1, nullptr);
-    fill_quantized_e4m3(v_.get(), descale_[2].as<float>(), p_.batch, p_.seqlen_kv, p_.heads_kv, p_.head_dim, ks,
-                        p_.seqlen_kv, seed_ * 3 + 2, nullptr);
     DeviceBuffer qf(size_t(p_.q_elems()) * 4), kf(size_t(p_.kv_elems()) * 4), vf(size_t(p_.kv_elems()) * 4);
-    dequantize_e4m3(qf.as<float>(), q_.get(), descale_[0].as<float>(), p_.batch, p_.seqlen_q, p_.heads_q,
-                    p_.head_dim, qs, kFp8ScaleBlock, nullptr);
-    dequantize_e4m3(kf.as<float>(), k_.get(), descale_[1].as<float>(), p_.batch, p_.seqlen_kv, p_.heads_kv,
-                    p_.head_dim, ks, kFp8ScaleBlock, nullptr);
-    dequantize_e4m3(vf.as<float>(), v_.get(), descale_[2].as<float>(), p_.batch, p_.seqlen_kv, p_.heads_kv,
-                    p_.head_dim, ks, p_.seqlen_kv, nullptr);
+    void *const codes[3] = {q_.get(), k_.get(), v_.get()};
+    float *const ds[3] = {descale_[0].as<float>(), descale_[1].as<float>(), descale_[2].as<float>()};
+    float *const vals[3] = {qf.as<float>(), kf.as<float>(), vf.as<float>()};
+    const uint64_t seeds[3] = {seed_ * 3 + 0, seed_ * 3 + 1, seed_ * 3 + 2};
+    fill_e4m3_inputs(p_, codes, ds, vals, seeds, nullptr);
     FB_CUDA_CHECK(cudaDeviceSynchronize());
     AttentionProblem pf = p_;
     pf.dtype = DType::f32;

@@ -44,6 +44,11 @@ void fill_quantized_e4m3(void* dst, float* descale, int64_t batch, int64_t seqle
 // The values of such a tensor (code * its block's descale) as float32, in the same layout and strides.
 void dequantize_e4m3(float* dst, const void* src, const float* descale, int64_t batch, int64_t seqlen,
                      int64_t heads, int64_t head_dim, const Strides& s, int64_t block, cudaStream_t stream);
+// All three inputs of an e4m3 problem, as the harness and the tests draw them: Q and K quantized per 128-token
+// block (kFp8ScaleBlock), V per (batch, kv head), from seeds[0..2]; codes[i] get the e4m3 codes, descales[i] the
+// descales (LaunchArgs' shapes) and values[i] (q/kv_elems() floats each) the dequantized values the reference reads.
+void fill_e4m3_inputs(const AttentionProblem& p, void* const codes[3], float* const descales[3],
+                      float* const values[3], const uint64_t seeds[3], cudaStream_t stream);
 // x[i] = |x[i]| for n float32 values (the e4m3 check's reference of |V|: verify.hpp, Tolerance::p_round).
 void abs_inplace(float* x, int64_t n, cudaStream_t stream);
 // Overwrites with all-ones bits: NaN in fp32, fp16, bf16 and e4m3, so an element a kernel forgot to write fails.
