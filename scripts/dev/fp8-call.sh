@@ -4,7 +4,7 @@
 # (scripts/dev/fp8_probe.py);
 # sweeps/fa3-fp8.yaml (fa3_fp8 e4m3 and fa3_pipelined bf16 on the same shapes). PEERS=1 adds the peers step
 # (scripts/peers.py: torch cuDNN bf16 and torch's FP8 SDPA where it runs, ours through the C API, ceilings).
-# GTEST_FILTER replaces the gtest filter (default *Fp8*:*Capi*). Results and logs go to $OUT as res.tgz and logs.tgz.
+# GTEST_FILTER replaces the gtest filter (default *Fp8*:*Capi*); NO_SWEEP=1 stops after the sanitizers. Results and logs go to $OUT as res.tgz and logs.tgz.
 #   Usage: OUT=... bash scripts/dev/fp8-call.sh
 set -u
 out=${OUT:?set OUT}
@@ -27,6 +27,7 @@ if [ $grc -eq 0 ]; then
       "batch=1,heads_q=4,heads_kv=2,seqlen_q=200,seqlen_kv=333,head_dim=128,dtype=e4m3,causal=$causal" \
       >> $L/sanitize.log 2>&1; ts "sanitize causal=$causal rc $?"
   done
+  [ -n "${NO_SWEEP:-}" ] && { tar czf "$out"/logs.tgz -C /tmp logs; ts done; exit 0; }
   $FB run sweeps/fa3-fp8.yaml -o /tmp/res/fp8.json > $L/sweep.log 2>&1; ts "sweep rc $?: $(tail -1 $L/sweep.log)"
   python3 - <<'PY' | tee $L/sweep-table.txt
 import json
