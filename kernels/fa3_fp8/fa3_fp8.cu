@@ -10,7 +10,7 @@
 //    vt_empty). The TMA brings V into a two-deep raw ring (vraw_full), released by the transposers' named barrier.
 //  - P leaves the S accumulators as e4m3 A fragments with no shuffle: the k32 A fragment wants keys 4c..4c+3 in
 //    one register, the accumulator holds keys 2c, 2c+1, 8+2c, 9+2c. The transposer writes V^T's keys in that same
-//    order (key_of_position), so the product pairs each P with its own V row. (FA3 permutes the same way.)
+//    order (transpose_v), so the product pairs each P with its own V row. (FA3 permutes the same way.)
 //  - Descales: block_m = block_n = 128, one Q descale per CTA and one K descale per K/V tile, folded into the one
 //    multiply per score the softmax already makes (scale_log2 * q_descale * k_descale); V's descale folds into 1/l.
 //  - P is rounded to e4m3 for P V, scaled by 2^8 first (kPShift, folded into the exp2 offset, and out again through
@@ -28,6 +28,9 @@
 //    moves only when a row's max passes it by more than kRescaleSlack, so most tiles skip O's 64 multiplies, and
 //    the row max and sum are 4-chain trees: c170 had shown the kernel bound by the consumer warps' instruction
 //    latency (tensor pipe 35% busy under ncu, issue slots 47%), not by the tensor cores.
+//  - v5, fewer instructions: V transposed by ldmatrix.trans + PRMT + stmatrix (~80 instructions a producer warp a
+//    tile, from 254), ring slots and phases stepped instead of divided out (the consumer's loop head 79
+//    instructions, from 139), and e4m3 packing without a PRMT where ptxas can merge.
 //
 // Roles: warpgroup 0 is the producer (thread 0 issues every TMA load; all 128 threads transpose V), warpgroups 1
 // and 2 are consumers of 64 query rows each.
@@ -113,65 +116,67 @@ __device__ __forceinline__ uint32_t swz(uint32_t row, uint32_t byte) {
   return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
 }
 
-// The key that position p of V^T's key axis holds (the P fragment's order, see the file comment): inside each
-// 16 keys, position 4c + b holds key 8 (b >> 1) + 2c + (b & 1).
-__device__ __forceinline__ uint32_t key_of_position(uint32_t p) {
-  return (p & ~15u) | (((p >> 1) & 1u) << 3) | (((p >> 2) & 3u) << 1) | (p & 1u);
-}
-
-__device__ __forceinline__ void ld_shared_v2(uint32_t addr, uint32_t &lo, uint32_t &hi) {
-  asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(lo), "=r"(hi) : "r"(addr) : "memory");
-}
-__device__ __forceinline__ void st_shared_v2(uint32_t addr, uint32_t lo, uint32_t hi) {
-  asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(addr), "r"(lo), "r"(hi) : "memory");
-}
-
-// 4x4 byte transpose: x[j] byte i = w[i] byte j.
-__device__ __forceinline__ void transpose4(const uint32_t (&w)[4], uint32_t (&x)[4]) {
-  const uint32_t t0 = __byte_perm(w[0], w[1], 0x5140), t1 = __byte_perm(w[0], w[1], 0x7362);
-  const uint32_t t2 = __byte_perm(w[2], w[3], 0x5140), t3 = __byte_perm(w[2], w[3], 0x7362);
-  x[0] = __byte_perm(t0, t2, 0x5410);
-  x[1] = __byte_perm(t0, t2, 0x7632);
-  x[2] = __byte_perm(t1, t3, 0x5410);
-  x[3] = __byte_perm(t1, t3, 0x7632);
-}
-
-// V (raw tile: row = key, 128 bytes of head_dim) -> V^T (row = head_dim index, 128 bytes of keys in
-// key_of_position order), by the 128 producer threads: 256 blocks of 8 x 8 bytes, two a thread. Thread u takes
-// key block pb = u % 16 and head_dim blocks (pb + 2 (u / 16) + k) % 16, k = 0, 1: in each half-warp the 16 threads
-// hold 16 different key blocks and 16 different head_dim blocks, so their 8-byte loads and stores fall in 16
-// different 8-byte bank pairs under the swizzle (conflict-free in both directions).
-__device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, int u) {
-  const uint32_t pb = uint32_t(u) & 15u, p0 = pb * 8;
+// V (raw tile: row = key, 128 bytes of head_dim) -> V^T (row = head_dim index, 128 bytes of keys), v5: by
+// ldmatrix.trans and stmatrix, 8 of each a thread a tile (v1-v4 moved 8 x 8-byte blocks with LDS.64/STS.64 and
+// transposed bytes with 8 PRMT per 4 words: 254 instructions a producer warp a tile in the SASS).
+// Position p of V^T's key axis holds key 16 (p / 16) + 8 (b >> 1) + 2c + (b & 1), with c = (p % 16) / 4 and
+// b = p % 4: the P fragment's order (see the file comment). That order falls out of the 16-bit transpose:
+//  - Unit (g, dg) = keys 16g..16g+15 x head_dim bytes 32dg..32dg+31. One ldmatrix.x4.trans loads its four 8x8
+//    16-bit matrices (keys 0-7 / 8-15 of the group x the two 16-byte chunks); lane t gets, per matrix, head_dim
+//    pair d2 = t / 4 of keys 2c and 2c + 1 (c = t % 4): bytes [V[2c][2 d2], V[2c][2 d2 + 1], V[2c + 1][2 d2],
+//    V[2c + 1][2 d2 + 1]].
+//  - Two PRMTs of the keys 0-7 and 8-15 words give V^T rows 2 d2 (bytes 0, 2, 4, 6) and 2 d2 + 1 (1, 3, 5, 7),
+//    positions 4c..4c+3 = keys 2c, 2c + 1, 8 + 2c, 9 + 2c: the order above, with no shuffle.
+//  - One stmatrix.x4 stores the four words (32 rows x 16 bytes). Lanes 16-31 swap their two words (the PRMT
+//    selectors are per lane), so each stored matrix's rows are 2i (i < 4) and 2i + 1 (i >= 4), eight different
+//    rows mod 8: eight different 16-byte chunks under the swizzle, conflict-free; the loads' rows are eight
+//    consecutive keys, conflict-free too.
+// Warp w takes key groups 2w, 2w + 1 and all four head_dim groups. The lane offsets do not depend on the tile:
+// TransposeLanes computes them once.
+struct TransposeLanes {
+  uint32_t ld[4], st[2], sel_a, sel_b; // ld: per head_dim group; st: per key group of the warp
+  __device__ __forceinline__ explicit TransposeLanes(int u) {
+    const uint32_t w = uint32_t(u) >> 5, t = uint32_t(u) & 31u, m = t >> 3, i = t & 7u;
 #pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    const uint32_t d0 = ((pb + 2u * (uint32_t(u) >> 4) + uint32_t(k)) & 15u) * 8;
-    uint32_t lo[8], hi[8];
+    for (uint32_t dg = 0; dg < 4; ++dg)
+      ld[dg] = swz(16u * (2u * w) + 8u * (m & 1u) + i, 16u * (2u * dg + (m >> 1)));
+    const uint32_t row = 16u * (m >> 1) + 2u * i + ((m & 1u) ^ (i >> 2));
 #pragma unroll
-    for (int i = 0; i < 8; ++i) ld_shared_v2(src + swz(key_of_position(p0 + i), d0), lo[i], hi[i]);
-    // Output row d0 + j: byte i = input row i, byte j. Rows 0-3 come from the low words, 4-7 from the high.
-    uint32_t a[4], b[4];
-    transpose4({lo[0], lo[1], lo[2], lo[3]}, a);
-    transpose4({lo[4], lo[5], lo[6], lo[7]}, b);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) st_shared_v2(dst + swz(d0 + j, p0), a[j], b[j]);
-    transpose4({hi[0], hi[1], hi[2], hi[3]}, a);
-    transpose4({hi[4], hi[5], hi[6], hi[7]}, b);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) st_shared_v2(dst + swz(d0 + 4 + j, p0), a[j], b[j]);
+    for (uint32_t k = 0; k < 2; ++k) st[k] = swz(row, 16u * (2u * w + k));
+    const bool hi = t >= 16;
+    sel_a = hi ? 0x7531u : 0x6420u;
+    sel_b = hi ? 0x6420u : 0x7531u;
   }
+};
+
+__device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, const TransposeLanes &l) {
+#pragma unroll
+  for (uint32_t k = 0; k < 2; ++k) // key group 2w + k: 16 keys = 2048 bytes of V
+#pragma unroll
+    for (uint32_t dg = 0; dg < 4; ++dg) { // head_dim group: 32 rows of V^T = 4096 bytes
+      uint32_t r[4];
+      fb::kernels::ldmatrix_x4_trans(r, src + l.ld[dg] + 2048u * k);
+      stmatrix_x4(dst + l.st[k] + 4096u * dg, __byte_perm(r[0], r[1], l.sel_a), __byte_perm(r[0], r[1], l.sel_b),
+                  __byte_perm(r[2], r[3], l.sel_a), __byte_perm(r[2], r[3], l.sel_b));
+    }
 }
 
 // A wgmma accumulator row is held by the four lanes of a quad, as in mma.sync's m16n8 layout.
 using fb::kernels::fast_exp2;
 using fb::kernels::quad_max;
 using fb::kernels::quad_sum;
-// Four fp32 -> four e4m3 in one register, x0 in the lowest byte (round to nearest, saturating at 448).
+// Four fp32 -> four e4m3 in one register, x0 in the lowest byte (round to nearest, saturating at 448). v5: the
+// two halves joined by mov.b32 {lo, hi}, which ptxas folds into the second F2FP (PACK_AB_MERGE_C); v1-v4 joined
+// them in C++ and paid a PRMT a register.
 __device__ __forceinline__ uint32_t pack_e4m3(float x0, float x1, float x2, float x3) {
-  uint16_t lo, hi;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(lo) : "f"(x1), "f"(x0)); // a -> upper byte, b -> lower
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(hi) : "f"(x3), "f"(x2));
-  return uint32_t(lo) | (uint32_t(hi) << 16);
+  uint32_t r;
+  asm("{\n.reg .b16 lo, hi;\n"
+      "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n" // a -> upper byte, b -> lower
+      "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      "mov.b32 %0, {lo, hi};\n}"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
 }
 
 // K/V tiles a CTA visits: all, or (causal) up to the last key its last row sees (bottom-right alignment).
@@ -195,6 +200,19 @@ __device__ __forceinline__ TileId tile_id(const KernelArgs &a) {
   return t;
 }
 
+// Slot and phase parity of a ring of `stages` slots, stepped once a tile (v5: no division by the runtime stage
+// count in the loops; the consumer's loop head had ~60 instructions of it).
+struct Ring {
+  int slot = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void next(int stages) {
+    if (++slot == stages) {
+      slot = 0;
+      phase ^= 1u;
+    }
+  }
+};
+
 __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm, const TileId &t, int n) {
   const int u = int(threadIdx.x);
   if (u == 0) {
@@ -209,11 +227,13 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm, co
       tma_load_4d(sm.vraw_tile(j), &a.tm_v, sm.vraw_full(j), 0, j * kBlockN, t.hk, t.b);
     }
   }
-  for (int j = 0; j < n; ++j) {
-    const int s = j % a.stages, use = j / a.stages, r = j & 1;
+  const TransposeLanes lanes(u);
+  Ring ring; // tile j's K and V^T slot
+  for (int j = 0; j < n; ++j, ring.next(a.stages)) {
+    const int s = ring.slot, r = j & 1;
     mbar_wait(sm.vraw_full(r), uint32_t(j >> 1) & 1u);
-    if (use > 0) mbar_wait(sm.vt_empty(s), uint32_t(use - 1) & 1u);
-    transpose_v(sm.vraw_tile(r), sm.vt_tile(s), u);
+    if (j >= a.stages) mbar_wait(sm.vt_empty(s), ring.phase ^ 1u); // the slot's previous use, released
+    transpose_v(sm.vraw_tile(r), sm.vt_tile(s), lanes);
     fence_proxy_async_smem(); // this thread's V^T writes, visible to the consumers' WGMMA (the async proxy)
     mbar_arrive(sm.vt_full(s));
     named_sync(kBarProducer, 128); // every transposer has read raw slot r
@@ -223,7 +243,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm, co
         tma_load_4d(sm.vraw_tile(r), &a.tm_v, sm.vraw_full(r), 0, (j + 2) * kBlockN, t.hk, t.b);
       }
       if (j + a.stages < n) {
-        mbar_wait(sm.k_empty(s), uint32_t(use) & 1u);
+        mbar_wait(sm.k_empty(s), ring.phase);
         mbar_arrive_expect_tx(sm.k_full(s), kTileBytes);
         tma_load_4d(sm.k_tile(s), &a.tm_k, sm.k_full(s), 0, (j + a.stages) * kBlockN, t.hk, t.b);
       }
@@ -327,7 +347,7 @@ __device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x,
 }
 
 // O *= corr (O retired; skipped when no row of the warp moved its offset), then P as e4m3 A fragments, in the
-// accumulator's own key order (key_of_position).
+// accumulator's own key order (transpose_v).
 __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&corr)[2], const float (&sacc)[64],
                                                  uint32_t (&pa)[4][4]) {
   if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
@@ -383,10 +403,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       if (lane == 0) mbar_arrive(sm.k_empty(0));
       softmax(sacc, x, 0, m, l, corr);
       rescale_and_pack(o, corr, sacc, pa);
-      for (int j = 1; j < n; ++j) {
-        const int s = j % a.stages, sp = (j - 1) % a.stages;
+      Ring kr, vr; // tile j's K slot, tile j-1's V^T slot
+      kr.next(a.stages);
+      for (int j = 1; j < n; ++j, kr.next(a.stages), vr.next(a.stages)) {
+        const int s = kr.slot, sp = vr.slot;
         // Both waits first: a wait between the two issues made ptxas fence the second (C7519).
-        mbar_wait2(sm.k_full(s), uint32_t(j / a.stages) & 1u, sm.vt_full(sp), uint32_t((j - 1) / a.stages) & 1u);
+        mbar_wait2(sm.k_full(s), kr.phase, sm.vt_full(sp), vr.phase);
         turn.begin();
         wgmma_fence();
         issue_qk(sacc, x, s);
@@ -406,8 +428,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
         if (lane == 0) mbar_arrive(sm.vt_empty(sp));
         rescale_and_pack(o, corr, sacc, pa);
       }
-      const int sl = (n - 1) % a.stages;
-      mbar_wait(sm.vt_full(sl), uint32_t((n - 1) / a.stages) & 1u);
+      const int sl = vr.slot;
+      mbar_wait(sm.vt_full(sl), vr.phase);
       turn.begin();
       wgmma_fence();
       issue_pv(o, pa, x, sl);
@@ -418,9 +440,10 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       fence_operands(pa);
       if (lane == 0) mbar_arrive(sm.vt_empty(sl));
     } else { // issues: Q K^T(j) and P V(j) for each j
-      for (int j = 0; j < n; ++j) {
-        const int s = j % a.stages;
-        const uint32_t ph = uint32_t(j / a.stages) & 1u;
+      Ring kr;
+      for (int j = 0; j < n; ++j, kr.next(a.stages)) {
+        const int s = kr.slot;
+        const uint32_t ph = kr.phase;
         mbar_wait(sm.k_full(s), ph);
         turn.begin();
         wgmma_fence();
