@@ -4,7 +4,9 @@
 # (scripts/dev/fp8_probe.py);
 # sweeps/fa3-fp8.yaml (fa3_fp8 e4m3 and fa3_pipelined bf16 on the same shapes). PEERS=1 adds the peers step
 # (scripts/peers.py: torch cuDNN bf16 and torch's FP8 SDPA where it runs, ours through the C API, ceilings).
-# GTEST_FILTER replaces the gtest filter (default *Fp8*:*Capi*); NO_SWEEP=1 stops after the sanitizers. Results and logs go to $OUT as res.tgz and logs.tgz.
+# GTEST_FILTER replaces the gtest filter (default *Fp8*:*Capi*); NO_SWEEP=1 stops after the sanitizers. NCU=1 adds
+# an ncu profile of fa3_fp8's default config at d128 N8192 non-causal (pipes, warp states, SASS stall hot spots).
+# Results and logs go to $OUT as res.tgz and logs.tgz.
 #   Usage: OUT=... bash scripts/dev/fp8-call.sh
 set -u
 out=${OUT:?set OUT}
@@ -59,6 +61,27 @@ PY
       --ours-best /tmp/res/fp8.json --rounds 2 -o /tmp/res/peers.json > $L/peers.log 2>&1; ts "peers rc $?"
     python3 scripts/dev/fp8_table.py /tmp/res/fp8.json /tmp/res/peers.json | tee $L/table.txt
   fi
+fi
+if [ -n "${NCU:-}" ]; then
+  cat > /tmp/one.yaml <<Y
+name: fp8-ncu
+timing: {min_samples: 3, max_noise: 1, min_time_s: 0, timeout_s: 0.2}
+problems:
+  - {name: p, tokens: 16384, hidden: 2048, seqlen: [8192], head_dim: 128, causal: false, dtype: e4m3}
+variants:
+  fa3_fp8:
+    configs: default
+Y
+  m=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__inst_executed.sum,sm__cycles_active.avg,gpu__time_duration.sum
+  timeout 200 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section InstructionStats \
+    --section SourceCounters --metrics $m --launch-skip 3 -k regex:fa3_fp8_kernel -c 1 -o /tmp/ncu \
+    $FB run /tmp/one.yaml --no-counters -o /tmp/one.json > $L/ncu.log 2>&1; ts "ncu rc $?"
+  ncu -i /tmp/ncu.ncu-rep --page details > $L/ncu-details.txt 2>&1
+  ncu -i /tmp/ncu.ncu-rep --page raw --csv --metrics $m > $L/ncu-raw.csv 2>&1
+  ncu -i /tmp/ncu.ncu-rep --page source --csv --print-source sass > $L/ncu-sass.csv 2>&1
+  python3 scripts/dev/ncu_sass_hot.py $L/ncu-sass.csv --top 0.5 > $L/ncu-hot.txt 2>&1
+  grep -E "Duration|Issue Slots Busy|No Eligible|Warp Cycles Per Issued" $L/ncu-details.txt | head -8
+  head -25 $L/ncu-hot.txt
 fi
 tar czf "$out"/res.tgz -C /tmp res
 tar czf "$out"/logs.tgz -C /tmp logs
