@@ -279,21 +279,62 @@ struct ConsumerCtx {
   int row0, c, first_row;  // the thread's half-0 row, its lane % 4, the warpgroup's first row
 };
 
-// S = Q K^T for K slot s: 4 k-steps of 32 bytes inside the one 128-byte swizzle row (uncommitted).
-__device__ __forceinline__ void issue_qk(float (&sacc)[64], const ConsumerCtx &x, int s) {
+// S = Q K^T for K slot s: 4 k-steps of 32 bytes inside the one 128-byte swizzle row (uncommitted). QREG: Q's A
+// fragments from registers (load_q_regs), else from shared memory.
+template <bool QREG>
+__device__ __forceinline__ void issue_qk(float (&sacc)[64], const ConsumerCtx &x, const uint32_t (&qa)[4][4],
+                                         int s) {
   const DescBase dk = desc_base(x.sm.k_tile(s), 16);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) wgmma_ss(sacc, x.dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, IntN<128>{});
+  for (int kk = 0; kk < 4; ++kk) {
+    if (QREG)
+      wgmma_rs(sacc, qa[kk], dk.at(kk * 32), kk > 0 ? 1 : 0, IntN<128>{});
+    else
+      wgmma_ss(sacc, x.dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, IntN<128>{});
+  }
+}
+
+// q_in_regs (v6): this warp's 16 rows of Q as the k32 A fragments of the 4 k-steps, once a CTA. Q K^T then reads
+// only K from shared memory: at the e4m3 rate an SS m64n128k32 reads 6 KB in ~64 cycles, ~96 of shared memory's
+// 128 bytes a cycle, before the TMA writes and the V transposes. ldmatrix (16-bit view, no transpose) gives lane
+// (g, c) the bytes 4c..4c+3 of row g of each 8 x 16-byte matrix: matrices (rows 0-7 / 8-15) x (bytes 0-15 /
+// 16-31) of k-step kk are a0..a3.
+__device__ __forceinline__ void load_q_regs(uint32_t (&qa)[4][4], uint32_t q_tile, int wg, int warp, int lane) {
+  const uint32_t m = uint32_t(lane) >> 3, row = 64u * uint32_t(wg) + 16u * uint32_t(warp) + 8u * (m & 1u) +
+                                                 (uint32_t(lane) & 7u);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) fb::kernels::ldmatrix_x4(qa[kk], q_tile + swz(row, 32u * kk + 16u * (m >> 1)));
 }
 
 // O += P V^T for V^T slot s: 4 k-steps of 32 keys (uncommitted).
 __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[4][4], const ConsumerCtx &x, int s) {
   const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
 #pragma unroll
-  for (int kt = 0; kt < 4; ++kt) wgmma_rs(o, pa[kt], dv.at(kt * 32), IntN<128>{});
+  for (int kt = 0; kt < 4; ++kt) wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, IntN<128>{});
+}
+
+// exp_poly (v6): 2^x on the FMA pipe, for part of the scores, so that fewer go through MUFU.EX2 (16 lanes a
+// cycle an SM: the two consumer warps of a scheduler need 1024 of its cycles a K/V tile for their 2 x 64 scores,
+// against ~1640 for the tile's GEMMs at the e4m3 GEMM rate; c174: XU 43% busy, the softmax 59% of the consumer
+// warps' samples). 2^x = 2^j 2^f, j = x rounded (the 1.5 * 2^23 trick), f in [-1/2, 1/2], 2^f by a degree-3
+// polynomial (relative minimax fit, error 7.5e-5 = 2^-13.7: far under P's e4m3 rounding, 2^-4, and l's share of
+// the LSE bound, 5e-3), 2^j added into the exponent field (one IMAD). x is clamped at -126 so that the exponent
+// add cannot wrap: a masked score (-inf) gives ~2^-126 instead of 0, which rounds to 0 in e4m3 and is ~2^-134 of
+// a row's largest P (>= 2^8) in l; a row that saw no key is told by its offset (m = -inf), not by l > 0.
+// 8 issue slots a score against MUFU's 1 (and its 8 cycles of the XU pipe).
+__device__ __forceinline__ float poly_exp2(float x) {
+  x = fmaxf(x, -126.f);
+  const float t = __fadd_rn(x, 12582912.f); // 1.5 * 2^23: t's low mantissa bits hold j = rint(x)
+  const float fr = __fsub_rn(x, __fsub_rn(t, 12582912.f));
+  float p = fmaf(0.05517137795686722f, fr, 0.24261121451854706f);
+  p = fmaf(p, fr, 0.6932610273361206f);
+  p = fmaf(p, fr, 0.9999280571937561f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23)); // t's bits << 23 = j << 23 (mod 2^32)
 }
 
 // K/V tile j's scores (sacc, retired) -> 2^8 P in place; m and l move on, corr is what O must be scaled by.
+// POLY of each 4 chains (i % 4) take poly_exp2, the rest MUFU.EX2.
+template <int POLY>
 __device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x, int j, float (&m)[2],
                                         float (&l)[2], float (&corr)[2]) {
   const KernelArgs &a = x.a;
@@ -338,7 +379,8 @@ __device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x,
   for (int i = 0; i < 16; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float p = fast_exp2(fmaf(sacc[4 * i + e], f, -off[e >> 1]));
+      const float xe = fmaf(sacc[4 * i + e], f, -off[e >> 1]);
+      const float p = (i % 4) < POLY ? poly_exp2(xe) : fast_exp2(xe);
       sacc[4 * i + e] = p;
       rs[e >> 1][i % 4] += p;
     }
@@ -369,7 +411,7 @@ __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&c
 // OVERLAP (intra_wg_overlap on, v2): tile j's Q K^T and tile j-1's P V are issued together, and tile j's softmax
 // runs while P V still occupies the tensor cores; O's rescale and P's packing wait for P V. Off: each tile's two
 // GEMMs and its softmax in series (v1).
-template <bool OVERLAP>
+template <bool OVERLAP, bool QREG, int POLY>
 __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, const TileId &t, int n, int wg) {
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int row0 = t.q0 + 64 * wg + 16 * warp + g; // this thread's half-0 row; half 1 is row0 + 8
@@ -387,6 +429,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
                         c,
                         t.q0 + 64 * wg};
     mbar_wait(sm.q_full(), 0);
+    uint32_t qa[4][4];
+    if (QREG) load_q_regs(qa, sm.q, wg, warp, lane);
     float sacc[64], corr[2];
     uint32_t pa[4][4];
     const Turns turn{a.pingpong != 0, wg};
@@ -395,13 +439,13 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       mbar_wait(sm.k_full(0), 0);
       turn.begin();
       wgmma_fence();
-      issue_qk(sacc, x, 0);
+      issue_qk<QREG>(sacc, x, qa, 0);
       wgmma_commit();
       turn.end(false);
       wgmma_wait<0>();
       fence_operands(sacc);
       if (lane == 0) mbar_arrive(sm.k_empty(0));
-      softmax(sacc, x, 0, m, l, corr);
+      softmax<POLY>(sacc, x, 0, m, l, corr);
       rescale_and_pack(o, corr, sacc, pa);
       Ring kr, vr; // tile j's K slot, tile j-1's V^T slot
       kr.next(a.stages);
@@ -411,7 +455,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
         mbar_wait2(sm.k_full(s), kr.phase, sm.vt_full(sp), vr.phase);
         turn.begin();
         wgmma_fence();
-        issue_qk(sacc, x, s);
+        issue_qk<QREG>(sacc, x, qa, s);
         wgmma_commit();
         issue_pv(o, pa, x, sp);
         wgmma_commit();
@@ -419,7 +463,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
         wgmma_wait<1>(); // Q K^T of tile j retired (groups retire in order); P V of tile j-1 may still run
         fence_operands(sacc);
         if (lane == 0) mbar_arrive(sm.k_empty(s));
-        softmax(sacc, x, j, m, l, corr);
+        softmax<POLY>(sacc, x, j, m, l, corr);
         // Without it ptxas put the whole softmax below the next wait (c170: every MUFU.EX2 after the DEPBAR).
         pin_softmax(sm.pin_slot(), l, corr);
         wgmma_wait<0>();
@@ -447,13 +491,13 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
         mbar_wait(sm.k_full(s), ph);
         turn.begin();
         wgmma_fence();
-        issue_qk(sacc, x, s);
+        issue_qk<QREG>(sacc, x, qa, s);
         wgmma_commit();
         turn.end(false);
         wgmma_wait<0>();
         fence_operands(sacc);
         if (lane == 0) mbar_arrive(sm.k_empty(s));
-        softmax(sacc, x, j, m, l, corr);
+        softmax<POLY>(sacc, x, j, m, l, corr);
         rescale_and_pack(o, corr, sacc, pa);
         mbar_wait(sm.vt_full(s), ph);
         turn.begin();
@@ -476,7 +520,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
     const int row = row0 + 8 * h;
     const float lsum = quad_sum(l[h]);
     if (row >= a.seqlen_q) continue;
-    const float inv = lsum > 0.f ? v_ds / lsum : 0.f;
+    const bool seen = m[h] != -INFINITY; // the row saw a key (exp_poly leaves l ~2^-126 per masked key, not 0)
+    const float inv = seen ? v_ds / lsum : 0.f;
     __nv_bfloat16 *dst = a.o + int64_t(t.b) * a.o_batch + int64_t(row) * a.o_seq + int64_t(t.h) * a.o_head + 2 * c;
 #pragma unroll
     for (int i = 0; i < 16; ++i)
@@ -484,11 +529,11 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
           __floats2bfloat162_rn(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
     if (c == 0)
       a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
-          lsum > 0.f ? (m[h] + log2f(lsum) - kPShift) * kLn2 : -INFINITY;
+          seen ? (m[h] + log2f(lsum) - kPShift) * kLn2 : -INFINITY;
   }
 }
 
-template <bool OVERLAP>
+template <bool OVERLAP, bool QREG, int POLY>
 __global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
@@ -514,15 +559,28 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_const
     return;
   }
   regs_alloc<kConsumerRegs>();
-  consumer<OVERLAP>(a, sm, t, n, wg - 1);
+  consumer<OVERLAP, QREG, POLY>(a, sm, t, n, wg - 1);
 }
 
 } // namespace detail
 
-const void *kernel_ptr(const Params &c) {
-  return c.overlap ? reinterpret_cast<const void *>(detail::fa3_fp8_kernel<true>)
-                   : reinterpret_cast<const void *>(detail::fa3_fp8_kernel<false>);
+namespace {
+using KernelFn = void (*)(detail::KernelArgs);
+// The instantiation for a config: intra_wg_overlap x q_in_regs x exp_poly (0-2 of 4 chains).
+template <bool OVERLAP, bool QREG> KernelFn pick_poly(int poly) {
+  switch (poly) {
+  case 0: return detail::fa3_fp8_kernel<OVERLAP, QREG, 0>;
+  case 1: return detail::fa3_fp8_kernel<OVERLAP, QREG, 1>;
+  default: return detail::fa3_fp8_kernel<OVERLAP, QREG, 2>;
+  }
 }
+KernelFn pick(const Params &c) {
+  if (c.overlap) return c.q_in_regs ? pick_poly<true, true>(c.exp_poly) : pick_poly<true, false>(c.exp_poly);
+  return c.q_in_regs ? pick_poly<false, true>(c.exp_poly) : pick_poly<false, false>(c.exp_poly);
+}
+} // namespace
+
+const void *kernel_ptr(const Params &c) { return reinterpret_cast<const void *>(pick(c)); }
 
 void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, cudaStream_t stream) {
   if (p.dtype != DType::e4m3 || p.head_dim != kHeadDim || p.paged() || !p.kv_lens.empty())
@@ -557,7 +615,8 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
   a.stages = c.stages;
   a.pingpong = c.pingpong ? 1 : 0;
   const int64_t smem = smem_bytes(c);
-  const auto kernel = c.overlap ? detail::fa3_fp8_kernel<true> : detail::fa3_fp8_kernel<false>;
+  if (c.exp_poly < 0 || c.exp_poly > 2) throw std::invalid_argument("fa3_fp8: exp_poly must be 0..2");
+  const KernelFn kernel = pick(c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.heads_q * p.batch), static_cast<unsigned>(a.n_q_tiles));
   kernel<<<grid, kThreads, static_cast<size_t>(smem), stream>>>(a);

@@ -26,6 +26,8 @@ struct Params {
   int stages = 2;      // K and V^T tiles in flight
   bool overlap = true; // intra_wg_overlap: the next Q K^T issued with this P V, the softmax under it
   bool pingpong = false; // the two consumer warpgroups issue their GEMMs in turn (c172: off best from N = 4096)
+  bool q_in_regs = false; // Q K^T takes Q from registers (RS), not shared memory (v6)
+  int exp_poly = 0;       // of each 4 score chains, how many take 2^x on the FMA pipe instead of MUFU (v6)
 };
 
 inline ConfigSpace make_space() {
@@ -37,12 +39,22 @@ inline ConfigSpace make_space() {
                       Axis{"pingpong",
                            {0, 1},
                            {"off", "on"},
-                           "the two consumer warpgroups take turns to issue their GEMMs (named barriers)"}},
-                     Config({{"stages", 2}, {"intra_wg_overlap", 1}, {"pingpong", 0}}));
+                           "the two consumer warpgroups take turns to issue their GEMMs (named barriers)"},
+                      Axis{"q_in_regs",
+                           {0, 1},
+                           {"off", "on"},
+                           "Q K^T reads Q's A fragments from registers (loaded once) instead of shared memory"},
+                      Axis{"exp_poly",
+                           {0, 1, 2},
+                           {},
+                           "of each 4 score chains, how many compute 2^x by polynomial on the FMA pipe, not MUFU"}},
+                     Config({{"stages", 2}, {"intra_wg_overlap", 1}, {"pingpong", 0}, {"q_in_regs", 0},
+                             {"exp_poly", 0}}));
 }
 
 inline Params params_of(const Config& c) {
-  return Params{static_cast<int>(c.get("stages")), c.get("intra_wg_overlap") != 0, c.get("pingpong") != 0};
+  return Params{static_cast<int>(c.get("stages")), c.get("intra_wg_overlap") != 0, c.get("pingpong") != 0,
+                c.get("q_in_regs") != 0, static_cast<int>(c.get("exp_poly"))};
 }
 
 // Q, the K ring, two raw V tiles, the V^T ring, 2 KB of mbarriers and pin slots, and 1 KB of alignment slack.
