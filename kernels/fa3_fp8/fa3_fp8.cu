@@ -576,7 +576,7 @@ template <bool OVERLAP, bool QREG> KernelFn pick_poly(int poly) {
 }
 KernelFn pick(const Params &c) {
   if (c.overlap) return c.q_in_regs ? pick_poly<true, true>(c.exp_poly) : pick_poly<true, false>(c.exp_poly);
-  return c.q_in_regs ? pick_poly<false, true>(c.exp_poly) : pick_poly<false, false>(c.exp_poly);
+  return pick_poly<false, false>(c.exp_poly); // q_in_regs needs intra_wg_overlap (traits.hpp, config_problem)
 }
 } // namespace
 
@@ -615,7 +615,7 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
   a.stages = c.stages;
   a.pingpong = c.pingpong ? 1 : 0;
   const int64_t smem = smem_bytes(c);
-  if (c.exp_poly < 0 || c.exp_poly > 2) throw std::invalid_argument("fa3_fp8: exp_poly must be 0..2");
+  if (auto why = config_problem(c)) throw std::invalid_argument("fa3_fp8: " + *why);
   const KernelFn kernel = pick(c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.heads_q * p.batch), static_cast<unsigned>(a.n_q_tiles));
