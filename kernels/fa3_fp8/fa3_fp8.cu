@@ -54,6 +54,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -72,6 +74,7 @@ struct KernelArgs {
   int64_t o_batch, o_seq, o_head; // O's element strides (Q's)
   int seqlen_q, seqlen_kv, heads_q, group;
   int n_q_tiles, n_k_blocks; // Q descales per (batch, head), K descales per (batch, kv head)
+  int total_tiles;           // work items: n_q_tiles x heads_q x batch; CTA c takes c, c + gridDim.x, ...
   float scale_log2;          // softmax scale * log2(e)
   int causal, stages;
   int pingpong; // the two consumer warpgroups take turns to issue their GEMMs (Turns)
@@ -91,8 +94,8 @@ constexpr float kRescaleSlack = 0.75f;
 struct Smem {
   uint32_t q, k, vraw, vt, bars;
   __device__ __forceinline__ Smem(uint32_t base, int stages) {
-    q = base;
-    k = q + kTileBytes;
+    q = base; // two Q buffers (v7): the next work item's Q loads while this one's last tiles run
+    k = q + 2u * kTileBytes;
     vraw = k + uint32_t(stages) * kTileBytes;
     vt = vraw + 2u * kTileBytes;
     bars = vt + uint32_t(stages) * kTileBytes;
@@ -100,12 +103,14 @@ struct Smem {
   __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kTileBytes; }
   __device__ __forceinline__ uint32_t vraw_tile(int r) const { return vraw + uint32_t(r) * kTileBytes; }
   __device__ __forceinline__ uint32_t vt_tile(int s) const { return vt + uint32_t(s) * kTileBytes; }
-  __device__ __forceinline__ uint32_t q_full() const { return bars; }
-  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (1 + s); }
-  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (1 + kMaxStages + s); }
-  __device__ __forceinline__ uint32_t vt_full(int s) const { return bars + 8 * (1 + 2 * kMaxStages + s); }
-  __device__ __forceinline__ uint32_t vt_empty(int s) const { return bars + 8 * (1 + 3 * kMaxStages + s); }
-  __device__ __forceinline__ uint32_t vraw_full(int r) const { return bars + 8 * (1 + 4 * kMaxStages + r); }
+  __device__ __forceinline__ uint32_t q_tile(int b) const { return q + uint32_t(b) * kTileBytes; }
+  __device__ __forceinline__ uint32_t q_full(int b) const { return bars + 8 * b; }
+  __device__ __forceinline__ uint32_t q_empty(int b) const { return bars + 8 * (2 + b); }
+  __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (4 + s); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (4 + kMaxStages + s); }
+  __device__ __forceinline__ uint32_t vt_full(int s) const { return bars + 8 * (4 + 2 * kMaxStages + s); }
+  __device__ __forceinline__ uint32_t vt_empty(int s) const { return bars + 8 * (4 + 3 * kMaxStages + s); }
+  __device__ __forceinline__ uint32_t vraw_full(int r) const { return bars + 8 * (4 + 4 * kMaxStages + r); }
   // One 4-byte slot per consumer thread (threads 128..383), written and never read (pin_softmax, hopper.cuh).
   __device__ __forceinline__ uint32_t pin_slot() const { return bars + 256 + 4 * (uint32_t(threadIdx.x) - 128); }
 };
@@ -190,15 +195,47 @@ __device__ __forceinline__ int kv_tiles(const KernelArgs &a, int q0) {
 struct TileId {
   int qt, q0, h, b, hk;
 };
-__device__ __forceinline__ TileId tile_id(const KernelArgs &a) {
+// Work item `lin` (v7): Q tile rank lin / (heads x batch), so that every head's tile of one rank comes before the
+// next rank (causal: the longest tiles first), and heads of one GQA group in neighbouring items (their K/V shared
+// in L2). One-shot grid: one item a CTA. Persistent grid (scheduler=persistent): CTA c takes c, c + G, ... with
+// G = min(items, SMs), and its producer loads the next item's Q and first K/V tiles under this item's last ones.
+__device__ __forceinline__ TileId tile_of(const KernelArgs &a, int lin) {
+  const int hb = a.total_tiles / a.n_q_tiles, rank = lin / hb, x = lin - rank * hb;
   TileId t;
-  t.h = int(blockIdx.x) % a.heads_q; // heads of one GQA group in neighbouring CTAs: their K/V shared in L2
-  t.b = int(blockIdx.x) / a.heads_q;
-  t.qt = a.causal ? a.n_q_tiles - 1 - int(blockIdx.y) : int(blockIdx.y); // causal: the longest tiles first
+  t.h = x % a.heads_q;
+  t.b = x / a.heads_q;
+  t.qt = a.causal ? a.n_q_tiles - 1 - rank : rank;
   t.q0 = t.qt * kBlockM;
   t.hk = t.h / a.group;
   return t;
 }
+
+// A position in this CTA's stream of K/V tiles: work item `lin`, its tile j of n. Items with no K/V tile (causal
+// rows before every key) are stepped over: they need no Q and no loads, and the consumers write 0 / -inf for them.
+struct Cursor {
+  int lin, j, n;
+  TileId t;
+  __device__ __forceinline__ bool valid(const KernelArgs &a) const { return lin < a.total_tiles; }
+  __device__ __forceinline__ void seek(const KernelArgs &a) { // from item lin on, the first with a K/V tile
+    j = 0;
+    for (; lin < a.total_tiles; lin += int(gridDim.x)) {
+      t = tile_of(a, lin);
+      n = kv_tiles(a, t.q0);
+      if (n > 0) return;
+    }
+  }
+  __device__ __forceinline__ void next(const KernelArgs &a) {
+    if (++j == n) {
+      lin += int(gridDim.x);
+      seek(a);
+    }
+  }
+  __device__ __forceinline__ static Cursor first(const KernelArgs &a) {
+    Cursor c{int(blockIdx.x), 0, 0, {}};
+    c.seek(a);
+    return c;
+  }
+};
 
 // Slot and phase parity of a ring of `stages` slots, stepped once a tile (v5: no division by the runtime stage
 // count in the loops; the consumer's loop head had ~60 instructions of it).
@@ -213,39 +250,60 @@ struct Ring {
   }
 };
 
-__device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm, const TileId &t, int n) {
+// Thread 0 issues every TMA load, from three cursors that run ahead of the transposers: K `stages` tiles ahead,
+// raw V 2 ahead, Q one work item ahead (into the other Q buffer, once that buffer's previous item has released it:
+// the consumers do so after the item's last Q K^T, which needs nothing the transposers have not already made).
+__device__ __forceinline__ void load_k(const KernelArgs &a, const Smem &sm, const Cursor &c, int s) {
+  mbar_arrive_expect_tx(sm.k_full(s), kTileBytes);
+  tma_load_4d(sm.k_tile(s), &a.tm_k, sm.k_full(s), 0, c.j * kBlockN, c.t.hk, c.t.b);
+}
+__device__ __forceinline__ void load_v(const KernelArgs &a, const Smem &sm, const Cursor &c, int r) {
+  mbar_arrive_expect_tx(sm.vraw_full(r), kTileBytes);
+  tma_load_4d(sm.vraw_tile(r), &a.tm_v, sm.vraw_full(r), 0, c.j * kBlockN, c.t.hk, c.t.b);
+}
+__device__ __forceinline__ void load_q(const KernelArgs &a, const Smem &sm, const Cursor &c, int b) {
+  mbar_arrive_expect_tx(sm.q_full(b), kTileBytes);
+  tma_load_4d(sm.q_tile(b), &a.tm_q, sm.q_full(b), 0, c.t.q0, c.t.h, c.t.b);
+}
+
+__device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm) {
   const int u = int(threadIdx.x);
-  if (u == 0) {
-    mbar_arrive_expect_tx(sm.q_full(), kTileBytes);
-    tma_load_4d(sm.q, &a.tm_q, sm.q_full(), 0, t.q0, t.h, t.b);
-    for (int j = 0; j < min(n, a.stages); ++j) {
-      mbar_arrive_expect_tx(sm.k_full(j), kTileBytes);
-      tma_load_4d(sm.k_tile(j), &a.tm_k, sm.k_full(j), 0, j * kBlockN, t.hk, t.b);
-    }
-    for (int j = 0; j < min(n, 2); ++j) {
-      mbar_arrive_expect_tx(sm.vraw_full(j), kTileBytes);
-      tma_load_4d(sm.vraw_tile(j), &a.tm_v, sm.vraw_full(j), 0, j * kBlockN, t.hk, t.b);
-    }
+  Cursor vt = Cursor::first(a); // the tile being transposed; all 128 threads step it
+  Cursor kc = vt, vc = vt, qc = vt; // thread 0's load cursors
+  int qn = 0;                       // Q loads issued before qc's
+  if (u == 0 && vt.valid(a)) {
+    load_q(a, sm, qc, 0);
+    for (int i = 0; i < a.stages && kc.valid(a); ++i, kc.next(a)) load_k(a, sm, kc, i);
+    for (int i = 0; i < 2 && vc.valid(a); ++i, vc.next(a)) load_v(a, sm, vc, i);
   }
   const TransposeLanes lanes(u);
-  Ring ring; // tile j's K and V^T slot
-  for (int j = 0; j < n; ++j, ring.next(a.stages)) {
-    const int s = ring.slot, r = j & 1;
-    mbar_wait(sm.vraw_full(r), uint32_t(j >> 1) & 1u);
-    if (j >= a.stages) mbar_wait(sm.vt_empty(s), ring.phase ^ 1u); // the slot's previous use, released
+  Ring ring; // global tile g's K and V^T slot
+  for (int g = 0; vt.valid(a); ++g, vt.next(a), ring.next(a.stages)) {
+    const int s = ring.slot, r = g & 1;
+    mbar_wait(sm.vraw_full(r), uint32_t(g >> 1) & 1u);
+    if (g >= a.stages) mbar_wait(sm.vt_empty(s), ring.phase ^ 1u); // the slot's previous use, released
     transpose_v(sm.vraw_tile(r), sm.vt_tile(s), lanes);
     fence_proxy_async_smem(); // this thread's V^T writes, visible to the consumers' WGMMA (the async proxy)
     mbar_arrive(sm.vt_full(s));
     named_sync(kBarProducer, 128); // every transposer has read raw slot r
     if (u == 0) {
-      if (j + 2 < n) {
-        mbar_arrive_expect_tx(sm.vraw_full(r), kTileBytes);
-        tma_load_4d(sm.vraw_tile(r), &a.tm_v, sm.vraw_full(r), 0, (j + 2) * kBlockN, t.hk, t.b);
+      if (vc.valid(a)) { // global tile g + 2, into the raw slot just read
+        load_v(a, sm, vc, r);
+        vc.next(a);
       }
-      if (j + a.stages < n) {
+      if (kc.valid(a)) { // global tile g + stages, into K slot s once tile g's Q K^T released it
         mbar_wait(sm.k_empty(s), ring.phase);
-        mbar_arrive_expect_tx(sm.k_full(s), kTileBytes);
-        tma_load_4d(sm.k_tile(s), &a.tm_k, sm.k_full(s), 0, (j + a.stages) * kBlockN, t.hk, t.b);
+        load_k(a, sm, kc, s);
+        kc.next(a);
+      }
+      if (vt.j == 0) { // the first tile of an item: the next item's Q
+        qc.lin += int(gridDim.x);
+        qc.seek(a);
+        if (qc.valid(a)) {
+          ++qn;
+          if (qn >= 2) mbar_wait(sm.q_empty(qn & 1), uint32_t((qn >> 1) - 1) & 1u);
+          load_q(a, sm, qc, qn & 1);
+        }
       }
     }
   }
@@ -313,28 +371,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[4]
   for (int kt = 0; kt < 4; ++kt) wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, IntN<128>{});
 }
 
-// exp_poly (v6): 2^x on the FMA pipe, for part of the scores, so that fewer go through MUFU.EX2 (16 lanes a
-// cycle an SM: the two consumer warps of a scheduler need 1024 of its cycles a K/V tile for their 2 x 64 scores,
-// against ~1640 for the tile's GEMMs at the e4m3 GEMM rate; c174: XU 43% busy, the softmax 59% of the consumer
-// warps' samples). 2^x = 2^j 2^f, j = x rounded (the 1.5 * 2^23 trick), f in [-1/2, 1/2], 2^f by a degree-3
-// polynomial (relative minimax fit, error 7.5e-5 = 2^-13.7: far under P's e4m3 rounding, 2^-4, and l's share of
-// the LSE bound, 5e-3), 2^j added into the exponent field (one IMAD). x is clamped at -126 so that the exponent
-// add cannot wrap: a masked score (-inf) gives ~2^-126 instead of 0, which rounds to 0 in e4m3 and is ~2^-134 of
-// a row's largest P (>= 2^8) in l; a row that saw no key is told by its offset (m = -inf), not by l > 0.
-// 8 issue slots a score against MUFU's 1 (and its 8 cycles of the XU pipe).
-__device__ __forceinline__ float poly_exp2(float x) {
-  x = fmaxf(x, -126.f);
-  const float t = __fadd_rn(x, 12582912.f); // 1.5 * 2^23: t's low mantissa bits hold j = rint(x)
-  const float fr = __fsub_rn(x, __fsub_rn(t, 12582912.f));
-  float p = fmaf(0.05517137795686722f, fr, 0.24261121451854706f);
-  p = fmaf(p, fr, 0.6932610273361206f);
-  p = fmaf(p, fr, 0.9999280571937561f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23)); // t's bits << 23 = j << 23 (mod 2^32)
-}
-
 // K/V tile j's scores (sacc, retired) -> 2^8 P in place; m and l move on, corr is what O must be scaled by.
-// POLY of each 4 chains (i % 4) take poly_exp2, the rest MUFU.EX2.
-template <int POLY>
 __device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x, int j, float (&m)[2],
                                         float (&l)[2], float (&corr)[2]) {
   const KernelArgs &a = x.a;
@@ -379,8 +416,7 @@ __device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x,
   for (int i = 0; i < 16; ++i)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float xe = fmaf(sacc[4 * i + e], f, -off[e >> 1]);
-      const float p = (i % 4) < POLY ? poly_exp2(xe) : fast_exp2(xe);
+      const float p = fast_exp2(fmaf(sacc[4 * i + e], f, -off[e >> 1]));
       sacc[4 * i + e] = p;
       rs[e >> 1][i % 4] += p;
     }
@@ -410,9 +446,11 @@ __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&c
 
 // OVERLAP (intra_wg_overlap on, v2): tile j's Q K^T and tile j-1's P V are issued together, and tile j's softmax
 // runs while P V still occupies the tensor cores; O's rescale and P's packing wait for P V. Off: each tile's two
-// GEMMs and its softmax in series (v1).
-template <bool OVERLAP, bool QREG, int POLY>
-__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, const TileId &t, int n, int wg) {
+// GEMMs and its softmax in series (v1). One work item; kr and vr carry the K and V^T rings from item to item, and
+// Q sits in buffer qb (its qn-th item with a K/V tile: full phase (qn >> 1) & 1).
+template <bool OVERLAP, bool QREG>
+__device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &sm, const TileId &t, int n, int wg,
+                                              Ring &kr, Ring &vr, int qn) {
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int row0 = t.q0 + 64 * wg + 16 * warp + g; // this thread's half-0 row; half 1 is row0 + 8
   float o[64];
@@ -420,35 +458,38 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
   for (int i = 0; i < 64; ++i) o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   if (n > 0) {
+    const int qb = qn & 1;
     const ConsumerCtx x{a,
                         sm,
-                        desc_base(sm.q + uint32_t(wg) * 64 * 128, 16),
+                        desc_base(sm.q_tile(qb) + uint32_t(wg) * 64 * 128, 16),
                         a.scale_log2 * a.q_descale[(int64_t(t.b) * a.heads_q + t.h) * a.n_q_tiles + t.qt],
                         a.k_descale + (int64_t(t.b) * (a.heads_q / a.group) + t.hk) * a.n_k_blocks,
                         row0,
                         c,
                         t.q0 + 64 * wg};
-    mbar_wait(sm.q_full(), 0);
+    mbar_wait(sm.q_full(qb), uint32_t(qn >> 1) & 1u);
     uint32_t qa[4][4];
-    if (QREG) load_q_regs(qa, sm.q, wg, warp, lane);
+    if (QREG) load_q_regs(qa, sm.q_tile(qb), wg, warp, lane);
     float sacc[64], corr[2];
     uint32_t pa[4][4];
     const Turns turn{a.pingpong != 0, wg};
     turn.open(n);
     if (OVERLAP) { // issues: Q K^T(0), then (Q K^T(j), P V(j-1)) for j = 1..n-1, then P V(n-1)
-      mbar_wait(sm.k_full(0), 0);
+      mbar_wait(sm.k_full(kr.slot), kr.phase);
       turn.begin();
       wgmma_fence();
-      issue_qk<QREG>(sacc, x, qa, 0);
+      issue_qk<QREG>(sacc, x, qa, kr.slot);
       wgmma_commit();
       turn.end(false);
       wgmma_wait<0>();
       fence_operands(sacc);
-      if (lane == 0) mbar_arrive(sm.k_empty(0));
-      softmax<POLY>(sacc, x, 0, m, l, corr);
+      if (lane == 0) {
+        mbar_arrive(sm.k_empty(kr.slot));
+        if (n == 1) mbar_arrive(sm.q_empty(qb)); // the item's last Q K^T has retired
+      }
+      softmax(sacc, x, 0, m, l, corr);
       rescale_and_pack(o, corr, sacc, pa);
-      Ring kr, vr; // tile j's K slot, tile j-1's V^T slot
-      kr.next(a.stages);
+      kr.next(a.stages); // kr: tile j's K slot; vr: tile j-1's V^T slot
       for (int j = 1; j < n; ++j, kr.next(a.stages), vr.next(a.stages)) {
         const int s = kr.slot, sp = vr.slot;
         // Both waits first: a wait between the two issues made ptxas fence the second (C7519).
@@ -462,8 +503,11 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
         turn.end(false);
         wgmma_wait<1>(); // Q K^T of tile j retired (groups retire in order); P V of tile j-1 may still run
         fence_operands(sacc);
-        if (lane == 0) mbar_arrive(sm.k_empty(s));
-        softmax<POLY>(sacc, x, j, m, l, corr);
+        if (lane == 0) {
+          mbar_arrive(sm.k_empty(s));
+          if (j == n - 1) mbar_arrive(sm.q_empty(qb));
+        }
+        softmax(sacc, x, j, m, l, corr);
         // Without it ptxas put the whole softmax below the next wait (c170: every MUFU.EX2 after the DEPBAR).
         pin_softmax(sm.pin_slot(), l, corr);
         wgmma_wait<0>();
@@ -483,8 +527,8 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       fence_operands(o);
       fence_operands(pa);
       if (lane == 0) mbar_arrive(sm.vt_empty(sl));
-    } else { // issues: Q K^T(j) and P V(j) for each j
-      Ring kr;
+      vr.next(a.stages);
+    } else { // issues: Q K^T(j) and P V(j) for each j; one ring (kr) for both
       for (int j = 0; j < n; ++j, kr.next(a.stages)) {
         const int s = kr.slot;
         const uint32_t ph = kr.phase;
@@ -496,8 +540,11 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
         turn.end(false);
         wgmma_wait<0>();
         fence_operands(sacc);
-        if (lane == 0) mbar_arrive(sm.k_empty(s));
-        softmax<POLY>(sacc, x, j, m, l, corr);
+        if (lane == 0) {
+          mbar_arrive(sm.k_empty(s));
+          if (j == n - 1) mbar_arrive(sm.q_empty(qb));
+        }
+        softmax(sacc, x, j, m, l, corr);
         rescale_and_pack(o, corr, sacc, pa);
         mbar_wait(sm.vt_full(s), ph);
         turn.begin();
@@ -520,7 +567,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
     const int row = row0 + 8 * h;
     const float lsum = quad_sum(l[h]);
     if (row >= a.seqlen_q) continue;
-    const bool seen = m[h] != -INFINITY; // the row saw a key (exp_poly leaves l ~2^-126 per masked key, not 0)
+    const bool seen = m[h] != -INFINITY; // the row saw a key
     const float inv = seen ? v_ds / lsum : 0.f;
     __nv_bfloat16 *dst = a.o + int64_t(t.b) * a.o_batch + int64_t(row) * a.o_seq + int64_t(t.h) * a.o_head + 2 * c;
 #pragma unroll
@@ -533,15 +580,27 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
   }
 }
 
-template <bool OVERLAP, bool QREG, int POLY>
+template <bool OVERLAP, bool QREG> __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, int wg) {
+  Ring kr, vr;
+  int qn = 0; // items with a K/V tile so far: Q buffer qn & 1
+  for (int lin = int(blockIdx.x); lin < a.total_tiles; lin += int(gridDim.x)) {
+    const TileId t = tile_of(a, lin);
+    const int n = kv_tiles(a, t.q0);
+    consumer_item<OVERLAP, QREG>(a, sm, t, n, wg, kr, vr, qn);
+    if (n > 0) ++qn;
+  }
+}
+
+template <bool OVERLAP, bool QREG>
 __global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const Smem sm(base, a.stages);
-  const TileId t = tile_id(a);
-  const int n = kv_tiles(a, t.q0);
   if (threadIdx.x == 0) {
-    mbar_init(sm.q_full(), 1);
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(sm.q_full(b), 1);
+      mbar_init(sm.q_empty(b), 8);
+    }
     for (int s = 0; s < a.stages; ++s) {
       mbar_init(sm.k_full(s), 1);
       mbar_init(sm.k_empty(s), 8);
@@ -555,28 +614,21 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_const
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {
     regs_dealloc<kProducerRegs>();
-    producer(a, sm, t, n);
+    producer(a, sm);
     return;
   }
   regs_alloc<kConsumerRegs>();
-  consumer<OVERLAP, QREG, POLY>(a, sm, t, n, wg - 1);
+  consumer<OVERLAP, QREG>(a, sm, wg - 1);
 }
 
 } // namespace detail
 
 namespace {
 using KernelFn = void (*)(detail::KernelArgs);
-// The instantiation for a config: intra_wg_overlap x q_in_regs x exp_poly (0-2 of 4 chains).
-template <bool OVERLAP, bool QREG> KernelFn pick_poly(int poly) {
-  switch (poly) {
-  case 0: return detail::fa3_fp8_kernel<OVERLAP, QREG, 0>;
-  case 1: return detail::fa3_fp8_kernel<OVERLAP, QREG, 1>;
-  default: return detail::fa3_fp8_kernel<OVERLAP, QREG, 2>;
-  }
-}
+// The instantiation for a config: intra_wg_overlap x q_in_regs (q_in_regs needs intra_wg_overlap, traits.hpp).
 KernelFn pick(const Params &c) {
-  if (c.overlap) return c.q_in_regs ? pick_poly<true, true>(c.exp_poly) : pick_poly<true, false>(c.exp_poly);
-  return pick_poly<false, false>(c.exp_poly); // q_in_regs needs intra_wg_overlap (traits.hpp, config_problem)
+  if (!c.overlap) return detail::fa3_fp8_kernel<false, false>;
+  return c.q_in_regs ? detail::fa3_fp8_kernel<true, true> : detail::fa3_fp8_kernel<true, false>;
 }
 } // namespace
 
@@ -587,7 +639,7 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
     throw std::invalid_argument("fa3_fp8: unsupported problem " + key(p));
   if (!args.q_descale || !args.k_descale || !args.v_descale)
     throw std::invalid_argument("fa3_fp8: e4m3 inputs need their descales (LaunchArgs::q_descale, ...)");
-  if (c.stages < 2 || c.stages > kMaxStages) throw std::invalid_argument("fa3_fp8: stages must be 2..4");
+  if (auto why = config_problem(c)) throw std::invalid_argument("fa3_fp8: " + *why);
   detail::KernelArgs a{};
   const Strides qs = p.q_strides(), ks = p.kv_strides();
   a.tm_q = fa3::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_q, p.heads_q, p.batch, qs,
@@ -614,12 +666,20 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
   a.causal = p.causal ? 1 : 0;
   a.stages = c.stages;
   a.pingpong = c.pingpong ? 1 : 0;
+  const int64_t items = num_work_items(p);
+  if (items > INT_MAX) throw std::invalid_argument("fa3_fp8: over 2^31 work items (Q tiles x heads x batch)");
+  a.total_tiles = int(items);
   const int64_t smem = smem_bytes(c);
-  if (auto why = config_problem(c)) throw std::invalid_argument("fa3_fp8: " + *why);
   const KernelFn kernel = pick(c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(p.heads_q * p.batch), static_cast<unsigned>(a.n_q_tiles));
-  kernel<<<grid, kThreads, static_cast<size_t>(smem), stream>>>(a);
+  int64_t grid = items;
+  if (c.persistent) { // one CTA an SM (the shared memory and registers allow no second), each over several items
+    int dev = 0, sms = 0;
+    FB_CUDA_CHECK(cudaGetDevice(&dev));
+    FB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    grid = std::min<int64_t>(items, sms);
+  }
+  kernel<<<static_cast<unsigned>(grid), kThreads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 }
 

@@ -38,8 +38,8 @@ public:
     if (smem > limit)
       return Support::no("needs " + kernels::format_kb(double(smem)) + " shared memory per block; the device "
                          "allows " + kernels::format_kb(double(limit)) + " (use fewer stages)");
-    if (fa3fp8::num_q_tiles(p) > 65535)
-      return Support::no("seqlen_q over 65535 x 128: the grid's y dimension holds the Q tiles");
+    if (fa3fp8::num_work_items(p) > INT_MAX)
+      return Support::no("over 2^31 work items (Q tiles x heads x batch): the grid and the item index are 32-bit");
     if (p.heads_q * p.batch > INT_MAX || p.seqlen_q >= INT_MAX / 2 || p.seqlen_kv >= INT_MAX / 2)
       return Support::no("heads_q x batch and the sequence lengths must fit 32-bit TMA coordinates");
     if (auto why = kernels::memory_reason(p, 0.0, "inputs and outputs", dev)) return Support::no(*why);
@@ -51,7 +51,7 @@ public:
   std::vector<KernelDesc> kernels(const AttentionProblem& p, const Config& c) const override {
     return {KernelDesc{"fa3_fp8", fa3fp8::kernel_ptr(fa3fp8::params_of(c)), fa3fp8::kThreads,
                        static_cast<size_t>(fa3fp8::smem_bytes(fa3fp8::params_of(c))),
-                       fa3fp8::num_q_tiles(p) * p.heads_q * p.batch}};
+                       fa3fp8::num_work_items(p)}};
   }
 
   void launch(const AttentionProblem& p, const Config& c, const LaunchArgs& args,

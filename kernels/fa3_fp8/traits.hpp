@@ -29,13 +29,12 @@ struct Params {
   bool overlap = true; // intra_wg_overlap: the next Q K^T issued with this P V, the softmax under it
   bool pingpong = false; // the two consumer warpgroups issue their GEMMs in turn (c172: off best from N = 4096)
   bool q_in_regs = false; // Q K^T takes Q from registers (RS), not shared memory (v6)
-  int exp_poly = 0;       // of each 4 score chains, how many take 2^x on the FMA pipe instead of MUFU (v6)
+  bool persistent = false; // one CTA an SM over several work items, the next item's loads under this one's (v7)
 };
 
 // Combinations that cannot run, by construction.
 inline std::optional<std::string> config_problem(const Params& p) {
   if (p.stages < 2 || p.stages > kMaxStages) return "stages must be 2..4";
-  if (p.exp_poly < 0 || p.exp_poly > 2) return "exp_poly must be 0..2";
   // c175: ptxas (CUDA 13.0) gave Q's fragment registers to P's packing after the first K/V tile in the loop without
   // overlap (its SASS reads P where the PTX reads Q; every shape with 2+ K/V tiles failed verification), and kept
   // them apart in the overlapped loop, which passes. Not instantiated until that compiles correctly.
@@ -59,24 +58,30 @@ inline ConfigSpace make_space() {
                            {0, 1},
                            {"off", "on"},
                            "Q K^T reads Q's A fragments from registers (loaded once) instead of shared memory"},
-                      Axis{"exp_poly",
-                           {0, 1, 2},
-                           {},
-                           "of each 4 score chains, how many compute 2^x by polynomial on the FMA pipe, not MUFU"}},
-                     Config({{"stages", 2}, {"intra_wg_overlap", 1}, {"pingpong", 0}, {"q_in_regs", 0},
-                             {"exp_poly", 0}}),
+                      Axis{"scheduler",
+                           {0, 1},
+                           {"oneshot", "persistent"},
+                           "one CTA a work item, or one CTA an SM looping over items (longest causal items first)"}},
+                     Config({{"stages", 2},
+                             {"intra_wg_overlap", 1},
+                             {"pingpong", 0},
+                             {"q_in_regs", 0},
+                             {"scheduler", 0}}),
                      [](const Config& c) { return config_problem(params_of(c)); });
 }
 
 inline Params params_of(const Config& c) {
   return Params{static_cast<int>(c.get("stages")), c.get("intra_wg_overlap") != 0, c.get("pingpong") != 0,
-                c.get("q_in_regs") != 0, static_cast<int>(c.get("exp_poly"))};
+                c.get("q_in_regs") != 0, c.get("scheduler") != 0};
 }
 
-// Q, the K ring, two raw V tiles, the V^T ring, 2 KB of mbarriers and pin slots, and 1 KB of alignment slack.
-inline int64_t smem_bytes(const Params& p) { return int64_t(kTileBytes) * (1 + 2 * p.stages + 2) + 3072; }
+// Two Q buffers, the K ring, two raw V tiles, the V^T ring, 2 KB of mbarriers and pin slots, and 1 KB of
+// alignment slack.
+inline int64_t smem_bytes(const Params& p) { return int64_t(kTileBytes) * (2 + 2 * p.stages + 2) + 3072; }
 
 inline int64_t num_q_tiles(const AttentionProblem& p) { return (p.seqlen_q + kBlockM - 1) / kBlockM; }
+// Work items: one per (Q tile, head, batch).
+inline int64_t num_work_items(const AttentionProblem& p) { return num_q_tiles(p) * p.heads_q * p.batch; }
 
 // HBM bytes: Q, K and V once (e4m3), O once (bf16), LSE once. A CTA re-reads its head's K and V for every Q tile;
 // the model counts those reads as L2 hits, as for the other variants' one-shot grids at these sizes.

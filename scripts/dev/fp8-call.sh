@@ -29,6 +29,13 @@ if [ $grc -eq 0 ]; then
       "batch=1,heads_q=4,heads_kv=2,seqlen_q=200,seqlen_kv=333,head_dim=128,dtype=e4m3,causal=$causal" \
       >> $L/sanitize.log 2>&1; ts "sanitize causal=$causal rc $?"
   done
+  # The persistent grid with 2+ work items a CTA (256 items, causal rows before every key in the first Q tile).
+  timeout 150 bash scripts/sanitize.sh fa3_fp8 "stages=2,intra_wg_overlap=on,q_in_regs=on,scheduler=persistent" \
+    "batch=8,heads_q=32,heads_kv=8,seqlen_q=200,seqlen_kv=150,head_dim=128,dtype=e4m3,causal=true" \
+    >> $L/sanitize.log 2>&1; ts "sanitize persistent rc $?"
+  timeout 150 bash scripts/sanitize.sh fa3_fp8 "stages=3,intra_wg_overlap=off,scheduler=persistent" \
+    "batch=8,heads_q=32,heads_kv=8,seqlen_q=200,seqlen_kv=150,head_dim=128,dtype=e4m3,causal=true" \
+    >> $L/sanitize.log 2>&1; ts "sanitize persistent overlap-off rc $?"
   [ -n "${NO_SWEEP:-}" ] && { tar czf "$out"/logs.tgz -C /tmp logs; ts done; exit 0; }
   $FB run ${SWEEP:-sweeps/fa3-fp8.yaml} -o /tmp/res/fp8.json > $L/sweep.log 2>&1; ts "sweep rc $?: $(tail -1 $L/sweep.log)"
   python3 - <<'PY' | tee $L/sweep-table.txt

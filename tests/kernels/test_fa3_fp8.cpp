@@ -1,10 +1,12 @@
 // fa3_fp8 (e4m3, Hopper sm_90a) against the float64 CPU reference on the dequantized inputs. GPU tests skip
 // without a device and on any device other than compute capability 9.0; the host tests (supports() reasons) run
 // everywhere.
-//  - Fa3Fp8Shapes: every config (stages 2-4 x intra_wg_overlap x pingpong x q_in_regs x exp_poly) on awkward
+//  - Fa3Fp8Shapes: every config (stages 2-4 x intra_wg_overlap x pingpong x q_in_regs x scheduler) on awkward
 //    shapes: length 1, lengths that are multiples of no tile,
 //    causal with seqlen_q > seqlen_kv (rows that see no key: O = 0, LSE = -inf, not NaN) and < seqlen_kv, GQA,
-//    MQA, bhsd, and shapes long enough to wrap the K/V, raw-V and V^T rings several times.
+//    MQA, bhsd, and shapes long enough to wrap the K/V, raw-V and V^T rings several times; and shapes with more
+//    work items than an H100 has SMs, so that the persistent grid's CTAs take 2-3 items each (rings and Q buffers
+//    carried from item to item, items with no key among them).
 //  - WrongBlockDescaleFails: the same kernel with one K block's descale doubled after the reference was taken
 //    must fail verification, so the check sees a kernel that applies the wrong block's (or one per-tensor) scale.
 #include "gpu_test_util.hpp"
@@ -38,6 +40,10 @@ std::vector<Shape> fp8_shapes() {
       {"long_1300", 1, 4, 2, 300, 1300, 128, false, e4m3},
       {"long_causal_1111", 2, 4, 1, 1111, 1111, 128, true, e4m3},
       {"long_causal_q500_kv1400", 1, 2, 2, 500, 1400, 128, true, e4m3, {}, 0, Layout::bhsd},
+      // 320 and 384 work items (Q tiles x heads x batch) over at most 132 persistent CTAs; in the second, the
+      // first three Q tiles of every head see no key (causal, seqlen_q - seqlen_kv = 400).
+      {"items320_causal", 4, 16, 4, 600, 700, 128, true, e4m3},
+      {"items384_causal_q700_kv300", 2, 32, 8, 700, 300, 128, true, e4m3},
   };
 }
 
