@@ -77,6 +77,7 @@ struct KernelArgs {
   int total_tiles;           // work items: n_q_tiles x heads_q x batch; CTA c takes c, c + gridDim.x, ...
   float scale_log2;          // softmax scale * log2(e)
   int causal, stages;
+  int q_bufs; // Q buffers: 2 on the persistent grid (the next item's Q loads early), else 1
   int pingpong; // the two consumer warpgroups take turns to issue their GEMMs (Turns)
 };
 
@@ -93,9 +94,9 @@ constexpr float kRescaleSlack = 0.75f;
 // Shared memory (byte addresses, 1024-aligned tiles: the 128B swizzle pattern repeats every 1024 bytes).
 struct Smem {
   uint32_t q, k, vraw, vt, bars;
-  __device__ __forceinline__ Smem(uint32_t base, int stages) {
-    q = base; // two Q buffers (v7): the next work item's Q loads while this one's last tiles run
-    k = q + 2u * kTileBytes;
+  __device__ __forceinline__ Smem(uint32_t base, int stages, int q_bufs) {
+    q = base; // v7, persistent grid: two Q buffers, the next work item's Q loads while this one's last tiles run
+    k = q + uint32_t(q_bufs) * kTileBytes;
     vraw = k + uint32_t(stages) * kTileBytes;
     vt = vraw + 2u * kTileBytes;
     bars = vt + uint32_t(stages) * kTileBytes;
@@ -595,7 +596,7 @@ template <bool OVERLAP, bool QREG>
 __global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const Smem sm(base, a.stages);
+  const Smem sm(base, a.stages, a.q_bufs);
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
       mbar_init(sm.q_full(b), 1);
@@ -666,6 +667,7 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
   a.causal = p.causal ? 1 : 0;
   a.stages = c.stages;
   a.pingpong = c.pingpong ? 1 : 0;
+  a.q_bufs = q_buffers(c);
   const int64_t items = num_work_items(p);
   if (items > INT_MAX) throw std::invalid_argument("fa3_fp8: over 2^31 work items (Q tiles x heads x batch)");
   a.total_tiles = int(items);
