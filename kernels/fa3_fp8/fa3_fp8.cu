@@ -372,11 +372,26 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[4]
   for (int kt = 0; kt < 4; ++kt) wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, IntN<128>{});
 }
 
+// Tile j's K descale, loaded a tile ahead (v8): c178's SASS issued the load right after Q K^T's wait, so its L2
+// latency (the first tile of every work item misses L1) stood in front of the softmax's first use of it.
+struct KDescales {
+  const float *p;
+  int n;
+  float next;
+  __device__ __forceinline__ KDescales(const float *ptr, int tiles) : p(ptr), n(tiles), next(ptr[0]) {}
+  __device__ __forceinline__ float take(int j) { // tile j's, and tile j + 1's on its way
+    const float cur = next;
+    if (j + 1 < n) next = p[j + 1];
+    return cur;
+  }
+};
+
 // K/V tile j's scores (sacc, retired) -> 2^8 P in place; m and l move on, corr is what O must be scaled by.
-__device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x, int j, float (&m)[2],
+// kd: the tile's K descale (KDescales).
+__device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x, int j, float kd, float (&m)[2],
                                         float (&l)[2], float (&corr)[2]) {
   const KernelArgs &a = x.a;
-  const float f = x.q_scale * x.k_descale[j]; // log2 units per raw score
+  const float f = x.q_scale * kd; // log2 units per raw score
   const int causal_off = a.seqlen_kv - a.seqlen_q; // row i sees keys <= i + causal_off
   // Mask keys past the end and (causal) right of the diagonal, only on tiles that reach them.
   const int key0 = j * kBlockN;
@@ -468,6 +483,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
                         row0,
                         c,
                         t.q0 + 64 * wg};
+    KDescales kds(x.k_descale, n);
     mbar_wait(sm.q_full(qb), uint32_t(qn >> 1) & 1u);
     uint32_t qa[4][4];
     if (QREG) load_q_regs(qa, sm.q_tile(qb), wg, warp, lane);
@@ -488,11 +504,12 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
         mbar_arrive(sm.k_empty(kr.slot));
         if (n == 1) mbar_arrive(sm.q_empty(qb)); // the item's last Q K^T has retired
       }
-      softmax(sacc, x, 0, m, l, corr);
+      softmax(sacc, x, 0, kds.take(0), m, l, corr);
       rescale_and_pack(o, corr, sacc, pa);
       kr.next(a.stages); // kr: tile j's K slot; vr: tile j-1's V^T slot
       for (int j = 1; j < n; ++j, kr.next(a.stages), vr.next(a.stages)) {
         const int s = kr.slot, sp = vr.slot;
+        const float kd = kds.take(j);
         // Both waits first: a wait between the two issues made ptxas fence the second (C7519).
         mbar_wait2(sm.k_full(s), kr.phase, sm.vt_full(sp), vr.phase);
         turn.begin();
@@ -508,7 +525,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
           mbar_arrive(sm.k_empty(s));
           if (j == n - 1) mbar_arrive(sm.q_empty(qb));
         }
-        softmax(sacc, x, j, m, l, corr);
+        softmax(sacc, x, j, kd, m, l, corr);
         // Without it ptxas put the whole softmax below the next wait (c170: every MUFU.EX2 after the DEPBAR).
         pin_softmax(sm.pin_slot(), l, corr);
         wgmma_wait<0>();
@@ -532,6 +549,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
     } else { // issues: Q K^T(j) and P V(j) for each j; one ring (kr) for both
       for (int j = 0; j < n; ++j, kr.next(a.stages)) {
         const int s = kr.slot;
+        const float kd = kds.take(j);
         const uint32_t ph = kr.phase;
         mbar_wait(sm.k_full(s), ph);
         turn.begin();
@@ -545,7 +563,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
           mbar_arrive(sm.k_empty(s));
           if (j == n - 1) mbar_arrive(sm.q_empty(qb));
         }
-        softmax(sacc, x, j, m, l, corr);
+        softmax(sacc, x, j, kd, m, l, corr);
         rescale_and_pack(o, corr, sacc, pa);
         mbar_wait(sm.vt_full(s), ph);
         turn.begin();

@@ -5,7 +5,8 @@
 # sweeps/fa3-fp8.yaml (fa3_fp8 e4m3 and fa3_pipelined bf16 on the same shapes). PEERS=1 adds the peers step
 # (scripts/peers.py: torch cuDNN bf16 and torch's FP8 SDPA where it runs, ours through the C API, ceilings).
 # SWEEP replaces sweeps/fa3-fp8.yaml. GTEST_FILTER replaces the gtest filter (default *Fp8*:*Capi*); NO_SWEEP=1 stops after the sanitizers. NCU=1 adds
-# an ncu profile of fa3_fp8's default config at d128 N8192 non-causal (pipes, warp states, SASS stall hot spots).
+# an ncu profile of fa3_fp8's default config at d128 N=${NCU_N:-8192} non-causal (pipes, warp states, SASS stall hot
+# spots).
 # Results and logs go to $OUT as res.tgz and logs.tgz.
 #   Usage: OUT=... bash scripts/dev/fp8-call.sh
 set -u
@@ -81,7 +82,7 @@ if [ -n "${NCU:-}" ]; then
 name: fp8-ncu
 timing: {min_samples: 3, max_noise: 1, min_time_s: 0, timeout_s: 0.2}
 problems:
-  - {name: p, tokens: 16384, hidden: 2048, seqlen: [8192], head_dim: 128, causal: false, dtype: e4m3}
+  - {name: p, tokens: 16384, hidden: 2048, seqlen: [${NCU_N:-8192}], head_dim: 128, causal: false, dtype: e4m3}
 variants:
   fa3_fp8:
     configs: default
