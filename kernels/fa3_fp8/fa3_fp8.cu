@@ -68,6 +68,7 @@ using namespace fb::fa3::detail; // hopper.cuh: mbarriers, TMA, descriptors, set
 
 struct KernelArgs {
   CUtensorMap tm_q, tm_k, tm_v; // e4m3, 128 x 128-byte boxes, 128B swizzle
+  CUtensorMap tm_o;             // bf16 O, 64 x 64-column boxes, 128B swizzle: the TMA store epilogue (o_store=tma)
   __nv_bfloat16 *o;
   float *lse;
   const float *q_descale, *k_descale, *v_descale;
@@ -78,6 +79,7 @@ struct KernelArgs {
   float scale_log2;          // softmax scale * log2(e)
   int causal, stages;
   int q_bufs; // Q buffers: 2 on the persistent grid (the next item's Q loads early), else 1
+  int o_tma;  // O leaves through shared memory and TMA stores (v9), else 4-byte stores from registers
   int pingpong; // the two consumer warpgroups take turns to issue their GEMMs (Turns)
 };
 
@@ -85,6 +87,8 @@ constexpr int kProducerRegs = 72;  // the transposer: 16 words of V, 8 of V^T, 8
 constexpr int kConsumerRegs = 216; // O (64) + S (64) + P (16) and the row state; 128 x 72 + 256 x 216 <= 64K
 constexpr int kBarProducer = 1;
 constexpr int kBarTurn0 = 2; // 2, 3: consumer warpgroup 0's and 1's turn to issue (pingpong)
+constexpr int kBarEpi0 = 4;  // 4, 5: consumer warpgroup 0's and 1's O staging buffer (store_o_tma)
+constexpr uint32_t kOChunkBytes = 64 * 128; // one warpgroup's 64 rows x 64 bf16 columns (a 128B-swizzle row)
 constexpr float kLn2 = 0.69314718055994531f;
 constexpr float kPShift = 8.f; // log2 of P's scale before its e4m3 rounding (see the file comment)
 // v4: how far (log2 units) a row's max may pass its offset before the offset moves: P stays <= 2^(8 + 0.75) = 431,
@@ -93,13 +97,14 @@ constexpr float kRescaleSlack = 0.75f;
 
 // Shared memory (byte addresses, 1024-aligned tiles: the 128B swizzle pattern repeats every 1024 bytes).
 struct Smem {
-  uint32_t q, k, vraw, vt, bars;
-  __device__ __forceinline__ Smem(uint32_t base, int stages, int q_bufs) {
+  uint32_t q, k, vraw, vt, o, bars;
+  __device__ __forceinline__ Smem(uint32_t base, int stages, int q_bufs, int o_tma) {
     q = base; // v7, persistent grid: two Q buffers, the next work item's Q loads while this one's last tiles run
     k = q + uint32_t(q_bufs) * kTileBytes;
     vraw = k + uint32_t(stages) * kTileBytes;
     vt = vraw + 2u * kTileBytes;
-    bars = vt + uint32_t(stages) * kTileBytes;
+    o = vt + uint32_t(stages) * kTileBytes; // o_store=tma: 2 warpgroups x 2 chunks (launch sizes it)
+    bars = o + (o_tma ? 4u * kOChunkBytes : 0u);
   }
   __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kTileBytes; }
   __device__ __forceinline__ uint32_t vraw_tile(int r) const { return vraw + uint32_t(r) * kTileBytes; }
@@ -469,6 +474,46 @@ __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&c
   }
 }
 
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t *>(&v);
+}
+
+// o_store=tma (v9): one warpgroup's 64 rows of O through its shared-memory staging buffer and two TMA stores (one
+// per 64 columns), as fa3_pipelined's v5 epilogue: stmatrix writes the normalised accumulators in the 128B-swizzled
+// layout of tm_o's boxes (8 rows of a matrix in 8 different 16-byte units: conflict-free), one thread issues the
+// stores, rows past seqlen_q are clipped by the map, and the warpgroup goes on to its next work item while the copy
+// engine writes. The 4-byte stores from registers (v1-v8) queued 32 STG a thread behind the LSU (c179 at N = 512:
+// `lg` stalls in every epilogue). Before rewriting the buffer, its issuing thread waits until the previous store
+// has read it, and the warpgroup barrier passes that on.
+__device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem &sm, const TileId &t, int wg,
+                                            const float (&o)[64], const float (&inv)[2]) {
+  const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, mtx = lane / 8, r = lane % 8;
+  const uint32_t buf = sm.o + uint32_t(wg) * 2u * kOChunkBytes;
+  if (tid == 0) bulk_wait_read_all();
+  named_sync(kBarEpi0 + wg, 128);
+  // Lane 8j + r addresses row r of matrix j: j % 2 = row half, j / 2 = the second 8-column block.
+  const uint32_t row = uint32_t(16 * warp + 8 * (mtx % 2) + r);
+#pragma unroll
+  for (int i = 0; i < 16; i += 2) {
+    const int ii = i + mtx / 2;
+    const uint32_t addr = buf + uint32_t(ii / 8) * kOChunkBytes + row * 128 + uint32_t(((ii % 8) ^ r) * 16);
+    stmatrix_x4(addr, pack_bf16(o[4 * i + 0] * inv[0], o[4 * i + 1] * inv[0]),
+                pack_bf16(o[4 * i + 2] * inv[1], o[4 * i + 3] * inv[1]),
+                pack_bf16(o[4 * i + 4] * inv[0], o[4 * i + 5] * inv[0]),
+                pack_bf16(o[4 * i + 6] * inv[1], o[4 * i + 7] * inv[1]));
+  }
+  fence_proxy_async_smem(); // this thread's stmatrix writes, visible to the TMA (the async proxy)
+  named_sync(kBarEpi0 + wg, 128);
+  if (tid == 0) {
+    const uint64_t evict_first = l2_policy_evict_first();
+#pragma unroll
+    for (int ch = 0; ch < 2; ++ch)
+      tma_store_4d(&a.tm_o, buf + uint32_t(ch) * kOChunkBytes, ch * 64, t.q0 + 64 * wg, t.h, t.b, evict_first);
+    bulk_commit();
+  }
+}
+
 // OVERLAP (intra_wg_overlap on, v2): tile j's Q K^T and tile j-1's P V are issued together, and tile j's softmax
 // runs while P V still occupies the tensor cores; O's rescale and P's packing wait for P V. Off: each tile's two
 // GEMMs and its softmax in series (v1). One work item; kr and vr carry the K and V^T rings from item to item, and
@@ -591,21 +636,30 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
   }
   // O = acc * v_descale / l in bf16 (both carry P's 2^8); LSE = (m + log2 l - 8) ln 2, -inf for a row that saw no
   // key.
+  float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
     const float lsum = quad_sum(l[h]);
+    const bool seen = m[h] != -INFINITY;            // the row saw a key
+    inv[h] = seen ? __fdividef(v_ds, lsum) : 0.f; // lsum in [2^8, 2^40]: no IEEE division path
+    if (c == 0 && row < a.seqlen_q)
+      a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
+          seen ? (m[h] + __log2f(lsum) - kPShift) * kLn2 : -INFINITY;
+  }
+  if (a.o_tma) {
+    store_o_tma(a, sm, t, wg, o, inv);
+    return;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
     if (row >= a.seqlen_q) continue;
-    const bool seen = m[h] != -INFINITY; // the row saw a key
-    const float inv = seen ? __fdividef(v_ds, lsum) : 0.f; // lsum in [2^8, 2^40]: no IEEE division path
     __nv_bfloat16 *dst = a.o + int64_t(t.b) * a.o_batch + int64_t(row) * a.o_seq + int64_t(t.h) * a.o_head + 2 * c;
 #pragma unroll
     for (int i = 0; i < 16; ++i)
       *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * i) =
-          __floats2bfloat162_rn(o[4 * i + 2 * h] * inv, o[4 * i + 2 * h + 1] * inv);
-    if (c == 0)
-      a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
-          seen ? (m[h] + __log2f(lsum) - kPShift) * kLn2 : -INFINITY;
+          __floats2bfloat162_rn(o[4 * i + 2 * h] * inv[h], o[4 * i + 2 * h + 1] * inv[h]);
   }
 }
 
@@ -618,13 +672,14 @@ template <bool OVERLAP, bool QREG> __device__ __forceinline__ void consumer(cons
     consumer_item<OVERLAP, QREG>(a, sm, t, n, wg, kr, vr, qn);
     if (n > 0) ++qn;
   }
+  if (a.o_tma && threadIdx.x % 128 == 0) bulk_wait_all(); // the last O store has left shared memory
 }
 
 template <bool OVERLAP, bool QREG>
 __global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const Smem sm(base, a.stages, a.q_bufs);
+  const Smem sm(base, a.stages, a.q_bufs, a.o_tma);
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
       mbar_init(sm.q_full(b), 1);
@@ -696,6 +751,8 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
   a.stages = c.stages;
   a.pingpong = c.pingpong ? 1 : 0;
   a.q_bufs = q_buffers(c);
+  a.o_tma = c.o_tma ? 1 : 0;
+  if (c.o_tma) a.tm_o = fa3::make_tile_map(args.o, DType::bf16, kHeadDim, p.seqlen_q, p.heads_q, p.batch, qs, 64);
   const int64_t items = num_work_items(p);
   if (items > INT_MAX) throw std::invalid_argument("fa3_fp8: over 2^31 work items (Q tiles x heads x batch)");
   a.total_tiles = int(items);

@@ -32,6 +32,7 @@ struct Params {
   bool pingpong = false; // the two consumer warpgroups issue their GEMMs in turn (c172: off best from N = 4096)
   bool q_in_regs = false; // Q K^T takes Q from registers (RS), not shared memory (v6)
   bool persistent = true; // one CTA an SM over several work items, the next item's loads under this one's (v7)
+  bool o_tma = true;      // O through shared memory and TMA stores, not 4-byte stores from registers (v9)
 };
 
 // Combinations that cannot run, by construction.
@@ -63,26 +64,32 @@ inline ConfigSpace make_space() {
                       Axis{"scheduler",
                            {0, 1},
                            {"oneshot", "persistent"},
-                           "one CTA a work item, or one CTA an SM looping over items (longest causal items first)"}},
+                           "one CTA a work item, or one CTA an SM looping over items (longest causal items first)"},
+                      Axis{"o_store",
+                           {0, 1},
+                           {"regs", "tma"},
+                           "O by 4-byte stores from registers, or through shared memory and TMA stores"}},
                      Config({{"stages", 3},
                              {"intra_wg_overlap", 0},
                              {"pingpong", 0},
                              {"q_in_regs", 0},
-                             {"scheduler", 1}}),
+                             {"scheduler", 1},
+                             {"o_store", 1}}),
                      [](const Config& c) { return config_problem(params_of(c)); });
 }
 
 inline Params params_of(const Config& c) {
   return Params{static_cast<int>(c.get("stages")), c.get("intra_wg_overlap") != 0, c.get("pingpong") != 0,
-                c.get("q_in_regs") != 0, c.get("scheduler") != 0};
+                c.get("q_in_regs") != 0, c.get("scheduler") != 0, c.get("o_store") != 0};
 }
 
 // The persistent grid's CTAs load the next work item's Q into a second buffer; a one-shot CTA has one item.
 inline int q_buffers(const Params& p) { return p.persistent ? 2 : 1; }
-// The Q buffers, the K ring, two raw V tiles, the V^T ring, 2 KB of mbarriers and pin slots, and 1 KB of
-// alignment slack.
+// The Q buffers, the K ring, two raw V tiles, the V^T ring, O's staging (o_store=tma: 64 rows x 128 bf16 columns
+// a consumer warpgroup), 2 KB of mbarriers and pin slots, and 1 KB of alignment slack. At stages 4 on the persistent
+// grid with O through TMA that is 232448 bytes, exactly Hopper's opt-in limit.
 inline int64_t smem_bytes(const Params& p) {
-  return int64_t(kTileBytes) * (q_buffers(p) + 2 * p.stages + 2) + 3072;
+  return int64_t(kTileBytes) * (q_buffers(p) + 2 * p.stages + 2 + (p.o_tma ? 2 : 0)) + 3072;
 }
 
 inline int64_t num_q_tiles(const AttentionProblem& p) { return (p.seqlen_q + kBlockM - 1) / kBlockM; }

@@ -1,8 +1,8 @@
 // fa3_fp8 (e4m3, Hopper sm_90a) against the float64 CPU reference on the dequantized inputs. GPU tests skip
 // without a device and on any device other than compute capability 9.0; the host tests (supports() reasons) run
 // everywhere.
-//  - Fa3Fp8Shapes: every config (stages 2-4 x intra_wg_overlap x pingpong x q_in_regs x scheduler) on awkward
-//    shapes: length 1, lengths that are multiples of no tile,
+//  - Fa3Fp8Shapes: every config (stages 2-4 x intra_wg_overlap x pingpong x q_in_regs x scheduler x o_store) on
+//    awkward shapes: length 1, lengths that are multiples of no tile,
 //    causal with seqlen_q > seqlen_kv (rows that see no key: O = 0, LSE = -inf, not NaN) and < seqlen_kv, GQA,
 //    MQA, bhsd, and shapes long enough to wrap the K/V, raw-V and V^T rings several times; and shapes with more
 //    work items than an H100 has SMs, so that the persistent grid's CTAs take 2-3 items each (rings and Q buffers
