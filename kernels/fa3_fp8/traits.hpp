@@ -24,13 +24,15 @@ constexpr int kThreads = 384; // producer warpgroup + 2 consumer warpgroups
 constexpr int64_t kSmemOptinHopper = 232448;
 static_assert(kBlockM == kFp8ScaleBlock && kBlockN == kFp8ScaleBlock, "one descale per Q tile and per K/V tile");
 
-// Defaults (the space's default config): c176/c177 on an H100, by fastest sample: overlap off best from N = 4096
-// (within 2% below), stages 3 best or within 1%, the persistent grid 3-16% faster up to N = 4096 and even above.
+// Defaults (the space's default config), from c181's ablation on an H100 (fastest samples): with O through TMA,
+// intra_wg_overlap with Q in registers is best or within 1% from N = 2048 (up to 6% over overlap off), 0-3% behind
+// it at N = 512-1024; stages 3; the persistent grid 4-20% faster up to N = 2048 (the one-shot grid is 0.6-4% faster
+// at N = 8192-16384); O through TMA 4-10% faster than from registers up to N = 2048, within +-4% above.
 struct Params {
-  int stages = 3;       // K and V^T tiles in flight
-  bool overlap = false; // intra_wg_overlap: the next Q K^T issued with this P V, the softmax under it
+  int stages = 3;      // K and V^T tiles in flight
+  bool overlap = true; // intra_wg_overlap: the next Q K^T issued with this P V, the softmax under it
   bool pingpong = false; // the two consumer warpgroups issue their GEMMs in turn (c172: off best from N = 4096)
-  bool q_in_regs = false; // Q K^T takes Q from registers (RS), not shared memory (v6)
+  bool q_in_regs = true;  // Q K^T takes Q from registers (RS), not shared memory (v6)
   bool persistent = true; // one CTA an SM over several work items, the next item's loads under this one's (v7)
   bool o_tma = true;      // O through shared memory and TMA stores, not 4-byte stores from registers (v9)
 };
@@ -70,9 +72,9 @@ inline ConfigSpace make_space() {
                            {"regs", "tma"},
                            "O by 4-byte stores from registers, or through shared memory and TMA stores"}},
                      Config({{"stages", 3},
-                             {"intra_wg_overlap", 0},
+                             {"intra_wg_overlap", 1},
                              {"pingpong", 0},
-                             {"q_in_regs", 0},
+                             {"q_in_regs", 1},
                              {"scheduler", 1},
                              {"o_store", 1}}),
                      [](const Config& c) { return config_problem(params_of(c)); });
