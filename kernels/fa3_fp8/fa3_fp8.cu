@@ -11,18 +11,17 @@
 //  - P leaves the S accumulators as e4m3 A fragments with no shuffle: the k32 A fragment wants keys 4c..4c+3 in
 //    one register, the accumulator holds keys 2c, 2c+1, 8+2c, 9+2c. The transposer writes V^T's keys in that same
 //    order (transpose_v), so the product pairs each P with its own V row. (FA3 permutes the same way.)
-//  - Descales: block_m = block_n = 128, one Q descale per CTA and one K descale per K/V tile, folded into the one
+//  - Descales: block_m = block_n = 128, one Q descale per work item and one K descale per K/V tile, folded into the one
 //    multiply per score the softmax already makes (scale_log2 * q_descale * k_descale); V's descale folds into 1/l.
 //  - P is rounded to e4m3 for P V, scaled by 2^8 first (kPShift, folded into the exp2 offset, and out again through
 //    l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts at 2^-6, so unscaled, every P below
 //    1/64 would keep 0-2 mantissa bits (c167: elements of O off by 2.5x the 2^-4 rounding bound on rows that spread
 //    over many keys); scaled, P down to 2^-14 keeps all 3, and the largest, 256, is under e4m3's 448.
-//  - intra_wg_overlap (v2, on by default): tile j's Q K^T goes out with tile j-1's P V, and tile j's softmax runs
+//  - intra_wg_overlap (v2; on by default with q_in_regs): tile j's Q K^T goes out with tile j-1's P V, and tile j's softmax runs
 //    while that P V still holds the tensor cores (FA3's two-stage pipelining in a warpgroup). P is 16 registers in
 //    e4m3, so this costs no register set beyond v1's (S, O and P).
-//  - One tile shape (block_m 128, block_n 128, head_dim 128), a one-shot grid with the longest causal tiles first,
-//    O is stored from registers.
-//  - pingpong (v2, off by default: c172 had it best only below N = 4096): the two consumer warpgroups take turns
+//  - One tile shape (block_m 128, block_n 128, head_dim 128).
+//  - pingpong (v2, off by default: slower at every N since v5, c181): the two consumer warpgroups take turns
 //    to issue their GEMMs (named barriers, Turns).
 //  - v3: the overlapped softmax pinned above P V's wait (pin_softmax; ptxas had sunk it below). v4: the row offset
 //    moves only when a row's max passes it by more than kRescaleSlack, so most tiles skip O's 64 multiplies, and
@@ -31,17 +30,25 @@
 //  - v5, fewer instructions: V transposed by ldmatrix.trans + PRMT + stmatrix (~80 instructions a producer warp a
 //    tile, from 254), ring slots and phases stepped instead of divided out (the consumer's loop head 79
 //    instructions, from 139), and e4m3 packing without a PRMT where ptxas can merge.
+//  - v6, q_in_regs: Q K^T as RS wgmma from Q fragments loaded once (load_q_regs); needs intra_wg_overlap (ptxas).
+//  - v7, scheduler=persistent: one CTA an SM over work items (tile_of, Cursor), rings carried from item to item, two
+//    Q buffers loaded one item ahead (q_full/q_empty), so an item's fill and drain pass under its neighbours.
+//  - v8: descales loaded early (KDescales, ldg_early). v9, o_store=tma: O through shared memory and TMA stores.
+//    NOTES.md has each version's prediction and outcome.
 //
 // Roles: warpgroup 0 is the producer (thread 0 issues every TMA load; all 128 threads transpose V), warpgroups 1
-// and 2 are consumers of 64 query rows each.
+// and 2 are consumers of 64 query rows each of every work item. Tile j below counts the K/V tiles of all of the
+// CTA's work items in order.
 // Barriers (count; who arrives):
-//   q_full          1 + Q bytes; thread 0's expect_tx, once.
+//   q_full[b]       1 + Q bytes; thread 0's expect_tx. The n-th work item with a K/V tile uses buffer b = n % 2.
+//   q_empty[b]      8: lane 0 of every consumer warp once the item's last Q K^T retired.
 //   k_full[s]       1 + K tile bytes; K/V tile j uses slot s = j % stages, its n-th use has parity n & 1.
 //   k_empty[s]      8: lane 0 of every consumer warp once its Q K^T retired.
 //   vraw_full[r]    1 + V tile bytes; tile j's raw V in slot r = j % 2.
 //   vt_full[s]      128: every producer thread after its part of V^T (each fences its writes to the async proxy).
 //   vt_empty[s]     8: lane 0 of every consumer warp once its P V retired.
 //   named barrier 1 (128 producer threads): the raw slot has been read; thread 0 may refill it.
+//   named barriers 2, 3 (pingpong turns) and 4, 5 (each consumer warpgroup's O staging buffer, store_o_tma).
 #include "kernels/common/mma.cuh"
 #include "kernels/fa3_fp8/launch.hpp"
 #include "kernels/fa3_fp8/wgmma_fp8.cuh"
