@@ -96,7 +96,8 @@ TEST(Fa3Fp8Host, OtherVariantsTurnDownE4m3) {
 
 TEST(Fa3Fp8Host, SharedMemoryFitsHopperAtEveryDepth) {
   for (int st = 2; st <= fa3fp8::kMaxStages; ++st)
-    EXPECT_LE(fa3fp8::smem_bytes(fa3fp8::Params{st, true, true, true, true}), fa3fp8::kSmemOptinHopper) << "stages " << st;
+    EXPECT_LE(fa3fp8::smem_bytes(fa3fp8::Params{st, true, true, true, true, true}), fa3fp8::kSmemOptinHopper)
+        << "stages " << st;
 }
 
 } // namespace
