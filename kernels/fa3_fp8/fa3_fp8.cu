@@ -12,14 +12,15 @@
 //    one register, the accumulator holds keys 2c, 2c+1, 8+2c, 9+2c. The transposer writes V^T's keys in that same
 //    order (transpose_v), so the product pairs each P with its own V row. (FA3 permutes the same way.)
 //  - Descales: block_m = block_n = 128, one Q descale per work item and one K descale per K/V tile, folded into
-//    the one multiply per score the softmax already makes (scale_log2 * q_descale * k_descale); V's descale folds into 1/l.
+//    the one multiply per score the softmax already makes (scale_log2 * q_descale * k_descale); V's descale folds
+//    into 1/l.
 //  - P is rounded to e4m3 for P V, scaled by 2^8 first (kPShift, folded into the exp2 offset, and out again through
 //    l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts at 2^-6, so unscaled, every P below
 //    1/64 would keep 0-2 mantissa bits (c167: elements of O off by 2.5x the 2^-4 rounding bound on rows that spread
 //    over many keys); scaled, P down to 2^-14 keeps all 3, and the largest, 256, is under e4m3's 448.
 //  - intra_wg_overlap (v2; on by default with q_in_regs): tile j's Q K^T goes out with tile j-1's P V, and tile
-//    j's softmax runs while that P V still holds the tensor cores (FA3's two-stage pipelining in a warpgroup). P is 16 registers in
-//    e4m3, so this costs no register set beyond v1's (S, O and P).
+//    j's softmax runs while that P V still holds the tensor cores (FA3's two-stage pipelining in a warpgroup). P is
+//    16 registers in e4m3, so this costs no register set beyond v1's (S, O and P).
 //  - One tile shape (block_m 128, block_n 128, head_dim 128).
 //  - pingpong (v2, off by default: slower at every N since v5, c181): the two consumer warpgroups take turns
 //    to issue their GEMMs (named barriers, Turns).
