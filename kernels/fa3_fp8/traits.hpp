@@ -31,7 +31,7 @@ static_assert(kBlockM == kFp8ScaleBlock && kBlockN == kFp8ScaleBlock, "one desca
 struct Params {
   int stages = 3;      // K and V^T tiles in flight
   bool overlap = true; // intra_wg_overlap: the next Q K^T issued with this P V, the softmax under it
-  bool pingpong = false; // the two consumer warpgroups issue their GEMMs in turn (c172: off best from N = 4096)
+  bool pingpong = false; // the two consumer warpgroups issue their GEMMs in turn (c181: slower at every N)
   bool q_in_regs = true;  // Q K^T takes Q from registers (RS), not shared memory (v6)
   bool persistent = true; // one CTA an SM over several work items, the next item's loads under this one's (v7)
   bool o_tma = true;      // O through shared memory and TMA stores, not 4-byte stores from registers (v9)

@@ -94,6 +94,24 @@ TEST(Fa3Fp8Host, OtherVariantsTurnDownE4m3) {
   }
 }
 
+TEST(Fa3Fp8Host, QInRegsNeedsIntraWarpgroupOverlap) {
+  // c175: without intra_wg_overlap, ptxas reused Q's fragment registers for P; the space must not offer it.
+  int invalid = 0, valid_with_q = 0;
+  for (const auto& e : fp8().space().expand()) {
+    const fa3fp8::Params p = fa3fp8::params_of(e.config);
+    if (p.q_in_regs && !p.overlap) {
+      ASSERT_TRUE(e.invalid_reason.has_value());
+      EXPECT_NE(e.invalid_reason->find("intra_wg_overlap"), std::string::npos) << *e.invalid_reason;
+      ++invalid;
+    } else {
+      EXPECT_FALSE(e.invalid_reason.has_value()) << *e.invalid_reason;
+      valid_with_q += p.q_in_regs ? 1 : 0;
+    }
+  }
+  EXPECT_GT(invalid, 0);
+  EXPECT_GT(valid_with_q, 0);
+}
+
 TEST(Fa3Fp8Host, SharedMemoryFitsHopperAtEveryDepth) {
   for (int st = 2; st <= fa3fp8::kMaxStages; ++st)
     EXPECT_LE(fa3fp8::smem_bytes(fa3fp8::Params{st, true, true, true, true, true}), fa3fp8::kSmemOptinHopper)
