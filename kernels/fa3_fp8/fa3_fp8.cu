@@ -51,6 +51,7 @@
 //   named barrier 1 (128 producer threads): the raw slot has been read; thread 0 may refill it.
 //   named barriers 2, 3 (pingpong turns) and 4, 5 (each consumer warpgroup's O staging buffer, store_o_tma).
 #include "kernels/common/mma.cuh"
+#include "kernels/common/sm_count.hpp"
 #include "kernels/fa3_fp8/launch.hpp"
 #include "kernels/fa3_fp8/wgmma_fp8.cuh"
 #include "kernels/fa3_pipelined/hopper.cuh"
@@ -769,12 +770,8 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
   const KernelFn kernel = pick(c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   int64_t grid = items;
-  if (c.persistent) { // one CTA an SM (the shared memory and registers allow no second), each over several items
-    int dev = 0, sms = 0;
-    FB_CUDA_CHECK(cudaGetDevice(&dev));
-    FB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    grid = std::min<int64_t>(items, sms);
-  }
+  // Persistent: one CTA an SM (the shared memory and registers allow no second), each over several items.
+  if (c.persistent) grid = std::min<int64_t>(items, kernels::sm_count());
   kernel<<<static_cast<unsigned>(grid), kThreads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 }

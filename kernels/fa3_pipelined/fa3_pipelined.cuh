@@ -86,6 +86,7 @@
 
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/mma.cuh"
+#include "kernels/common/sm_count.hpp"
 #include "kernels/fa3_pipelined/hopper.cuh"
 #include "kernels/fa3_pipelined/tensor_map.hpp"
 #include "kernels/fa3_pipelined/traits.hpp"
@@ -1651,19 +1652,11 @@ inline int64_t l2_bytes() {
   return bytes;
 }
 
-// The device's SM count, read once per process like l2_bytes, and the resident CTAs per SM of one
-// instantiation at one shared-memory size, asked once per (kernel, size): launch_tile needs both on
-// every launch (the persistent grid, the work order's sections), and a timed launch should not pay
-// the driver's occupancy calculator each time.
-inline int sm_count() {
-  static const int sms = [] {
-    int dev = 0, v = 0;
-    FB_CUDA_CHECK(cudaGetDevice(&dev));
-    FB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return sms;
-}
+// The device's SM count (kernels/common/sm_count.hpp, read once per process like l2_bytes), and the
+// resident CTAs per SM of one instantiation at one shared-memory size, asked once per (kernel, size):
+// launch_tile needs both on every launch (the persistent grid, the work order's sections), and a
+// timed launch should not pay the driver's occupancy calculator each time.
+using fb::kernels::sm_count;
 inline int resident_per_sm(const void *kernel, int threads, int64_t smem) {
   static std::mutex mu;
   static std::map<std::tuple<const void *, int, int64_t>, int> cache;
