@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Exercises the nightly gate on a GPU: two clean runs of the same build must report zero regressions; a third run
 # with one variant deliberately slowed (FLASHBENCH_TEST_SLOWDOWN launches it twice per timed sample) must exit 1
-# and name exactly that variant's points. Uses sweeps/nightly-smoke.yaml and a fresh state folder under OUTDIR.
+# and name exactly that variant's points. Uses sweeps/ci/nightly-smoke.yaml and a fresh state folder under OUTDIR.
 #   scripts/nightly-demo.sh OUTDIR [SLOWED_VARIANT]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?OUTDIR}; slowed=${2:-fa1_kv_outer}
 state="$out/state"; rm -rf "$state"; mkdir -p "$out"
-export FLASHBENCH_NIGHTLY_SPEC=sweeps/nightly-smoke.yaml
+export FLASHBENCH_NIGHTLY_SPEC=sweeps/ci/nightly-smoke.yaml
 run() { bash scripts/nightly.sh "$state" >"$out/nightly$1.log" 2>&1; echo $?; }
 rc1=$(run 1); rc2=$(run 2)
 rc3=$(FLASHBENCH_TEST_SLOWDOWN=$slowed run 3)

@@ -256,7 +256,7 @@ template <int D, int BN> struct Smem {
 // ---- trace (diagnostics; off unless FA3_TRACE is defined: cmake -DFLASHBENCH_FA3_TRACE=ON)
 // %globaltimer stamps (32 ns) of every work item (a work tile, or a stream-K segment of one) on the
 // first thread of each consumer warpgroup and on the producer thread, so that one launch's tile
-// starts and ends can be read per CTA (scripts/dev/fa3_trace.py). Lanes of a CTA's region: consumer
+// starts and ends can be read per CTA (tools/dev/fa3_trace.py). Lanes of a CTA's region: consumer
 // warpgroup 0..2, producer 3; record 0 of a lane holds its start, end and item count, records
 // 1.. its items in order:
 //   consumer: q0 | hb << 32, n_tiles | part << 32, tf (fetch_tile entered: the previous item done),

@@ -45,7 +45,7 @@
 
 namespace fb::fdec {
 
-// Diagnostics (off unless FDEC_TRACE is defined, as scripts/dev/fdec_trace.cu does): thread 0 / lane 0
+// Diagnostics (off unless FDEC_TRACE is defined, as tools/dev/fdec_trace.cu does): thread 0 / lane 0
 // stamp %globaltimer at fixed points of every CTA's life into fdec_trace[cta][32], so a launch's start,
 // per-CTA progress, spread and combine tail can be read off one launch (NOTES.md, version 8). Slots:
 //   29 first instruction, 1 past the early exits, 30 before the first K/V copies, 0 the SM id,

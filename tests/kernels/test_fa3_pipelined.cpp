@@ -3,8 +3,8 @@
 //  - Fa3SelfCheck: one K/V tile, non-causal, smallest configs first; on a mismatch it prints a
 //  diagnosis of where
 //    the error sits (S side vs P V side, which 64-column chunk, which rows) so that a wrong WGMMA
-//    descriptor, swizzle or fragment layout is named rather than just "incorrect".
-//    scripts/dev/fa3-gpu.sh runs it first.
+//    descriptor, swizzle or fragment layout is named rather than just "incorrect"; run it first
+//    (--gtest_filter='*Fa3SelfCheck*') when bringing the kernel up on a new GPU.
 //  - Fa3AllConfigs: every valid config on the shared awkward shapes and on longer ones that wrap
 //  the TMA ring
 //    several times, cross the causal diagonal in several tiles, and mix GQA, bhsd and seqlen_q !=
