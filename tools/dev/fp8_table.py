@@ -4,14 +4,15 @@ call (peers.py --rounds: ours and cuDNN each in its own problem's loop, alternat
 spread, printed beside it. Also prints the ceilings (bf16 and e4m3 GEMM) and any peer's skip reason, and the two
 sweeps' best by fastest sample (min_us: both kernels at the clock they reach before the board's power limit bites,
 which the medians of different sweep points do not share: 1695-1980 MHz in one measured call).
-    python3 tools/dev/fp8_table.py SWEEP.json PEERS.json"""
+    python3 tools/dev/fp8_table.py SWEEP.json PEERS.json
+    python3 tools/dev/fp8_table.py PEERS.json          (fp8 against cuDNN bf16 only: the peers file alone)"""
 import json
 import statistics
 import sys
 
 
 def main(sweep_path, peers_path):
-    sweep = json.load(open(sweep_path))["benchmarks"]
+    sweep = json.load(open(sweep_path))["benchmarks"] if sweep_path else []
     doc = json.load(open(peers_path))
     peers, ctx = doc["benchmarks"], doc["context"]
     flops, bf16_sweep, fastest = {}, {}, {}
@@ -32,6 +33,8 @@ def main(sweep_path, peers_path):
                 times.setdefault("why_fp8", r["reason"])
             continue
         times.setdefault((r["variant"].replace("peer:", ""), k), []).append(r["median_us"])
+        if not sweep_path and r["variant"] == "fa3_fp8":
+            flops[k] = r["flops"]
     print("ceilings:", json.dumps(ctx.get("ceilings") or {})[:300])
     if "why_fp8" in times:
         print("torch_fp8:", times["why_fp8"][:300])
@@ -43,6 +46,10 @@ def main(sweep_path, peers_path):
             continue
         ratios = [c / o for o, c in zip(ours, cud)]
         f = flops[k]
+        if not sweep_path:
+            print(f"{k[0]:6d} {int(k[1]):6d} {f / statistics.median(ours) / 1e6:9.1f} {f / statistics.median(cud) / 1e6:10.1f} "
+                  f"{'-':>9} {statistics.median(ratios):9.3f} {min(ratios):6.3f}-{max(ratios):.3f}")
+            continue
         print(f"{k[0]:6d} {int(k[1]):6d} {f / statistics.median(ours) / 1e6:9.1f} {f / statistics.median(cud) / 1e6:10.1f} "
               f"{f / bf16_sweep[k] / 1e6:9.1f} {statistics.median(ratios):9.3f} {min(ratios):6.3f}-{max(ratios):.3f} "
               f"{bf16_sweep[k] / statistics.median(ours):8.3f} | {' ' * 17}"
@@ -51,4 +58,4 @@ def main(sweep_path, peers_path):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:3]) if len(sys.argv) > 2 else main(None, sys.argv[1])
