@@ -29,7 +29,7 @@ std::vector<std::string> preference(const AttentionProblem& p) {
   std::vector<std::string> order;
   if (p.seqlen_q <= 16) order.push_back("flash_decoding");
   // fa3_pipelined first: on Hopper it passes every GPU test and check and runs 1.4-1.9x fa2_q_outer on every
-  // acceptance shape (reports/baselines/nvidia-h200/NOTES.md); elsewhere its supports() says "needs sm_90a" and
+  // acceptance shape (kernels/fa3_pipelined/DESIGN.md); elsewhere its supports() says "needs sm_90a" and
   // fa2_q_outer is next.
   for (const char* n : {"fa3_pipelined", "fa2_q_outer", "fa1_kv_outer", "naive"}) order.push_back(n);
   return order;

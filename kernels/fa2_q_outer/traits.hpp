@@ -99,7 +99,7 @@ constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; 
 // the cp.async chunks each thread issues per K/V tile (their addresses stay live across the unrolled copy), and
 // the P·V partial of one column chunk, with split_k's O share counted twice (it is live across the whole chunk
 // loop next to the partial). Not a register count: a score calibrated against ptxas 13.0 -Xptxas -v for sm_90
-// (NOTES.md lists every shape): every shape at or under kRegisterBudget compiled with zero spills, every shape
+// (HISTORY.md lists every shape): every shape at or under kRegisterBudget compiled with zero spills, every shape
 // over it spilled. Shapes over it are skipped with this reason instead of compiled.
 constexpr int kRegisterAllowance = 40;
 constexpr int kRegisterBudget = 212;
@@ -130,7 +130,7 @@ constexpr bool lean_loop(int head_dim, int block_m, int block_n, int warps) {
   return head_dim == 128 && block_m == 128 && block_n == 64 && warps == 4;
 }
 // The register score of a lean_loop shape (216 at d128 128x64x4) overstates it by the row sums and the mask
-// bounds that the diet takes out of the loop; it compiles spill-free on sm_90 (NOTES.md, version 4).
+// bounds that the diet takes out of the loop; it compiles spill-free on sm_90 (HISTORY.md, version 4).
 constexpr bool tile_instantiated(int head_dim, int block_m, int block_n, int warps, bool sq) {
   return register_estimate(head_dim, block_m, block_n, warps, sq) <= kRegisterBudget ||
          (sq && lean_loop(head_dim, block_m, block_n, warps));

@@ -35,7 +35,7 @@
 //  - v7, scheduler=persistent: one CTA an SM over work items (tile_of, Cursor), rings carried from item to item, two
 //    Q buffers loaded one item ahead (q_full/q_empty), so an item's fill and drain pass under its neighbours.
 //  - v8: descales loaded early (KDescales, ldg_early). v9, o_store=tma: O through shared memory and TMA stores.
-//    NOTES.md has each version's prediction and outcome.
+//    HISTORY.md has each version's prediction and outcome.
 //
 // Roles: warpgroup 0 is the producer (thread 0 issues every TMA load; all 128 threads transpose V), warpgroups 1
 // and 2 are consumers of 64 query rows each of every work item. Tile j below counts the K/V tiles of all of the

@@ -23,7 +23,7 @@
 //    softmax runs while the other's GEMMs occupy the tensor cores.
 //  - One kernel per problem kind (v37, traits.hpp kernel_mode): non-causal, causal and stream-K
 //  kernels each compile only their own paths, so a short work tile's once-per-tile code does not
-//    jump over the others' (instruction-cache misses; NOTES.md, v37).
+//    jump over the others' (instruction-cache misses; HISTORY.md, v37).
 //  - intra_wg_overlap: tile j+1's Q K^T and tile j's P V are issued back to back; the softmax of
 //  j+1 runs while
 //    P V of j is still in flight (FA3's two-stage pipelining inside a warpgroup). Costs one more
@@ -128,7 +128,7 @@ struct KernelArgs {
   float scale_log2;
   TileDecoder order; // the work order (traits.hpp: tile_coord)
   // v17: heads_q and stages as FastDivs: the producer divides by them for every tile and K/V load
-  // (a `/` by a run-time int queued on the pipe of the consumers' exp2s: NOTES.md, v17).
+  // (a `/` by a run-time int queued on the pipe of the consumers' exp2s: HISTORY.md, v17).
   fb::kernels::FastDiv heads_q_div, stages_div;
   int total_tiles;   // num_q_tiles x heads_q x batch
   int *claims;       // dynamic scheduler (v7): [0] tiles claimed past the first wave, [1] CTAs done
@@ -442,7 +442,7 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
       tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv, w.b());
   };
   // Q before K(0) (v16; v4-v15 loaded K(0) first). With two Q buffers the Q slot's last use was two
-  // tiles back, while K(0)'s slot waits for Q K^T(n-2) of the tile before: the trace (NOTES v16)
+  // tiles back, while K(0)'s slot waits for Q K^T(n-2) of the tile before: the trace (HISTORY.md, v16)
   // had the next Q go out ~0.35 us after the consumers' last P V of the tile before, and land
   // ~0.45 us after they were ready for it. With one buffer both wait for the tile's last Q K^T,
   // and the tile needs both before it can start.
@@ -672,7 +672,7 @@ __device__ __forceinline__ float half_reduce(const float (&sacc)[BN / 2], int hh
 // lanes a clock per SM) with the scale FFMAs and the sums. With exp2s and sums in separate blocks
 // (v8-v33: a branch on right_dead between the row halves' exp2s, the sums after the join) ptxas
 // issued 32 FFMAs, 32 MUFUs back to back (stall 8 each), the branch, the same again, then 62
-// FADDs: ~128 issue cycles a tile and warp on top of the MUFU's 512 (NOTES.md, v34).
+// FADDs: ~128 issue cycles a tile and warp on top of the MUFU's 512 (HISTORY.md, v34).
 // kRightDead (v17): no row of this warp sees a key in the tile's right half (the half diagonal
 // tile, half_diag_tile), whose scores the mask made -inf: their P is 0 with no exp2: half the
 // exp2s of such a tile (block_n 128: a quarter of a causal N512 launch's tiles are such).
@@ -993,7 +993,7 @@ __device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c,
 // launch computes at block_m 192 or 128, a ninth at N1024. Any alignment: the test is on the
 // warpgroup's last visible key. (Computing such a tile as m64n64 GEMMs as well was tried: a second,
 // narrower copy of either GEMM in the loop serialised every WGMMA of the 3-consumer kernel
-// (C7511) or spilled it; NOTES.md, v17.)
+// (C7511) or spilled it; HISTORY.md, v17.)
 template <int BN, int MODE>
 __device__ __forceinline__ bool half_diag_tile(const KernelArgs &a, const TileCtx &c, int wg,
                                                int j) {
@@ -1245,7 +1245,7 @@ __device__ __forceinline__ void end_tile(const KernelArgs &a, const Smem<D, BN> 
 // intra_wg_overlap on. Inside a tile, Q K^T(j) and P V(j-1) are issued together and softmax(j)
 // runs while P V(j-1) is in flight. A tile starts on its own (Q K^T(0), wait, softmax(0)) and ends
 // with its last P V alone, then O. (v5 tried issuing the next work tile's Q K^T(0) with this
-// tile's last P V: no gain, up to 7% lost at d64, removed in v7; NOTES.md.)
+// tile's last P V: no gain, up to 7% lost at d64, removed in v7; HISTORY.md.)
 // The work tiles come from the producer (fetch_tile), whatever the scheduler.
 //
 // intra_wg_overlap off: one tile at a time, each GEMM waited for (the ablation).
@@ -1680,7 +1680,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.tm_v = make_tile_map(args.v, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN);
   a.o_tma = o_staged(D, c) ? 1 : 0;
   a.q_bufs = q_buffers(D, c);
-  // Experiment knob (NOTES.md, v5): FLASHBENCH_FA3_Q_BUFS=1 keeps one Q buffer (the ablation of the
+  // Experiment knob (HISTORY.md, v5): FLASHBENCH_FA3_Q_BUFS=1 keeps one Q buffer (the ablation of the
   // second; the launch then asks for one Q tile less shared memory than launch_smem_bytes).
   if (const char *e = std::getenv("FLASHBENCH_FA3_Q_BUFS"); e && std::atoi(e) == 1)
     a.q_bufs = 1;
@@ -1730,7 +1730,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   if (const char *e = std::getenv("FLASHBENCH_FA3_SECTION_WAVES"))
     section_cap = static_cast<int64_t>(std::max(0.0, std::atof(e)) * double(resident));
   TileOrder order = tile_order(p, c.block_m, D, l2_bytes(), section_cap);
-  // Experiment knob (NOTES.md, v4): FLASHBENCH_FA3_SECTIONS=n fixes the number of L2 sections (at
+  // Experiment knob (HISTORY.md, v4): FLASHBENCH_FA3_SECTIONS=n fixes the number of L2 sections (at
   // most one per GQA group; n = groups is close to the version-3 order: one group after another).
   if (const char *e = std::getenv("FLASHBENCH_FA3_SECTIONS"); e && std::atoi(e) > 0)
     order.sections = std::min(std::atoi(e), order.groups);

@@ -27,7 +27,7 @@ constexpr int kSchedPersistent = 1;
 // their producer gets to them, instead of the fixed round robin of kSchedPersistent. Causal work
 // tiles differ in length (the last Q tile visits every K/V tile, the first one or two), and a fixed
 // assignment leaves some CTAs with more work than others: simulated on the acceptance shapes, round
-// robin reaches 0.76-0.95 of the even share at d128 causal, claiming 0.98-0.99 (NOTES.md, v7).
+// robin reaches 0.76-0.95 of the even share at d128 causal, claiming 0.98-0.99 (HISTORY.md, v7).
 constexpr int kSchedDynamic = 2;
 // v15: persistent grid (one CTA per resident slot, as persistent) whose full waves of work tiles are
 // claimed as with dynamic and whose last, partial wave is shared out by K/V tiles instead
@@ -39,7 +39,7 @@ constexpr int kSchedDynamic = 2;
 // Non-causal only (every tile then has the same iters). Why: the acceptance shapes have 2048 work
 // tiles at d128 (16384 tokens x 16 heads / 128 rows), 15.5 waves on 132 SMs, so every persistent or
 // dynamic launch ran a 16th wave with 64 SMs idle (predicted 3% of the launch; cuDNN's persistent
-// kernel loses the same; v15a measured +1.6-2.4% at N >= 4096 and nothing at d128 N2048: NOTES.md).
+// kernel loses the same; v15a measured +1.6-2.4% at N >= 4096 and nothing at d128 N2048: HISTORY.md).
 // A segment that does not start a tile writes its unnormalised O, its row offsets m and sums l to
 // the workspace slot of its chunk (at most one such segment a chunk: only the first of its range
 // can start mid-tile) and raises a flag; the segment that starts the tile (the last of its chunk,
@@ -53,7 +53,7 @@ constexpr bool split_compiled(int64_t head_dim) { return head_dim <= 128; }
 constexpr int kMaxSplitCtas = 256; // chunks of a tail (workspace slots); 8 bits of WorkTile::part
 // Shortest chunk of the tail, in K/V tiles: each segment costs a tile start and end
 // (Q K^T of its first tile and P V of its last exposed, the partial's write or fold) besides its
-// K/V tiles (experiment knob FLASHBENCH_FA3_SPLIT_MIN). Measured (NOTES.md, v15): 4 against 2,
+// K/V tiles (experiment knob FLASHBENCH_FA3_SPLIT_MIN). Measured (HISTORY.md, v15): 4 against 2,
 // mean over the 1980-MHz pairs 1.009 against 1.004-1.005; at d128 N512 (4 K/V tiles a work tile,
 // no split at 4) 0.986 against 0.974-0.979 of dynamic.
 constexpr int kSplitMinIters = 4;
@@ -170,7 +170,7 @@ constexpr bool tile_compiled(int64_t head_dim, int block_n, bool wide) {
 // another problem's path (17 pieces a tile in the all-paths kernel, 9 in the non-causal one). ncu
 // at d128 N512 (bm128 bn128): 257 K instruction-cache misses against 96 K for a non-causal-only
 // build, cuDNN's kernel 19 K; the non-causal-only build +2.4-2.6% at d128 N512 and +4-7% at d64
-// N512 in the same call (NOTES.md, v37).
+// N512 in the same call (HISTORY.md, v37).
 constexpr int kModeAny = 0, kModePlain = 1, kModeCausal = 2, kModeSplit = 3;
 // The tiles that get the per-problem kernels (every tile compiles the all-paths one too, for the
 // knobs that ask for it). d128 block_n 192 has the all-paths kernel only: without the causal
@@ -381,7 +381,7 @@ inline TileOrder tile_order(const AttentionProblem &p, int64_t block_m, int64_t 
 // launch still ends on light tiles (LPT) while every head's tiles are claimed within about two waves
 // (its K/V read from DRAM once). Non-causal tiles all cost the same, so nothing is gained by sorting:
 // one group per section, whose Q tiles then run side by side on neighbouring CTAs and read its K/V
-// together. Measured on the H200 against the half-L2 rule alone (NOTES.md, v12): d128 N512 +4%,
+// together. Measured on the H200 against the half-L2 rule alone (HISTORY.md, v12): d128 N512 +4%,
 // causal +4.5%; DRAM reads fall to Q + K + V once (201 MB at the acceptance shapes, from 250-500).
 inline int64_t section_tile_cap(const AttentionProblem &p, int64_t resident) {
   return p.causal ? 2 * resident : 1;

@@ -20,7 +20,7 @@
 //     resets its group's counter to 0, so no memset runs in front of the launch (v6; v4-v5 queued
 //     one, which cost a second graph node on every call). Version 2 had a per-launch tag in the
 //     counter instead, taken with an atomicCAS loop; when a group's 26-64 CTAs arrive together every
-//     failed CAS costs an L2 round trip, which serialised the arrivals (NOTES.md: ~10 us at B=1 L=8k).
+//     failed CAS costs an L2 round trip, which serialised the arrivals (HISTORY.md: ~10 us at B=1 L=8k).
 // A group whose keys fit one split writes its final O directly (no partials at all).
 //
 // Variable lengths (cache_seqlens) and causal alignment: row r of a group is query i = r / group of
@@ -47,7 +47,7 @@ namespace fb::fdec {
 
 // Diagnostics (off unless FDEC_TRACE is defined, as tools/dev/fdec_trace.cu does): thread 0 / lane 0
 // stamp %globaltimer at fixed points of every CTA's life into fdec_trace[cta][32], so a launch's start,
-// per-CTA progress, spread and combine tail can be read off one launch (NOTES.md, version 8). Slots:
+// per-CTA progress, spread and combine tail can be read off one launch (HISTORY.md, version 8). Slots:
 //   29 first instruction, 1 past the early exits, 30 before the first K/V copies, 0 the SM id,
 //   2-9 warp FDEC_TRACE_WARP (0) at each eighth of its sub-tiles (FDEC_TRACE_NOLOOP leaves them out:
 //   the stamps slow that warp's loop), 10+w warp w's loop end, 18 warps merged, 23 partial stored,

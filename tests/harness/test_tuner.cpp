@@ -169,7 +169,7 @@ TEST(Tuner, TiesWithinOnePercentGoToFewerResources) {
   EXPECT_FALSE(pick_winner(v.space(), partial));
 }
 
-// c157 (fa3 NOTES.md, session 31): at d128 N4096 the config fastest by median had been timed at 1980 MHz and the
+// c157 (fa3_pipelined/HISTORY.md, session 31): at d128 N4096 the config fastest by median had been timed at 1980 MHz and the
 // others at ~1700 MHz. Such a margin is flagged by the spread of the two points' clocks, kept in the table.
 TEST(Tuner, ClockSpreadFlagsMarginsBetweenPointsTimedAtDifferentClocks) {
   Measurement a, b;

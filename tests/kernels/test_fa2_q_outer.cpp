@@ -85,7 +85,7 @@ TEST(Fa2QOuter, UnsupportedCombinationsSayWhy) {
   const Config big = fa2().space().make(
       {{"block_m", "128"}, {"block_n", "128"}, {"warps", "4"}, {"warp_layout", "split_q"}});
   EXPECT_NE(fa2().supports(p, big, dev).reason.find("registers"), std::string::npos);
-  // Version 2 calibration (NOTES.md): d64 128x128x4 compiles spill-free for sm_90 (not for sm_80), d128 128x64x4
+  // Version 2 calibration (HISTORY.md): d64 128x128x4 compiles spill-free for sm_90 (not for sm_80), d128 128x64x4
   // still spills and is skipped with the register reason.
   p.head_dim = 64;
   EXPECT_TRUE(fa2().supports(p, big, dev).ok) << fa2().supports(p, big, dev).reason;

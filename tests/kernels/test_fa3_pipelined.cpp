@@ -313,7 +313,7 @@ const std::vector<ScoreCase> kGrowthCases = {
 };
 // Scores shifted by +-40 and +-196 log2 units (Case's score_shift): every row's maximum lies far
 // from 0, the offset a kernel might guess before its first row max (v11 tried that at a work tile's
-// first K/V tile, with a slow path for +-40 and a recompute for +-196; dropped, NOTES.md), and
+// first K/V tile, with a slow path for +-40 and a recompute for +-196; dropped, HISTORY.md), and
 // +196 overflows exp2 of any unshifted score. Every config, causal with fully masked rows and
 // seqlen_q != seqlen_kv, GQA, fp16 and bf16.
 const std::vector<ScoreCase> kShiftCases = {
@@ -507,7 +507,7 @@ TEST(Fa3Pipelined, WorkOrderIsAPermutationOfWholeGroupSections) {
   }
 }
 
-// What the dynamic scheduler is for (NOTES.md, v7). Each work tile costs its K/V tiles plus one (a
+// What the dynamic scheduler is for (HISTORY.md, v7). Each work tile costs its K/V tiles plus one (a
 // tile's start and O); 132 CTAs. Claiming tiles in the work order as CTAs free up (the dynamic
 // scheduler) stays within 3% of an even share on the causal acceptance shapes; the fixed round robin
 // (persistent) is what v4-v6 ran, and is measured next to it.
@@ -777,7 +777,7 @@ TEST(Fa3Pipelined, TrafficModelIsOneKvPassPerQTile) {
 
 // v13: a causal warpgroup computes K/V tiles up to its own last row's last visible key
 // (kv_tiles_to_row, as make_ctx does on the device) and passes over the rest of its work tile's.
-// The counts NOTES.md predicts from: block_m 192, block_n 128, 3 consumers.
+// The counts HISTORY.md predicts from: block_m 192, block_n 128, 3 consumers.
 TEST(Fa3Pipelined, WarpgroupsPassOverTilesRightOfTheirDiagonal) {
   struct Count {
     int computed = 0, passed = 0;

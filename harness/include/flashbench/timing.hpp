@@ -4,7 +4,7 @@
 //    pays for its own traffic only. nvbench and triton's do_bench flush by writing (a memset, "write"), which
 //    leaves the L2 full of dirty lines that the next kernel must write back to DRAM before its own lines fit:
 //    about 50-60 MB of write-back charged to whatever runs next, which dominates a 10-30 us decode kernel
-//    (flash_decoding/NOTES.md measured it). "write" is kept to reproduce those tools' numbers;
+//    (flash_decoding/HISTORY.md measured it). "write" is kept to reproduce those tools' numbers;
 //  - while one sample's work is queued, the stream is held by a blocking kernel, so host launch overhead never
 //    lands between the events;
 //  - each sample is one pair of CUDA events around the variant's launches;
