@@ -125,26 +125,29 @@ TEST(Spec, ErrorsNameFileLineAndWhatToDo) {
                R"(^t\.yaml:1:\d+: timing.queue must be 'round_trip' .* or 'back_to_back')");
 }
 
-// Every spec shipped under sweeps/ (any depth) parses and plans, so a new spec is covered without listing it here.
+// Every spec shipped under sweeps/ (any depth) parses and plans, so a new spec is covered without
+// listing it here.
 TEST(Spec, ShippedSpecsParse) {
   namespace fs = std::filesystem;
   const fs::path root = fs::path(FLASHBENCH_SOURCE_DIR) / "sweeps";
   ASSERT_TRUE(fs::is_directory(root)) << root;
   std::vector<fs::path> specs;
-  for (const auto& entry : fs::recursive_directory_iterator(root))
-    if (entry.is_regular_file() && entry.path().extension() == ".yaml") specs.push_back(entry.path());
+  for (const auto &entry : fs::recursive_directory_iterator(root))
+    if (entry.is_regular_file() && entry.path().extension() == ".yaml")
+      specs.push_back(entry.path());
   std::sort(specs.begin(), specs.end());
   ASSERT_FALSE(specs.empty()) << "no .yaml spec found under " << root;
-  // The fixed entry points stay at the top level: scripts/run.sh, scripts/nightly.sh and scripts/bringup.sh name them.
-  for (const char* name : {"quick.yaml", "nightly.yaml", "bringup.yaml"})
+  // The fixed entry points stay at the top level: scripts/run.sh, scripts/nightly.sh and
+  // scripts/bringup.sh name them.
+  for (const char *name : {"quick.yaml", "nightly.yaml", "bringup.yaml"})
     EXPECT_TRUE(std::find(specs.begin(), specs.end(), root / name) != specs.end()) << name;
-  for (const auto& path : specs) {
+  for (const auto &path : specs) {
     SCOPED_TRACE(path.string());
     try {
       const SweepSpec s = load_spec(path.string());
       EXPECT_FALSE(s.problems.empty());
       EXPECT_FALSE(plan(s, catalog(), nominal_device()).empty());
-    } catch (const UserError& e) {
+    } catch (const UserError &e) {
       ADD_FAILURE() << e.what();
     }
   }
