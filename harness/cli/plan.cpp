@@ -1,9 +1,10 @@
 // flashbench plan: a spec's expanded problems as JSON (for scripts/peers.py), each with the
-// harness's key, FLOPs and minimum bytes, so that Python's copy of the problem math can be checked
-// against this one.
+// harness's key, FLOPs, minimum bytes and verification tolerance, so that Python's copy of the
+// problem math can be checked against this.
 #include "commands.hpp"
 
 #include "flashbench/spec.hpp"
+#include "flashbench/verify.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -24,11 +25,18 @@ Command add_plan(CLI::App &app, const Globals &) {
             j["problems"] = spec.problems;
             // Beside the problems, not inside them: readers take each problem object as given.
             nlohmann::json derived = nlohmann::json::array();
-            for (const auto &p : spec.problems)
+            for (const auto &p : spec.problems) {
+              const Tolerance t = tolerance_for(p.dtype);
               derived.push_back({{"key", key(p)},
                                  {"flops", flops(p)},
                                  {"bytes_min", min_bytes(p)},
-                                 {"kv_bytes", kv_bytes(p)}});
+                                 {"kv_bytes", kv_bytes(p)},
+                                 {"tolerance",
+                                  {{"atol", t.atol},
+                                   {"rtol", t.rtol},
+                                   {"rel_l2", t.rel_l2},
+                                   {"p_round", t.p_round}}}});
+            }
             j["derived"] = derived;
             j["timing_policy"] = spec.timing;
             std::printf("%s\n", j.dump(1).c_str());

@@ -96,6 +96,7 @@ int run(const RunArgs &a, const Globals &g) {
   opts.shard_index = shard_index;
   opts.shard_count = shard_count;
   opts.resume = a.resume;
+  opts.force = a.force;
   opts.fake_worker = a.fake_worker;
   opts.fake_delay_ms = a.fake_delay_ms;
   opts.counters = !a.no_counters;

@@ -270,7 +270,22 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
   };
   if (opts.resume) {
     size_t kept = 0, foreign = 0;
-    for (auto& rec : read_partial_log(log.path())) {
+    std::vector<nlohmann::json> earlier = read_partial_log(log.path());
+    std::string from = log.path();
+    // A run that finished left no partial log, only its results file: resuming it keeps that file's points (a
+    // requeued shard has nothing left to do). Another plan's file is not this run's to continue.
+    std::error_code ec;
+    if (earlier.empty() && std::filesystem::file_size(opts.output_path, ec) > 0 && !ec) {
+      const nlohmann::json doc = read_results_file(opts.output_path);
+      if (doc["context"].value("plan_hash", std::string()) == context["plan_hash"].get<std::string>()) {
+        for (const auto& rec : doc["benchmarks"]) earlier.push_back(rec);
+        from = opts.output_path;
+      } else if (!opts.force) {
+        throw UserError(opts.output_path + " holds the results of another plan; --resume continues a run of this "
+                        "plan: pass --force to replace the file, or choose another -o");
+      }
+    }
+    for (auto& rec : earlier) {
       const auto it = index_of.find(rec.value("name", ""));
       if (it == index_of.end() || records[it->second]) {
         ++foreign;
@@ -291,7 +306,7 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
       if (!os) throw UserError("cannot rewrite " + tmp + " (disk full?)");
       std::filesystem::rename(tmp, log.path());
     }
-    std::printf("resume: %zu finished points kept from %s%s\n", kept, log.path().c_str(),
+    std::printf("resume: %zu finished points kept from %s%s\n", kept, from.c_str(),
                 foreign ? (", " + std::to_string(foreign) + " records not in this plan ignored").c_str() : "");
   } else {
     std::filesystem::remove(log.path());

@@ -6,8 +6,8 @@ shipped spec and on a spec of the rarer fields (layout, scale, kv_lens of either
 
 Runs `flashbench plan` for each sweeps/**/*.yaml and compares, per problem, the key the harness gives (and names
 its records by) with problem_key() of the problem as peers.py reads it (normalize_problem) and as the reports read
-it (the record's raw problem object); FLOPs, bytes_min and kv_bytes likewise; and that parse_problem_key gives the
-problem back from its key. Registered in CTest (tests/CMakeLists.txt, label cpu). Exit 1 with the mismatches listed,
+it (the record's raw problem object); FLOPs, bytes_min and kv_bytes likewise; that parse_problem_key gives the
+problem back from its key; and that the peers' tolerances are the harness's for e4m3 and never stricter elsewhere. Registered in CTest (tests/CMakeLists.txt, label cpu). Exit 1 with the mismatches listed,
 or when no spec is found.
 """
 import glob
@@ -42,6 +42,18 @@ def close(a, b):
     return a == b or (a and b and abs(a - b) <= 1e-12 * max(abs(a), abs(b)))
 
 
+def tolerance_mismatches(dtype, cpp):
+    """The peers' check is never stricter than the harness's own (verify.cpp, tolerance_for); for e4m3 it is the
+    same bound."""
+    atol, rtol = P.TOLERANCE[dtype]
+    if dtype == "e4m3":
+        ours = {"atol": atol, "rtol": rtol, "rel_l2": P.E4M3_REL_L2, "p_round": P.E4M3_P_ROUND}
+        return ["e4m3 tolerance {}: C++ {!r} != Python {!r}".format(k, cpp[k], v) for k, v in ours.items()
+                if cpp[k] != v]
+    return ["{} tolerance {}: Python {!r} is stricter than C++ {!r}".format(dtype, k, v, cpp[k])
+            for k, v in (("atol", atol), ("rtol", rtol)) if v < cpp[k]]
+
+
 def check_spec(fb, path):
     """Mismatch lines for one spec, and the number of problems checked."""
     r = subprocess.run([fb, "plan", path], capture_output=True, text=True)
@@ -66,6 +78,7 @@ def check_spec(fb, path):
         for f, fn in (("flops", P.flops), ("bytes_min", P.bytes_min), ("kv_bytes", P.kv_bytes)):
             if not close(d[f], fn(q)):
                 bad.append("{}: {} {}: C++ {!r} != Python {!r}".format(path, want, f, d[f], fn(q)))
+        bad += ["{}: {}: {}".format(path, want, x) for x in tolerance_mismatches(q["dtype"], d["tolerance"])]
     return bad, len(probs)
 
 

@@ -161,6 +161,7 @@ def test_rounds_time_every_peer_in_turn_the_order_reversed_each_round(peers, mon
     (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-best", "x.json"], "one of"),
     (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-top", "2"], "--ours-top 2"),
     (["--rounds", "0"], "--rounds"),
+    (["-o", "."], "is a directory"),
 ])
 def test_bad_ours_arguments_are_one_line_user_errors(tmp_path, argv, what):
     plan = tmp_path / "plan.json"

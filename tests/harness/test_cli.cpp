@@ -212,3 +212,19 @@ TEST(Cli, HelpShowsTheDefaultOutput) {
   EXPECT_NE(o.out.find("default ./results.json"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("--force"), std::string::npos) << o.out;
 }
+
+TEST(Cli, ResumingAFinishedRunKeepsItsPoints) {
+  const fs::path d = fresh_dir("resume_done");
+  const std::string spec = write_temp("resume_done.yaml", kGood);
+  const std::string out = (d / "r.json").string();
+  const std::string run = "run " + spec + " --fake-worker --fake-delay-ms 1 -o " + out;
+  ASSERT_EQ(run_cli(run).code, 0);
+  Outcome o = run_cli(run + " --resume");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("finished points kept from " + out), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("0 points to run"), std::string::npos) << o.out;
+  // Another plan's results are not this run's to continue.
+  const std::string other = write_temp("resume_other.yaml", "problems:\n  - {batch: 1, heads: 2, seqlen: 32, "
+                                                           "head_dim: 64}\nvariants: [naive]\n");
+  expect_path_error("run " + other + " --fake-worker --resume -o " + out, "holds the results of another plan", d);
+}

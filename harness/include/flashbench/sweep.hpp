@@ -22,7 +22,10 @@ struct RunOptions {
   std::vector<int> gpus;         // one worker per GPU over a shared queue; empty: {device}
   int shard_index = 0;           // this run takes shard_index of shard_count deterministic slices of the plan
   int shard_count = 1;
-  bool resume = false;           // keep the records already in <output>.partial.jsonl, run only the rest
+  // Keep the records already in <output>.partial.jsonl (or, when there is none, in a finished <output> of the
+  // same plan) and run only the rest.
+  bool resume = false;
+  bool force = false;            // with resume: an <output> of another plan is replaced, not refused
   double point_timeout_s = 0;    // > 0 overrides the spec's timing.point_timeout_s
   bool fake_worker = false;      // workers simulate points without CUDA (tests of the engine)
   int fake_delay_ms = 5;

@@ -18,6 +18,19 @@ from .runner import run_problem
 from .timer import TIMING_FIELDS, Nvml, Timer, resolve_timing
 
 
+def check_output(path: str) -> None:
+    """-o before any measurement: a folder, or a place where no file can be made, fails now, not after the run.
+    A missing parent directory is created (as peers.py always did)."""
+    if os.path.isdir(path):
+        raise UserError("-o {}: is a directory; give a file name in it, e.g. -o {}".format(
+            path, os.path.join(path, "peers.json")))
+    d = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(d):
+        d = os.path.dirname(d)
+    if not os.path.isdir(d) or not os.access(d, os.W_OK | os.X_OK):
+        raise UserError("-o {}: cannot create files in {}; choose a writable directory".format(path, d))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--problems", required=True, help="plan.json: {\"problems\": [...]}")
@@ -79,6 +92,7 @@ def main(argv=None) -> int:
                             else {problem_key(p): [args.ours_config] for p in problems})
         elif args.ours_config or args.ours_best:
             raise UserError("--ours-config and --ours-best need --ours VARIANT")
+        check_output(args.out)
     except UserError as e:
         print("peers.py: error: {}".format(e), file=sys.stderr)
         return 2
