@@ -44,6 +44,7 @@ class Ours(Peer):
     def __init__(self, torch, lib: CapiLib, variant: str, config: str, p: dict):
         super().__init__(torch, variant, p)
         self.lib, self.config, self.handle, self.outputs = lib, config, None, ()
+        self.extra["capi_lib"] = lib.path  # which build timed it, where two libraries are timed in turn (A/B)
 
     def skip_reason(self):
         if self.config is None:
