@@ -2,7 +2,7 @@
 // head, 128 tokens), V one per (batch, kv head); O comes out in bf16, LSE in fp32.
 //
 // What it changes relative to fa3_pipelined (the bf16/fp16 kernel it takes its roles, TMA loads, mbarrier ring and
-// WGMMA descriptors from; kernels/fa3_pipelined/hopper.cuh), and why:
+// WGMMA descriptors from; kernels/common/hopper/), and why:
 //  - Both GEMMs are e4m3 x e4m3 -> fp32 WGMMA (k32 per instruction, twice the bf16 rate; wgmma_fp8.cuh).
 //  - fp8 WGMMA takes K-major shared-memory operands only, and V arrives [key][head_dim] (head_dim contiguous: the
 //    MN-major B of P V). The producer warpgroup, idle in fa3_pipelined but for one thread, transposes each V tile
@@ -49,13 +49,17 @@
 //   vt_full[s]      128: every producer thread after its part of V^T (each fences its writes to the async proxy).
 //   vt_empty[s]     8: lane 0 of every consumer warp once its P V retired.
 //   named barrier 1 (128 producer threads): the raw slot has been read; thread 0 may refill it.
-//   named barriers 2, 3 (pingpong turns) and 4, 5 (each consumer warpgroup's O staging buffer, store_o_tma).
+//   named barriers 2, 3 (pingpong turns) and 4, 5 (each consumer warpgroup's O staging buffer, store_tile_tma).
 #include "kernels/common/mma.cuh"
 #include "kernels/common/sm_count.hpp"
 #include "kernels/fa3_fp8/launch.hpp"
-#include "kernels/fa3_fp8/wgmma_fp8.cuh"
-#include "kernels/fa3_pipelined/hopper.cuh"
-#include "kernels/fa3_pipelined/tensor_map.hpp"
+#include "kernels/common/hopper/epilogue.cuh"
+#include "kernels/common/hopper/sync.cuh"
+#include "kernels/common/hopper/tensor_map.hpp"
+#include "kernels/common/hopper/tma.cuh"
+#include "kernels/common/hopper/warpgroup.cuh"
+#include "kernels/common/hopper/wgmma.cuh"
+#include "kernels/common/hopper/wgmma_fp8.cuh"
 
 #include "flashbench/check.hpp"
 
@@ -73,7 +77,7 @@
 namespace fb::fa3fp8 {
 namespace detail {
 
-using namespace fb::fa3::detail; // hopper.cuh: mbarriers, TMA, descriptors, setmaxnreg, named barriers
+using namespace fb::hopper; // mbarriers, TMA, descriptors, setmaxnreg, named barriers, wgmma
 
 struct KernelArgs {
   CUtensorMap tm_q, tm_k, tm_v; // e4m3, 128 x 128-byte boxes, 128B swizzle
@@ -96,7 +100,7 @@ constexpr int kProducerRegs = 72;  // the transposer: 16 words of V, 8 of V^T, 8
 constexpr int kConsumerRegs = 216; // O (64) + S (64) + P (16) and the row state; 128 x 72 + 256 x 216 <= 64K
 constexpr int kBarProducer = 1;
 constexpr int kBarTurn0 = 2; // 2, 3: consumer warpgroup 0's and 1's turn to issue (pingpong)
-constexpr int kBarEpi0 = 4;  // 4, 5: consumer warpgroup 0's and 1's O staging buffer (store_o_tma)
+constexpr int kBarEpi0 = 4;  // 4, 5: consumer warpgroup 0's and 1's O staging buffer (store_tile_tma)
 constexpr uint32_t kOChunkBytes = 64 * 128; // one warpgroup's 64 rows x 64 bf16 columns (a 128B-swizzle row)
 constexpr float kLn2 = 0.69314718055994531f;
 constexpr float kPShift = 8.f; // log2 of P's scale before its e4m3 rounding (see the file comment)
@@ -126,15 +130,9 @@ struct Smem {
   __device__ __forceinline__ uint32_t vt_full(int s) const { return bars + 8 * (4 + 2 * kMaxStages + s); }
   __device__ __forceinline__ uint32_t vt_empty(int s) const { return bars + 8 * (4 + 3 * kMaxStages + s); }
   __device__ __forceinline__ uint32_t vraw_full(int r) const { return bars + 8 * (4 + 4 * kMaxStages + r); }
-  // One 4-byte slot per consumer thread (threads 128..383), written and never read (pin_softmax, hopper.cuh).
+  // One 4-byte slot per consumer thread (threads 128..383), written and never read (pin_softmax, kernels/common/hopper/wgmma.cuh).
   __device__ __forceinline__ uint32_t pin_slot() const { return bars + 256 + 4 * (uint32_t(threadIdx.x) - 128); }
 };
-
-// Byte offset of (row, byte) in a tile of 128-byte rows as TMA's 128B swizzle lays it out (and WGMMA reads it):
-// the 16-byte chunk c of row r sits at chunk c ^ (r % 8).
-__device__ __forceinline__ uint32_t swz(uint32_t row, uint32_t byte) {
-  return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
 
 // V (raw tile: row = key, 128 bytes of head_dim) -> V^T (row = head_dim index, 128 bytes of keys), v5: by
 // ldmatrix.trans and stmatrix, 8 of each a thread a tile (v1-v4 moved 8 x 8-byte blocks with LDS.64/STS.64 and
@@ -159,10 +157,10 @@ struct TransposeLanes {
     const uint32_t w = uint32_t(u) >> 5, t = uint32_t(u) & 31u, m = t >> 3, i = t & 7u;
 #pragma unroll
     for (uint32_t dg = 0; dg < 4; ++dg)
-      ld[dg] = swz(16u * (2u * w) + 8u * (m & 1u) + i, 16u * (2u * dg + (m >> 1)));
+      ld[dg] = swizzle_128b(16u * (2u * w) + 8u * (m & 1u) + i, 16u * (2u * dg + (m >> 1)));
     const uint32_t row = 16u * (m >> 1) + 2u * i + ((m & 1u) ^ (i >> 2));
 #pragma unroll
-    for (uint32_t k = 0; k < 2; ++k) st[k] = swz(row, 16u * (2u * w + k));
+    for (uint32_t k = 0; k < 2; ++k) st[k] = swizzle_128b(row, 16u * (2u * w + k));
     const bool hi = t >= 16;
     sel_a = hi ? 0x7531u : 0x6420u;
     sel_b = hi ? 0x6420u : 0x7531u;
@@ -361,9 +359,9 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[64], const ConsumerCtx &x
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     if (QREG)
-      wgmma_rs(sacc, qa[kk], dk.at(kk * 32), kk > 0 ? 1 : 0, IntN<128>{});
+      wgmma_rs(sacc, qa[kk], dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<128>{});
     else
-      wgmma_ss(sacc, x.dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, IntN<128>{});
+      wgmma_ss(sacc, x.dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<128>{});
   }
 }
 
@@ -376,14 +374,14 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qa)[4][4], uint32_t q_til
   const uint32_t m = uint32_t(lane) >> 3, row = 64u * uint32_t(wg) + 16u * uint32_t(warp) + 8u * (m & 1u) +
                                                  (uint32_t(lane) & 7u);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) fb::kernels::ldmatrix_x4(qa[kk], q_tile + swz(row, 32u * kk + 16u * (m >> 1)));
+  for (int kk = 0; kk < 4; ++kk) fb::kernels::ldmatrix_x4(qa[kk], q_tile + swizzle_128b(row, 32u * kk + 16u * (m >> 1)));
 }
 
 // O += P V^T for V^T slot s: 4 k-steps of 32 keys (uncommitted).
 __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[4][4], const ConsumerCtx &x, int s) {
   const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
 #pragma unroll
-  for (int kt = 0; kt < 4; ++kt) wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, IntN<128>{});
+  for (int kt = 0; kt < 4; ++kt) wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, E4m3Tag{}, IntC<128>{});
 }
 
 // A global load issued where it stands: asm volatile keeps it above the mbarrier waits (asm volatile too), so that
@@ -480,46 +478,6 @@ __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&c
     pa[kt][1] = pack_e4m3(s0[2], s0[3], s0[6], s0[7]);
     pa[kt][2] = pack_e4m3(s0[8], s0[9], s0[12], s0[13]);
     pa[kt][3] = pack_e4m3(s0[10], s0[11], s0[14], s0[15]);
-  }
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&v);
-}
-
-// o_store=tma (v9): one warpgroup's 64 rows of O through its shared-memory staging buffer and two TMA stores (one
-// per 64 columns), as fa3_pipelined's v5 epilogue: stmatrix writes the normalised accumulators in the 128B-swizzled
-// layout of tm_o's boxes (8 rows of a matrix in 8 different 16-byte units: conflict-free), one thread issues the
-// stores, rows past seqlen_q are clipped by the map, and the warpgroup goes on to its next work item while the copy
-// engine writes. The 4-byte stores from registers (v1-v8) queued 32 STG a thread behind the LSU (c179 at N = 512:
-// `lg` stalls in every epilogue). Before rewriting the buffer, its issuing thread waits until the previous store
-// has read it, and the warpgroup barrier passes that on.
-__device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem &sm, const TileId &t, int wg,
-                                            const float (&o)[64], const float (&inv)[2]) {
-  const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, mtx = lane / 8, r = lane % 8;
-  const uint32_t buf = sm.o + uint32_t(wg) * 2u * kOChunkBytes;
-  if (tid == 0) bulk_wait_read_all();
-  named_sync(kBarEpi0 + wg, 128);
-  // Lane 8j + r addresses row r of matrix j: j % 2 = row half, j / 2 = the second 8-column block.
-  const uint32_t row = uint32_t(16 * warp + 8 * (mtx % 2) + r);
-#pragma unroll
-  for (int i = 0; i < 16; i += 2) {
-    const int ii = i + mtx / 2;
-    const uint32_t addr = buf + uint32_t(ii / 8) * kOChunkBytes + row * 128 + uint32_t(((ii % 8) ^ r) * 16);
-    stmatrix_x4(addr, pack_bf16(o[4 * i + 0] * inv[0], o[4 * i + 1] * inv[0]),
-                pack_bf16(o[4 * i + 2] * inv[1], o[4 * i + 3] * inv[1]),
-                pack_bf16(o[4 * i + 4] * inv[0], o[4 * i + 5] * inv[0]),
-                pack_bf16(o[4 * i + 6] * inv[1], o[4 * i + 7] * inv[1]));
-  }
-  fence_proxy_async_smem(); // this thread's stmatrix writes, visible to the TMA (the async proxy)
-  named_sync(kBarEpi0 + wg, 128);
-  if (tid == 0) {
-    const uint64_t evict_first = l2_policy_evict_first();
-#pragma unroll
-    for (int ch = 0; ch < 2; ++ch)
-      tma_store_4d(&a.tm_o, buf + uint32_t(ch) * kOChunkBytes, ch * 64, t.q0 + 64 * wg, t.h, t.b, evict_first);
-    bulk_commit();
   }
 }
 
@@ -657,7 +615,12 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
           seen ? (m[h] + __log2f(lsum) - kPShift) * kLn2 : -INFINITY;
   }
   if (a.o_tma) {
-    store_o_tma(a, sm, t, wg, o, inv);
+    // o_store=tma (v9): as fa3_pipelined's epilogue (kernels/common/hopper/epilogue.cuh), each
+    // warpgroup with its own staging buffer of two 64-column chunks. The 4-byte stores from
+    // registers (v1-v8) queued 32 STG a thread behind the LSU (c179 at N = 512: `lg` stalls in
+    // every epilogue).
+    store_tile_tma<__nv_bfloat16, kHeadDim>(&a.tm_o, sm.o + uint32_t(wg) * 2u * kOChunkBytes, kOChunkBytes,
+                                            kBarEpi0 + wg, t.q0 + 64 * wg, t.h, t.b, o, inv);
     return;
   }
 #pragma unroll
@@ -736,11 +699,11 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
   if (auto why = config_problem(c)) throw std::invalid_argument("fa3_fp8: " + *why);
   detail::KernelArgs a{};
   const Strides qs = p.q_strides(), ks = p.kv_strides();
-  a.tm_q = fa3::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_q, p.heads_q, p.batch, qs,
+  a.tm_q = hopper::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_q, p.heads_q, p.batch, qs,
                          kHeadDim, kBlockM);
-  a.tm_k = fa3::make_map(args.k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv, p.heads_kv, p.batch, ks,
+  a.tm_k = hopper::make_map(args.k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv, p.heads_kv, p.batch, ks,
                          kHeadDim, kBlockN);
-  a.tm_v = fa3::make_map(args.v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv, p.heads_kv, p.batch, ks,
+  a.tm_v = hopper::make_map(args.v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv, p.heads_kv, p.batch, ks,
                          kHeadDim, kBlockN);
   a.o = static_cast<__nv_bfloat16 *>(args.o);
   a.lse = args.lse;
@@ -762,7 +725,7 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
   a.pingpong = c.pingpong ? 1 : 0;
   a.q_bufs = q_buffers(c);
   a.o_tma = c.o_tma ? 1 : 0;
-  if (c.o_tma) a.tm_o = fa3::make_tile_map(args.o, DType::bf16, kHeadDim, p.seqlen_q, p.heads_q, p.batch, qs, 64);
+  if (c.o_tma) a.tm_o = hopper::make_tile_map(args.o, DType::bf16, kHeadDim, p.seqlen_q, p.heads_q, p.batch, qs, 64);
   const int64_t items = num_work_items(p);
   if (items > INT_MAX) throw std::invalid_argument("fa3_fp8: over 2^31 work items (Q tiles x heads x batch)");
   a.total_tiles = int(items);

@@ -41,7 +41,7 @@
 //      a[1] = (row g+8, keys 16kt+2c, +1)  = S acc[4(2kt)+2], acc[4(2kt)+3]
 //      a[2] = (row g, keys 16kt+8+2c, +1)  = S acc[4(2kt+1)+0], +1
 //      a[3] = (row g+8, keys 16kt+8+2c,+1) = S acc[4(2kt+1)+2], +3
-//  Shared-memory layouts and descriptors: hopper.cuh.
+//  Shared-memory layouts and descriptors: kernels/common/hopper/tma.cuh and wgmma.cuh.
 //
 // Barriers (mbarriers in shared memory; parity of use n is n & 1):
 //   q_full[q]       count 1 (producer's arrive.expect_tx) + Q bytes, once per work tile that uses Q slot q;
@@ -87,10 +87,13 @@
 #include "kernels/common/dtype.cuh"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/sm_count.hpp"
-#include "kernels/fa3_pipelined/hopper.cuh"
-#include "kernels/fa3_pipelined/tensor_map.hpp"
+#include "kernels/common/hopper/sync.cuh"
+#include "kernels/common/hopper/tensor_map.hpp"
+#include "kernels/common/hopper/tma.cuh"
+#include "kernels/common/hopper/warpgroup.cuh"
+#include "kernels/common/hopper/wgmma.cuh"
+#include "kernels/common/hopper/wgmma_f16.cuh"
 #include "kernels/fa3_pipelined/traits.hpp"
-#include "kernels/fa3_pipelined/wgmma_ops.cuh"
 
 #include "flashbench/check.hpp"
 
@@ -112,6 +115,8 @@
 
 namespace fb::fa3 {
 namespace detail {
+
+using namespace fb::hopper;
 
 struct KernelArgs {
   CUtensorMap tm_q, tm_k, tm_v; // 64-byte aligned; TMA reads them from the kernel's parameter space
@@ -845,7 +850,7 @@ __device__ __forceinline__ void recompute_s(float (&sacc)[BN / 2], const KernelA
   }
 }
 
-// pin_softmax: hopper.cuh.
+// pin_softmax: kernels/common/hopper/wgmma.cuh.
 
 template <int D>
 __device__ __forceinline__ void rescale(float (&o)[D / 2], const float (&alpha)[2]) {
