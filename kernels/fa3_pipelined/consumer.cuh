@@ -189,13 +189,12 @@ __device__ __forceinline__ bool fetch_tile(const KernelArgs &a, const Smem<D, BN
 // overlapped_tile (intra_wg_overlap on) and serial_tile (off).
 template <class T, int D, int BN, int MODE> struct Consumer {
   // Once every row of the warp has an offset (after the tile in which all its rows saw a key),
-  // tiles go through softmax_tile_optimistic; not in the exact-rescale ablation (slack -inf).
+  // tiles go through softmax_tile_optimistic; not with the exact rescale (slack -inf).
   // In the non-causal kernels (plain, split) every row sees the first key of its work tile's first
   // K/V tile, so after the tile start's exact softmax the warp is settled, and the overlapped loop
   // runs the optimistic softmax at every step: it holds no copy of the exact one but the overflow's
-  // redo. Their launches are always lazy (the exact-rescale ablation runs the all-paths kernel:
-  // all_paths_requested). So does the causal kernel, which starts every work tile at key 0 and runs
-  // only problems whose every row sees key 0 (traits.hpp kernel_mode).
+  // redo. Their launches are always lazy. So does the causal kernel, which starts every work tile
+  // at key 0 and runs only problems whose every row sees key 0 (traits.hpp kernel_mode).
   static constexpr bool kSettledLoop =
       MODE == kModePlain || MODE == kModeSplit || MODE == kModeCausal;
 

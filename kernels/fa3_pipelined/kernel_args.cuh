@@ -44,11 +44,14 @@ struct KernelArgs {
   int pingpong;
   int causal;
   int o_tma; // O through shared memory and TMA stores (o_staged), else 4-byte stores from registers
-  int q_bufs;          // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
-  float rescale_slack; // softmax_tile: log2 units a row's max may pass its offset before O is
-                       // rescaled
-  int wg_pass;   // v13 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
-  int half_diag; // v17 (causal): no exp2 for the right half of a warpgroup's last tile when no row
+  int q_bufs; // Q buffers (q_buffers): 2 lets the next work tile's Q load under this one
+  // The next three have had one value since their ablations were measured (the kernel's history);
+  // they stay run-time arguments because the code ptxas emits for them is the code that was
+  // measured, and the all-paths kernel (kModeAny) still honours other values.
+  float rescale_slack; // kRescaleSlack: log2 units a row's max may pass its offset before O is
+                       // rescaled (softmax_tile; -inf would rescale on every new max)
+  int wg_pass;   // 1 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
+  int half_diag; // 1 (causal): no exp2 for the right half of a warpgroup's last tile when no row
                  // sees it
   // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).

@@ -13,9 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -25,23 +23,13 @@
 namespace fb::fa3 {
 namespace detail {
 
-// Experiment knobs that run the all-paths kernel (kModeAny, v37) instead of the problem's own:
-// FLASHBENCH_FA3_ALL_PATHS=1 (the same-build ablation of v37-v38), and the exact-rescale ablation
-// (FLASHBENCH_FA3_EXACT_RESCALE=1, launch_tile), which the non-causal kernels do not compile (v38).
-inline bool all_paths_requested() {
-  for (const char *knob : {"FLASHBENCH_FA3_ALL_PATHS", "FLASHBENCH_FA3_EXACT_RESCALE"})
-    if (const char *e = std::getenv(knob); e && std::atoi(e) == 1)
-      return true;
-  return false;
-}
-
-// The instantiation of a tile that a problem runs with a scheduler (kernel_mode), or with
-// `all_paths` the all-paths kernel, which every tile compiles (all_paths_requested).
+// The instantiation of a tile that a problem runs with a scheduler (traits.hpp, kernel_mode); the
+// all-paths kernel, which every tile compiles, where the problem's own is not compiled.
 using KernelPtr = void (*)(const KernelArgs);
 template <class T, int D, int BN, bool OVERLAP, bool WIDE>
-KernelPtr kernel_fn(const AttentionProblem &p, int scheduler, bool all_paths) {
+KernelPtr kernel_fn(const AttentionProblem &p, int scheduler) {
   if constexpr (modes_compiled(D, BN)) {
-    switch (all_paths ? kModeAny : kernel_mode(D, BN, p, scheduler)) {
+    switch (kernel_mode(D, BN, p, scheduler)) {
     case kModePlain:
       return &fa3_kernel<T, D, BN, OVERLAP, WIDE, kModePlain>;
     case kModeCausal:
@@ -58,8 +46,7 @@ KernelPtr kernel_fn(const AttentionProblem &p, int scheduler, bool all_paths) {
 }
 template <class T, int D, int BN, bool OVERLAP, bool WIDE>
 const void *kernel_ptr(const AttentionProblem &p, int scheduler) {
-  return reinterpret_cast<const void *>(
-      kernel_fn<T, D, BN, OVERLAP, WIDE>(p, scheduler, all_paths_requested()));
+  return reinterpret_cast<const void *>(kernel_fn<T, D, BN, OVERLAP, WIDE>(p, scheduler));
 }
 
 // The device's L2 size, read once per process (the section size of the work order).
@@ -101,26 +88,9 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.tm_v = make_tile_map(args.v, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, BN);
   a.o_tma = o_staged(D, c) ? 1 : 0;
   a.q_bufs = q_buffers(D, c);
-  // Experiment knob (NOTES.md, v5): FLASHBENCH_FA3_Q_BUFS=1 keeps one Q buffer (the ablation of the
-  // second; the launch then asks for one Q tile less shared memory than launch_smem_bytes).
-  if (const char *e = std::getenv("FLASHBENCH_FA3_Q_BUFS"); e && std::atoi(e) == 1)
-    a.q_bufs = 1;
-  // Lazy rescale (v6, softmax_tile): a row's offset moves only when its max passes it by more than
-  // 8 (log2 units), so P <= 256. Experiment knob: FLASHBENCH_FA3_EXACT_RESCALE=1 moves it on every
-  // new max and rescales O after every tile, as v1-v5 did (the same-build ablation).
   a.rescale_slack = kRescaleSlack;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_EXACT_RESCALE"); e && std::atoi(e) == 1)
-    a.rescale_slack = -INFINITY;
-  // Experiment knob (v13): FLASHBENCH_FA3_WG_PASS=0 makes every warpgroup compute every K/V tile of
-  // its work tile, those right of its diagonal included (fully masked), as v1-v12 did.
   a.wg_pass = 1;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_WG_PASS"); e && std::atoi(e) == 0)
-    a.wg_pass = 0;
-  // Experiment knob (v17): FLASHBENCH_FA3_HALF_DIAG=0 runs the exp2s of the half diagonal tile's
-  // right half too.
   a.half_diag = 1;
-  if (const char *e = std::getenv("FLASHBENCH_FA3_HALF_DIAG"); e && std::atoi(e) == 0)
-    a.half_diag = 0;
   if (a.o_tma)
     a.tm_o =
         make_tile_map(args.o, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, kRowsPerWarpgroup);
@@ -136,27 +106,14 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.group = static_cast<int>(p.group_size());
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
   a.total_tiles = static_cast<int>(total_work_tiles(p, c));
-  const KernelPtr kernel =
-      kernel_fn<T, D, BN, OVERLAP, WIDE>(p, c.scheduler, all_paths_requested());
-  const int64_t smem =
-      launch_smem_bytes(D, c) - int64_t(q_buffers(D, c) - a.q_bufs) * 2 * D * c.block_m;
+  const KernelPtr kernel = kernel_fn<T, D, BN, OVERLAP, WIDE>(p, c.scheduler);
+  const int64_t smem = launch_smem_bytes(D, c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int threads = 128 * (1 + c.consumers);
   const int per_sm = resident_per_sm(reinterpret_cast<const void *>(kernel), threads, smem);
   const int64_t resident = persistent_grid(a.total_tiles, sm_count(), per_sm);
-  // Experiment knob (v12): FLASHBENCH_FA3_SECTION_WAVES=x caps an L2 section at x waves of resident
-  // CTAs' worth of work tiles instead of section_tile_cap(); x = 0: the half-L2 rule alone
-  // (v4-v11).
-  int64_t section_cap = section_tile_cap(p, resident);
-  if (const char *e = std::getenv("FLASHBENCH_FA3_SECTION_WAVES"))
-    section_cap = static_cast<int64_t>(std::max(0.0, std::atof(e)) * double(resident));
-  TileOrder order = tile_order(p, c.block_m, D, l2_bytes(), section_cap);
-  // Experiment knob (NOTES.md, v4): FLASHBENCH_FA3_SECTIONS=n fixes the number of L2 sections (at
-  // most one per GQA group; n = groups is close to the version-3 order: one group after another).
-  if (const char *e = std::getenv("FLASHBENCH_FA3_SECTIONS"); e && std::atoi(e) > 0)
-    order.sections = std::min(std::atoi(e), order.groups);
-  a.order = TileDecoder(order);
+  a.order = TileDecoder(tile_order(p, c.block_m, D, l2_bytes(), section_tile_cap(p, resident)));
   a.heads_q_div = fb::kernels::FastDiv(uint32_t(p.heads_q));
   a.stages_div = fb::kernels::FastDiv(uint32_t(c.stages));
   a.claims = nullptr;
@@ -188,16 +145,11 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
       throw std::invalid_argument("fa3_pipelined: scheduler stream_k needs " + std::to_string(ws) +
                                   " bytes of workspace and " + std::to_string(sem) +
                                   " bytes of zeroed semaphores");
-    // Experiment knob (v15): FLASHBENCH_FA3_SPLIT_MIN=n, the shortest chunk of the tail in K/V
-    // tiles (kSplitMinIters); a large n turns the split off (stream_k is then dynamic).
-    int64_t min_iters = kSplitMinIters;
-    if (const char *e = std::getenv("FLASHBENCH_FA3_SPLIT_MIN"); e && std::atoi(e) > 0)
-      min_iters = std::atoi(e);
     // The tail may spread over every resident slot, more CTAs than work tiles included: as many
     // chunks as slots (at most), and the grid holds that many CTAs.
     const int64_t slots = int64_t(sm_count()) * std::max(1, per_sm);
     a.split = tail_split(a.total_tiles, slots,
-                         kv_tiles_for(0, c.block_m, BN, p.seqlen_q, p.seqlen_kv, false), min_iters);
+                         kv_tiles_for(0, c.block_m, BN, p.seqlen_q, p.seqlen_kv, false));
     grid = std::max(grid, a.split.ctas);
     a.partials = static_cast<float *>(args.workspace);
     a.split_flags = static_cast<int *>(args.semaphores) + 2; // after the claim counters

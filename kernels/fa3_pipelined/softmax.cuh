@@ -88,7 +88,8 @@ __device__ __forceinline__ void apply_mask(float (&sacc)[BN / 2], int row0, int 
 // result is the same softmax. After a row's first tile its offset almost never moves, so the D / 2
 // FMULs of O's rescale (one per score at d 128) leave the K/V loop and the ping-pong turn. The
 // decision is warp-uniform (__any_sync): a lane that did not grow rescales by exactly 1. slack =
-// -inf restores the exact running max (every tile rescales): the ablation.
+// -inf would move the offset on every new max and rescale O after every tile (the exact running
+// max: 0.80-0.90 of the lazy rescale at N8192 when last measured).
 //
 // Both row reductions run as kReduceLanes independent chains folded by a tree at the end (v8; the
 // max here, the sum in exp2_sum_block as the exp2s come out, v34): the softmax runs while the other

@@ -53,7 +53,7 @@ constexpr bool split_compiled(int64_t head_dim) { return head_dim <= 128; }
 constexpr int kMaxSplitCtas = 256; // chunks of a tail (workspace slots); 8 bits of WorkTile::part
 // Shortest chunk of the tail, in K/V tiles: each segment costs a tile start and end
 // (Q K^T of its first tile and P V of its last exposed, the partial's write or fold) besides its
-// K/V tiles (experiment knob FLASHBENCH_FA3_SPLIT_MIN). Measured (NOTES.md, v15): 4 against 2,
+// K/V tiles. Measured (NOTES.md, v15): 4 against 2,
 // mean over the 1980-MHz pairs 1.009 against 1.004-1.005; at d128 N512 (4 K/V tiles a work tile,
 // no split at 4) 0.986 against 0.974-0.979 of dynamic.
 constexpr int kSplitMinIters = 4;
@@ -173,7 +173,7 @@ constexpr bool tile_compiled(int64_t head_dim, int block_n, bool wide) {
 // N512 in the same call (NOTES.md, v37).
 constexpr int kModeAny = 0, kModePlain = 1, kModeCausal = 2, kModeSplit = 3;
 // The tiles that get the per-problem kernels (every tile compiles the all-paths one too, for the
-// knobs that ask for it). d128 block_n 192 has the all-paths kernel only: without the causal
+// problems kernel_mode gives it). d128 block_n 192 has the all-paths kernel only: without the causal
 // branches ptxas allocated it differently and spilled 84-92 bytes (the lean build of v37), and zero
 // spills is part of the kernel's contract.
 constexpr bool modes_compiled(int64_t head_dim, int block_n) {

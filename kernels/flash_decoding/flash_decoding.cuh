@@ -41,7 +41,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 
 namespace fb::fdec {
 
@@ -717,14 +716,8 @@ template <class T>
 void launch_typed(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
                   const LaunchArgs &args, cudaStream_t stream) {
   const KArgs<T> a = make_args<T>(p, c, plan, args);
-  // The counters are zero on entry (LaunchArgs::semaphores). FLASHBENCH_FDEC_MEMSET=1 zeroes them again with
-  // a memset node in front of the launch, as v4-v5 did: the same-build A/B of what that node costs.
-  static const bool memset_first = [] {
-    const char *e = std::getenv("FLASHBENCH_FDEC_MEMSET");
-    return e && std::atoi(e) == 1;
-  }();
-  if (a.splits > 1 && a.fused && memset_first)
-    FB_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, size_t(num_groups(p)) * sizeof(unsigned int), stream));
+  // The group counters are zero on entry (LaunchArgs::semaphores): the last arrival of a launch
+  // resets them, so no memset node runs in front of the kernel.
   switch (p.head_dim) {
   case 64: launch_d<T, 64>(a, p, c, stream); break;
   case 128: launch_d<T, 128>(a, p, c, stream); break;
