@@ -33,7 +33,7 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
     const int x = w.q0 + wg * kRowsPerWarpgroup + (a.seqlen_kv - a.seqlen_q) + 1;
     c.first_mask = min(c.first_mask, x <= 0 ? 0 : x / bn);
   }
-  // v13: causal, the tiles right of the diagonal of this warpgroup's last row hold no key any of
+  // Causal: the tiles right of the diagonal of this warpgroup's last row hold no key any of
   // its rows sees (block_m 192 at block_n 128: 13% of a causal N512 launch's warpgroup-tiles, 10%
   // at N1024; test WarpgroupsPassOverTilesRightOfTheirDiagonal). At
   // least one tile stays, so rows that see no key still get m = -inf, l = 0 from a masked tile.
@@ -48,17 +48,17 @@ __device__ __forceinline__ TileCtx make_ctx(const KernelArgs &a, const WorkTile 
   return c;
 }
 
-// The work tile's first row, from this thread's row0 (v15): what follows the K/V loop reads q0 this
-// way, so that nothing after the loop needs c.w.q0 next to row0. (While v15 fought its spills this
-// alone did not move ptxas's allocation; keeping `part` uniform did. It costs three integer ops.)
+// The work tile's first row, from this thread's row0: what follows the K/V loop reads q0 this way,
+// so that nothing after the loop needs c.w.q0 next to row0 (three integer ops; on its own it did
+// not keep the stream-K kernels from spilling, keeping `part` uniform did).
 __device__ __forceinline__ int tile_q0(const TileCtx &c, int wg) {
   const int t = threadIdx.x % 128;
   return c.row0 - wg * kRowsPerWarpgroup - (t / 32) * 16 - (t % 32) / 4;
 }
 
-// K/V tiles of the work tile that this warpgroup passes over (v13): n_tiles - n_wg, n_tiles
+// K/V tiles of the work tile that this warpgroup passes over: n_tiles - n_wg, n_tiles
 // recomputed as tile_at did (kv_tiles_for), from the CTA's last row.
-// Non-causal (or wg_pass off): none, and n_wg is the segment's end (v15), not n_tiles.
+// Non-causal (or wg_pass off): none, and n_wg is the segment's end, not n_tiles.
 template <int MODE>
 __device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c, int wg, int bn) {
   if (!causal_of<MODE>(a) || !a.wg_pass)
@@ -67,13 +67,13 @@ __device__ __forceinline__ int pass_count(const KernelArgs &a, const TileCtx &c,
   return kv_tiles_to_row(last_row, bn, a.seqlen_q, a.seqlen_kv, true) - c.n_wg;
 }
 
-// v17, the half diagonal tile: causal, K/V tile j is this warpgroup's last and none of its rows
+// The half diagonal tile: causal, K/V tile j is this warpgroup's last and none of its rows
 // sees a key in the tile's right half. With block_n 128 and seqlen_q = seqlen_kv that is every
 // other 64-row block's diagonal tile (rows 128k .. 128k + 63): a quarter of the tiles a causal N512
 // launch computes at block_m 192 or 128, a ninth at N1024. Any alignment: the test is on the
 // warpgroup's last visible key. (Computing such a tile as m64n64 GEMMs as well was tried: a second,
 // narrower copy of either GEMM in the loop serialised every WGMMA of the 3-consumer kernel
-// (C7511) or spilled it; NOTES.md, v17.)
+// (C7511) or spilled it.)
 template <int BN, int MODE>
 __device__ __forceinline__ bool half_diag_tile(const KernelArgs &a, const TileCtx &c, int wg,
                                                int j) {
@@ -83,7 +83,7 @@ __device__ __forceinline__ bool half_diag_tile(const KernelArgs &a, const TileCt
   return last_row + (a.seqlen_kv - a.seqlen_q) - j * BN < BN / 2;
 }
 
-// The first K/V tile of a work tile or (v15) of a stream-K segment of one.
+// The first K/V tile of a work tile or of a stream-K segment of one.
 template <int D, int MODE> __device__ __forceinline__ int j_first(const TileCtx &c) {
   return mode_has_split(D, MODE) ? c.w.j0() : 0;
 }

@@ -22,11 +22,11 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const Smem<D, BN
                                          int q_slot, int s) {
   using Tag = typename TypeOps<T>::Tag;
   // Every operand of the descriptors (q_slot, wg, s, the Smem fields) is warp-uniform and known so
-  // to ptxas (v9: see the broadcast at the consumer's tile start), so they are built with uniform
-  // instructions (UIADD3, ULEA) straight into the uniform registers HGMMA reads, and Q's, the same
-  // for every K/V tile of a work tile, stay there across the K/V loop. v7-v8 kept them in vector
-  // registers (hoisted Q descriptors spilled at d128 block_n 192 until an empty asm pinned them in
-  // the loop) and moved each into uniform registers with two R2URs right before its HGMMA.
+  // to ptxas (see broadcast_tile_state), so they are built with uniform instructions (UIADD3,
+  // ULEA) straight into the uniform registers HGMMA reads, and Q's, the same for every K/V tile of
+  // a work tile, stay there across the K/V loop. Kept in vector registers, they had to be moved
+  // into uniform registers with two R2URs right before each HGMMA (and hoisted Q descriptors
+  // spilled at d128 block_n 192).
   const uint32_t q_base = sm.q_tile(q_slot) + uint32_t(wg) * kRowsPerWarpgroup * 128;
   const DescBase dq = desc_base(q_base, 16), dk = desc_base(sm.k_tile(s), 16);
   const uint32_t q_chunk16 = sm.q_chunk_bytes() >> 4;
@@ -111,8 +111,8 @@ __device__ __forceinline__ int next_turn_bar(int wg, int consumers) {
   return kBarTurn0 + (wg + 1 == consumers ? 0 : wg + 1);
 }
 
-// A K/V tile this warpgroup does not compute (rows past seqlen_q, v12; keys right of its diagonal,
-// v13) still has its books kept, or the others would wait forever: its ping-pong turn, taken in the
+// A K/V tile this warpgroup does not compute (rows past seqlen_q; keys right of its diagonal)
+// still has its books kept, or the others would wait forever: its ping-pong turn, taken in the
 // ring's order, and both ring slots handed back. A slot goes back only once it has filled: an
 // arrive before the fill would count towards the phase of the slot's previous use.
 template <int D, int BN>
@@ -137,7 +137,7 @@ __device__ __forceinline__ void pass_v(const Smem<D, BN> &sm, const RingPos &r) 
 // `q_use` (tile_info, after q_full: Q has landed too); empty tiles on the way are written here and
 // their slot handed back. False at the end of the CTA's work.
 //
-// v12: a tile in which all 64 rows of this warpgroup lie past seqlen_q (the last Q tile of a
+// A tile in which all 64 rows of this warpgroup lie past seqlen_q (the last Q tile of a
 // block_m 192 launch at N 512: rows 512-575) is passed over here too. Run, TMA's zero fill would
 // make it do both GEMMs and the softmax for rows nobody reads: 11% of a d64 N512 launch's tensor
 // and MUFU work (ncu: 17% more MUFU instructions than cuDNN's). It still keeps the books: per K/V
@@ -336,14 +336,14 @@ template <class T, int D, int BN, int MODE> struct Consumer {
   // The ring position and the Q slot are the same in every lane, but ptxas does not prove it for
   // values carried around the work-tile loop (whose exit goes through fetch_tile), and then builds
   // every HGMMA descriptor from them in vector registers, with two R2URs per HGMMA right before it
-  // (v8: 44 R2URs in the d128 block_n 128 K/V loop's issue, the HGMMAs waiting on them). A
-  // broadcast from lane 0 at each tile start makes them uniform for the compiler (v9: one R2UR left
-  // there). Not in serial_tile: its SASS got worse with it.
+  // (44 R2URs in the d128 block_n 128 K/V loop's issue, the HGMMAs waiting on them). A broadcast
+  // from lane 0 at each tile start makes them uniform for the compiler (one R2UR left there). Not
+  // in serial_tile: its SASS got worse with it.
   __device__ __forceinline__ void broadcast_tile_state(TileCtx &c, RingPos &r) const {
     r.s = __shfl_sync(0xffffffffu, r.s, 0);
     r.use = __shfl_sync(0xffffffffu, r.use, 0);
     c.q_slot = __shfl_sync(0xffffffffu, c.q_slot, 0);
-    c.w.part = __shfl_sync(0xffffffffu, c.w.part, 0); // v15: kept in a uniform register
+    c.w.part = __shfl_sync(0xffffffffu, c.w.part, 0); // kept in a uniform register
   }
   // Q K^T into S (Q from q_slot, K from ring slot r) and, on top, O *= alpha then P V (V from the
   // slot before r, whose P is in pa): both GEMMs in flight, in this consumer's turn. O is not an
@@ -360,7 +360,7 @@ template <class T, int D, int BN, int MODE> struct Consumer {
     qk_turn_end();
   }
   // Pin the softmax results above the wait that follows: without these the compiler sinks the
-  // whole softmax (max, exp2, row sums) below `wait_group 0` (v1's SASS: every MUFU.EX2 after
+  // whole softmax (max, exp2, row sums) below `wait_group 0` (the SASS had every MUFU.EX2 after
   // WARPGROUP.DEPBAR.LE gsb0, 0x0), which serializes it behind the P V in flight and made
   // overlap ~15% slower than no overlap on the first GPU run.
   __device__ __forceinline__ void pin_above_wait() {
@@ -373,10 +373,10 @@ template <class T, int D, int BN, int MODE> struct Consumer {
 
   // intra_wg_overlap on. Inside a tile, Q K^T(j) and P V(j-1) are issued together and softmax(j)
   // runs while P V(j-1) is in flight. A tile starts on its own (Q K^T(0), wait, softmax(0)) and
-  // ends with its last P V alone, then O. (v5 tried issuing the next work tile's Q K^T(0) with
-  // this tile's last P V: no gain, up to 7% lost at d64, removed in v7; NOTES.md.)
-  // The K/V tile whose P is in pa is always the one before r: derived rather than carried (v9: a
-  // copy of r carried in the loop was kept in a vector register and its V descriptors with it).
+  // ends with its last P V alone, then O. (Issuing the next work tile's Q K^T(0) with this
+  // tile's last P V was tried: no gain, up to 7% lost at d64.)
+  // The K/V tile whose P is in pa is always the one before r: derived rather than carried (a copy
+  // of r carried in the loop was kept in a vector register and its V descriptors with it).
   __device__ __forceinline__ void overlapped_tile(TileCtx &c, RingPos &r) {
     FA3_TRACE_ONLY(tr.stamp(3);)
     // The tile's start on its own: S(0), softmax, P; its P V is issued with the next Q K^T.
@@ -391,11 +391,11 @@ template <class T, int D, int BN, int MODE> struct Consumer {
     pack_p<T, BN>(pa, sacc);
     r.next(sm.stages);
     FA3_TRACE_ONLY(tr.stamp(4);)
-    // v39: the overflow's redo leaves the K/V loop (break) and re-enters it after the step, so
-    // that its code (recompute + exact softmax) lies outside the loop a step runs through. In
-    // the plain kernel at head_dim 64 only: its A/B (c149) gained 0.5-3% at d64 N >= 1024 and
-    // lost 0.5-1% at d128; the all-paths and split kernels of d64 with three consumers and d128
-    // block_n 192 spilled 8-20 bytes with it, head_dim 256 36-44 (c147).
+    // The overflow's redo leaves the K/V loop (break) and re-enters it after the step, so that
+    // its code (recompute + exact softmax) lies outside the loop a step runs through. In the plain
+    // kernel at head_dim 64 only: there an A/B gained 0.5-3% at N >= 1024, at d128 it lost
+    // 0.5-1%; the all-paths and split kernels of d64 with three consumers and d128 block_n 192
+    // spilled 8-20 bytes with it, head_dim 256 36-44.
     constexpr bool kRedoExit = MODE == kModePlain && D == 64;
     for (int j = j_first<D, MODE>(c) + 1; j < c.n_wg;) {
       bool redo = false;
@@ -433,7 +433,7 @@ template <class T, int D, int BN, int MODE> struct Consumer {
     wgmma_fence();
     issue_pv<T, D, BN>(o, pa, sm, r.prev(sm.stages).s);
     wgmma_commit();
-    // v13: the K/V tiles right of this warpgroup's diagonal: their turns and K slots now, in the
+    // The K/V tiles right of this warpgroup's diagonal: their turns and K slots now, in the
     // place of the Q K^T that is not issued, so the other consumers' turns are not held up by
     // this one's O; their V slots after it (the producer needs them only for the next tile's
     // second V).

@@ -59,7 +59,7 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
     return;
   }
   // Direct: 4-byte stores from the accumulators (a quad writes 16 contiguous bytes per row and
-  // column block); the v4 epilogue, kept for configs whose ring leaves no room for the staging.
+  // column block): for configs whose ring leaves no room for the staging buffer.
   T *og = static_cast<T *>(a.o) + int64_t(c.w.b()) * a.o_batch + int64_t(c.w.h()) * a.o_head;
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
@@ -74,7 +74,7 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
   }
 }
 
-// v15, stream_k: a segment that does not start its tile leaves this thread's O accumulators, m and
+// stream_k: a segment that does not start its tile leaves this thread's O accumulators, m and
 // l as they are (unnormalised, relative to its own offsets m) in its chunk's workspace slot,
 // thread-minor so that a warpgroup's stores coalesce, then raises the slot's flag for this
 // warpgroup. Only the first segment of a chunk can be such a part: a slot is written once a launch.
@@ -130,7 +130,7 @@ __device__ __forceinline__ void fold_partials(const KernelArgs &a, int wg, int c
   for (int k = t; k < n; k += 128)
     a.split_flags[(chunk + 1 + k) * a.consumers + wg] = 0;
 }
-// The end of a work tile, or (v15) of a stream-K segment of one: a later part leaves a partial; the
+// The end of a work tile, or of a stream-K segment of one: a later part leaves a partial; the
 // first part of a split tile folds the others in before it writes O and LSE as a whole tile does.
 template <class T, int D, int BN, int MODE>
 __device__ __forceinline__ void end_tile(const KernelArgs &a, const Smem<D, BN> &sm, int wg,

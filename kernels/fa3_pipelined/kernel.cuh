@@ -10,9 +10,9 @@ namespace fb::fa3::detail {
 
 // A CTA per work tile (one_shot) or per resident slot (persistent, walking the work tiles):
 // warpgroup 0 produces, warpgroups 1..consumers consume. WIDE = false: 1 or 2
-// consumers (384 threads at most, consumers get 240 registers); WIDE = true (v3, head_dim 64): 3
-// consumers, 512 threads, 24 x 128 + 160 x 384 = 64512 <= 65536 registers. MODE (v37,
-// traits.hpp): the paths compiled in (all, or only non-causal, causal or stream-K's).
+// consumers (384 threads at most, consumers get 240 registers); WIDE = true (head_dim 64): 3
+// consumers, 512 threads, 24 x 128 + 160 x 384 = 64512 <= 65536 registers. MODE
+// (traits.hpp): the paths compiled in (all, or only non-causal, causal or stream-K's).
 template <class T, int D, int BN, bool OVERLAP, bool WIDE, int MODE>
 __global__ void __launch_bounds__(WIDE ? 512 : 384, 1)
     fa3_kernel(const __grid_constant__ KernelArgs a) {

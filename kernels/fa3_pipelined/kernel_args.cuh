@@ -22,11 +22,11 @@ using namespace fb::hopper;
 
 struct KernelArgs {
   CUtensorMap tm_q, tm_k, tm_v; // 64-byte aligned; TMA reads them from the kernel's parameter space
-  CUtensorMap tm_o;             // O as Q's map with 64-row boxes: the TMA store epilogue (v5)
+  CUtensorMap tm_o;             // O as Q's map with 64-row boxes: the TMA store epilogue
   void *o;
   float *lse;
   int64_t o_batch, o_seq, o_head; // O's element strides (Q's)
-  // v10: Q and K in global memory, read only to recompute the scores of a K/V tile whose optimistic
+  // Q and K in global memory, read only to recompute the scores of a K/V tile whose optimistic
   // exp2 overflowed (recompute_s; never on the timed path of ordinary inputs).
   const void *q, *k;
   int64_t k_batch, k_seq, k_head; // K's element strides
@@ -34,11 +34,12 @@ struct KernelArgs {
   int heads_q, group;
   float scale_log2;
   TileDecoder order; // the work order (traits.hpp: tile_coord)
-  // v17: heads_q and stages as FastDivs: the producer divides by them for every tile and K/V load
-  // (a `/` by a run-time int queued on the pipe of the consumers' exp2s: NOTES.md, v17).
+  // heads_q and stages as FastDivs: the producer divides by them for every tile and K/V load, and
+  // a `/` by a run-time int queued on the pipe of the consumers' exp2s (~1.4 us a tile at d128
+  // N512).
   fb::kernels::FastDiv heads_q_div, stages_div;
   int total_tiles; // num_q_tiles x heads_q x batch
-  int *claims;     // dynamic scheduler (v7): [0] tiles claimed past the first wave, [1] CTAs done
+  int *claims;     // dynamic scheduler: [0] tiles claimed past the first wave, [1] CTAs done
   int stages;
   int consumers;
   int pingpong;
@@ -53,7 +54,7 @@ struct KernelArgs {
   int wg_pass;   // 1 (causal): a warpgroup passes over K/V tiles right of its last row's diagonal
   int half_diag; // 1 (causal): no exp2 for the right half of a warpgroup's last tile when no row
                  // sees it
-  // v15, scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
+  // scheduler stream_k: the tail shared out by K/V tiles (ctas 0 otherwise), its partials
   // (split_workspace_bytes) and their flags (split_semaphore_bytes).
   TailSplit split;
   float *partials;
@@ -77,7 +78,7 @@ template <int D, int BN> struct Smem {
   static constexpr uint32_t kKvChunk = BN * 128;   // one column chunk of a K/V tile
   uint32_t q, k, v, o, bars;
   int block_m, stages, q_bufs;
-  // q: q_bufs (1 or 2, v5) Q tiles; with 2, the next work tile's Q loads while this one's is in
+  // q: q_bufs (1 or 2) Q tiles; with 2, the next work tile's Q loads while this one's is in
   // use. o: the O staging buffer (block_m x D in Q's layout: 64-column chunks of 128-byte swizzled
   // rows), present only when O leaves through TMA stores.
   __device__ __forceinline__ Smem(uint32_t base, int bm, int st, bool o_tma, int qb)
@@ -94,9 +95,8 @@ template <int D, int BN> struct Smem {
   }
   __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kKvBytes; }
   __device__ __forceinline__ uint32_t v_tile(int s) const { return v + uint32_t(s) * kKvBytes; }
-  // Q slot 0's barriers keep their v4 places; slot 1's follow the ring's (v5).
-  // Arithmetic rather than a select (v15): the select took a register more in the producer
-  // thread, whose 24 were all in use there.
+  // Q slot 0's barriers come first; slot 1's follow the ring's. Arithmetic rather than a select:
+  // the select took a register more in the producer thread, whose 24 were all in use there.
   __device__ __forceinline__ uint32_t q_full(int slot) const {
     return bars + uint32_t(slot) * 8 * (2 + 4 * kMaxStages);
   }
@@ -104,7 +104,7 @@ template <int D, int BN> struct Smem {
   __device__ __forceinline__ uint32_t v_full(int s) const {
     return bars + 8 * (1 + kMaxStages + s);
   }
-  // v3: K and V slots are handed back separately (K right after its Q K^T retired, V after P V).
+  // K and V slots are handed back separately (K right after its Q K^T retired, V after P V).
   __device__ __forceinline__ uint32_t k_empty(int s) const {
     return bars + 8 * (1 + 2 * kMaxStages + s);
   }
@@ -114,7 +114,7 @@ template <int D, int BN> struct Smem {
   __device__ __forceinline__ uint32_t q_empty(int slot) const {
     return bars + 8 * (1 + 4 * kMaxStages) + 16 * uint32_t(slot);
   }
-  // v7: the work tile the producer hands over with Q slot `slot` (WorkTile: {q0, hb, n_tiles,
+  // The work tile the producer hands over with Q slot `slot` (WorkTile: {q0, hb, n_tiles,
   // part}; n_tiles -1: no more work), written before the arrive on q_full(slot), read by the
   // consumers after their wait.
   __device__ __forceinline__ uint32_t tile_info(int slot) const {
@@ -127,7 +127,7 @@ template <int D, int BN> struct Smem {
 };
 
 // One work tile: Q tile qt (rows q0..q0 + block_m - 1) of head h, batch b, and the K/V tiles it
-// visits: j0..n_tiles - 1. v15: a stream-K segment of tail chunk `chunk` starts at j0 > 0 (a later
+// visits: j0..n_tiles - 1. A stream-K segment of tail chunk `chunk` starts at j0 > 0 (a later
 // part of its tile: it leaves a partial in the chunk's slot) or ends before the tile's last K/V
 // tile (the first part: it folds in the partials of the `folds` chunks after its own); all three
 // packed in `part` (j0 < kMaxSplitIters = 2^14, folds in the 9 bits above, chunk < kMaxSplitCtas in
@@ -136,7 +136,7 @@ template <int D, int BN> struct Smem {
 //
 // Head and batch are packed too (hb = h | b << 16; both below 2^16, supports()): tile_info holds
 // the whole struct in 16 bytes, and a consumer carries one register for both across its K/V loop
-// (v15: the one `part` takes there; d128 block_n 192 spilled without it).
+// (the one `part` takes there: d128 block_n 192 spilled without it).
 struct WorkTile {
   int q0, hb, n_tiles, part = 0;
   __device__ __forceinline__ int h() const { return hb & 0xffff; }
@@ -150,8 +150,7 @@ __device__ __forceinline__ int pack_part(int j0, int split, int chunk) {
   return j0 | ((split > 0 ? split : 0) << 14) | (chunk << 23);
 }
 static_assert(kMaxSplitIters == 1 << 14 && kMaxSplitCtas <= (1 << 8), "WorkTile::part's fields");
-// Whether the launch is causal: known at compile time except in the all-paths kernel (kModeAny,
-// v37).
+// Whether the launch is causal: known at compile time except in the all-paths kernel (kModeAny).
 template <int MODE> __device__ __forceinline__ bool causal_of(const KernelArgs &a) {
   if constexpr (MODE == kModeAny)
     return a.causal != 0;

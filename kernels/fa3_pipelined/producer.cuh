@@ -71,9 +71,9 @@ __device__ __forceinline__ void produce_tile(const KernelArgs &a, const Smem<D, 
       tma_load_4d(sm.v_tile(s) + c * S::kKvChunk, &a.tm_v, sm.v_full(s), c * 64, j * BN, hkv,
                   w.b());
   };
-  // Q before K(0) (v16; v4-v15 loaded K(0) first). With two Q buffers the Q slot's last use was two
-  // tiles back, while K(0)'s slot waits for Q K^T(n-2) of the tile before: the trace (NOTES v16)
-  // had the next Q go out ~0.35 us after the consumers' last P V of the tile before, and land
+  // Q before K(0). With two Q buffers the Q slot's last use was two tiles back, while K(0)'s slot
+  // waits for Q K^T(n-2) of the tile before: with K(0) first, the trace build showed the next Q go
+  // out ~0.35 us after the consumers' last P V of the tile before, and land
   // ~0.45 us after they were ready for it. With one buffer both wait for the tile's last Q K^T,
   // and the tile needs both before it can start.
   load_q(a, sm, q_use, w);

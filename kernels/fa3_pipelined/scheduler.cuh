@@ -22,7 +22,7 @@ __device__ __forceinline__ WorkTile tile_at(const KernelArgs &a, int t, int bloc
 // The producer's walk over the CTA's work. Work tiles: blockIdx.x first; then blockIdx.x +
 // gridDim.x, ... (one_shot, persistent) or, with the dynamic scheduler, whatever the claim counter
 // gives: gridDim.x + (claims before this one).
-// stream_k (v15): claim u < split.first is whole tile u; the next split.ctas claims are the
+// stream_k: claim u < split.first is whole tile u; the next split.ctas claims are the
 // tail's chunks, last first; any later one ends the CTA's work. The cursor t is a whole tile, or
 // total_tiles + the tail's K/V tile where the next segment starts (the chunk is recomputed from
 // it: no register); after a chunk's last segment the CTA claims again. One cursor, one loop and

@@ -21,7 +21,7 @@ using fb::kernels::fast_exp2;
 // exp2 offset of a row whose running max (scaled) is m: 0 while the row has seen no key, so that
 // exp2(-inf - offset) = 0 rather than NaN.
 using fb::kernels::softmax_offset;
-// v13, the tile's end (finish_tile): 1 / l and log2 l on the MUFU alone. IEEE 1.f / l and log2f
+// The tile's end (finish_tile): 1 / l and log2 l on the MUFU alone. IEEE 1.f / l and log2f
 // are a reciprocal with a Newton step and a slow-path call, and a 12-term polynomial: ~60 dependent
 // instructions per row half on every warpgroup's path from its last P V to its next tile. l >= 1
 // (a row's offset is the largest score it has seen, which adds exp2(0) = 1 to l), so there is no
@@ -39,11 +39,11 @@ __device__ __forceinline__ float fast_log2(float x) {
 
 // Masks keys past the sequence end or (causal) right of the diagonal. row0 = this thread's half-0
 // row. Key key0 + 2 (lane % 4) + c (c = 8 i + e % 2, a constant after unrolling) survives while
-// c <= lim[half]: one compare with an immediate and one select a score (v6; v5 recomputed the key
-// and compared it twice, 2 ISETP a score: the d64 kernels are ALU bound and a causal N512 launch
+// c <= lim[half]: one compare with an immediate and one select a score (recomputing the key and
+// comparing it twice took 2 ISETP a score: the d64 kernels are ALU bound and a causal N512 launch
 // masks 40% of its K/V tiles).
 //
-// v13: a causal tile that ends inside the sequence is cut by the diagonal alone, and there row
+// A causal tile that ends inside the sequence is cut by the diagonal alone, and there row
 // g + 8 sees exactly 8 keys more than row g, so the score 8 columns right on the row 8 below has
 // the same predicate: the compares fall from BN / 2 to BN / 4 + 2 a tile (34 instead of 64 at
 // block_n 128; cuDNN's kernel does the same, ncu at d64 N512 causal: 16 ISETP per warp and K/V
@@ -82,7 +82,7 @@ __device__ __forceinline__ void apply_mask(float (&sacc)[BN / 2], int row0, int 
 // updates l, and, only when needed, m and the factors alpha by which O must be rescaled (per half).
 // Returns whether any row of the warp moved its offset (else alpha = 1 and O needs no rescale).
 //
-// Lazy rescale (v6): a row keeps the offset it has while its new maximum stays within `slack` (log2
+// Lazy rescale: a row keeps the offset it has while its new maximum stays within `slack` (log2
 // units) of it; P is then at most 2^slack (256 at slack 8: exact in bf16/fp16, and l and O are
 // fp32), and the final O / l and LSE = (m scale_log2 + log2 l) ln 2 use the same offset, so the
 // result is the same softmax. After a row's first tile its offset almost never moves, so the D / 2
@@ -91,12 +91,12 @@ __device__ __forceinline__ void apply_mask(float (&sacc)[BN / 2], int row0, int 
 // -inf would move the offset on every new max and rescale O after every tile (the exact running
 // max: 0.80-0.90 of the lazy rescale at N8192 when last measured).
 //
-// Both row reductions run as kReduceLanes independent chains folded by a tree at the end (v8; the
-// max here, the sum in exp2_sum_block as the exp2s come out, v34): the softmax runs while the other
-// consumer issues its GEMMs, one warp of this warpgroup per scheduler, so it is latency bound; v7's
-// single chains (x = max(x, ...), sum += ...) were 17 and 32 dependent steps per row half (ncu: the
-// max phase alone 18% of the consumer warps' time at d 128, mostly `wait` stalls). A full tree
-// needs a temporary per pair and spilled at block_n 128-192.
+// Both row reductions run as kReduceLanes independent chains folded by a tree at the end (the max
+// here, the sum in exp2_sum_block as the exp2s come out): the softmax runs while the other consumer
+// issues its GEMMs, one warp of this warpgroup per scheduler, so it is latency bound; single chains
+// (x = max(x, ...), sum += ...) were 17 and 32 dependent steps per row half (ncu: the max phase
+// alone 18% of the consumer warps' time at d 128, mostly `wait` stalls). A full tree needs a
+// temporary per pair and spilled at block_n 128-192.
 constexpr int kReduceLanes = 8;
 template <int BN, class Op>
 __device__ __forceinline__ float half_reduce(const float (&sacc)[BN / 2], int hh, Op op) {
@@ -118,15 +118,15 @@ __device__ __forceinline__ float half_reduce(const float (&sacc)[BN / 2], int hh
 }
 // P = exp2(S scale_log2 - offset) and the lane-partial row sums of P, each P added to one of
 // kReduceLanes chains per row half as it comes out (as half_reduce), both row halves in one stream
-// (v8: the MUFU queue never waits on a half's sum). v34: exp2s, FFMAs and FADDs in one basic block,
+// (the MUFU queue never waits on a half's sum). The exp2s, FFMAs and FADDs are one basic block,
 // so that ptxas fills the MUFU's issue gaps (a warp's MUFU.EX2 after MUFU.EX2 waits 8 cycles: 16
 // lanes a clock per SM) with the scale FFMAs and the sums. With exp2s and sums in separate blocks
-// (v8-v33: a branch on right_dead between the row halves' exp2s, the sums after the join) ptxas
-// issued 32 FFMAs, 32 MUFUs back to back (stall 8 each), the branch, the same again, then 62
-// FADDs: ~128 issue cycles a tile and warp on top of the MUFU's 512 (NOTES.md, v34).
-// kRightDead (v17): no row of this warp sees a key in the tile's right half (the half diagonal
-// tile, half_diag_tile), whose scores the mask made -inf: their P is 0 with no exp2: half the
-// exp2s of such a tile (block_n 128: a quarter of a causal N512 launch's tiles are such).
+// (a branch on right_dead between the row halves' exp2s, the sums after the join) ptxas issued 32
+// FFMAs, 32 MUFUs back to back (stall 8 each), the branch, the same again, then 62 FADDs: ~128
+// issue cycles a tile and warp on top of the MUFU's 512 (one block: best configs +1-6% at
+// N512-2048). kRightDead: no row of this warp sees a key in the tile's right half (the half
+// diagonal tile, half_diag_tile), whose scores the mask made -inf: their P is 0 with no exp2: half
+// the exp2s of such a tile (block_n 128: a quarter of a causal N512 launch's tiles are such).
 template <int BN, bool kRightDead>
 __device__ __forceinline__ void exp2_sum_block(float (&sacc)[BN / 2], const float (&off)[2],
                                                float sl2, float (&sum)[2]) {
@@ -197,10 +197,10 @@ __device__ __forceinline__ bool softmax_tile(float (&sacc)[BN / 2], float (&m)[2
   return grow;
 }
 
-// Optimistic softmax of a tile (v10), for a warp whose rows all have a finite offset (they saw a
+// Optimistic softmax of a tile, for a warp whose rows all have a finite offset (they saw a
 // key in an earlier tile): P = exp2(S * scale_log2 - offset) from the offsets as they are, with no
 // row max first. With the lazy rescale a row's offset almost never moves after its first tile, so
-// the max phase in front of the exp2 stream (v9: ~16% of a consumer warp's time, ~450 cycles of
+// the max phase in front of the exp2 stream (~16% of a consumer warp's time, ~450 cycles of
 // latency a tile at d128 block_n 128) only ever confirmed it. The check comes after the exp2s and
 // costs no extra pass: the lane-partial row sums that l needs anyway bound every P they contain, so
 // P <= 2^slack holds while each sum is <= 2^slack (a sum can pass it with no P past it: then the
