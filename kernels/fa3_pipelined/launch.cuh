@@ -105,15 +105,17 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.heads_q = static_cast<int>(p.heads_q);
   a.group = static_cast<int>(p.group_size());
   a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
-  a.total_tiles = static_cast<int>(total_work_tiles(p, c));
   const KernelPtr kernel = kernel_fn<T, D, BN, OVERLAP, WIDE>(p, c.scheduler);
   const int64_t smem = launch_smem_bytes(D, c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int threads = 128 * (1 + c.consumers);
-  const int per_sm = resident_per_sm(reinterpret_cast<const void *>(kernel), threads, smem);
-  const int64_t resident = persistent_grid(a.total_tiles, sm_count(), per_sm);
-  a.order = TileDecoder(tile_order(p, c.block_m, D, l2_bytes(), section_tile_cap(p, resident)));
+  const LaunchPlan plan = plan_launch(
+      p, c, D, sm_count(), resident_per_sm(reinterpret_cast<const void *>(kernel), threads, smem),
+      l2_bytes());
+  a.total_tiles = static_cast<int>(plan.total_tiles);
+  a.order = TileDecoder(plan.order);
+  a.split = plan.split;
   a.heads_q_div = fb::kernels::FastDiv(uint32_t(p.heads_q));
   a.stages_div = fb::kernels::FastDiv(uint32_t(c.stages));
   a.claims = nullptr;
@@ -129,9 +131,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.pingpong = c.pingpong;
   a.causal = p.causal ? 1 : 0;
 
-  int grid = persistent_sched(c) ? static_cast<int>(resident) : a.total_tiles;
-  a.split = TailSplit{};
-  a.split.first = a.total_tiles;
   a.partials = nullptr;
   a.split_flags = nullptr;
   if (c.scheduler == kSchedStreamK) {
@@ -145,15 +144,10 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
       throw std::invalid_argument("fa3_pipelined: scheduler stream_k needs " + std::to_string(ws) +
                                   " bytes of workspace and " + std::to_string(sem) +
                                   " bytes of zeroed semaphores");
-    // The tail may spread over every resident slot, more CTAs than work tiles included: as many
-    // chunks as slots (at most), and the grid holds that many CTAs.
-    const int64_t slots = int64_t(sm_count()) * std::max(1, per_sm);
-    a.split = tail_split(a.total_tiles, slots,
-                         kv_tiles_for(0, c.block_m, BN, p.seqlen_q, p.seqlen_kv, false));
-    grid = std::max(grid, a.split.ctas);
     a.partials = static_cast<float *>(args.workspace);
     a.split_flags = static_cast<int *>(args.semaphores) + 2; // after the claim counters
   }
+  const int grid = static_cast<int>(plan.grid);
   kernel<<<grid, threads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
   FA3_TRACE_ONLY(trace_dump(grid, stream);)

@@ -431,6 +431,18 @@ inline int64_t persistent_grid(int64_t total_tiles, int64_t sms, int64_t ctas_pe
                            std::min<int64_t>(total_tiles, sms * std::max<int64_t>(1, ctas_per_sm)));
 }
 
+// What a launch is, given the device: its grid, its work order and its stream-K tail. `sms` and
+// `per_sm` (the CTAs of the instantiation resident on an SM at once) size the persistent grid,
+// whose resident CTAs cap the L2 sections (section_tile_cap); l2_bytes sizes the sections.
+struct LaunchPlan {
+  int64_t total_tiles = 0;
+  int64_t grid = 0;
+  TileOrder order;
+  TailSplit split; // ctas 0: every tile runs whole
+};
+LaunchPlan plan_launch(const AttentionProblem &p, const Params &c, int64_t head_dim, int64_t sms,
+                       int64_t per_sm, int64_t l2_bytes);
+
 // K/V tiles that rows up to last_row visit: up to its last visible key (0 when it sees none).
 FB_HOST_DEVICE int kv_tiles_to_row(int last_row, int block_n, int seqlen_q, int seqlen_kv,
                                    bool causal) {

@@ -470,6 +470,50 @@ TEST(Fa3Pipelined, PersistentGridAndL2Sections) {
             512);
 }
 
+// A launch's grid, work order and stream-K tail from the device's SMs, resident CTAs and L2
+// (plan_launch, which launch_tile runs before every launch).
+TEST(Fa3Pipelined, LaunchPlanGridOrderAndTail) {
+  using namespace fb::fa3;
+  const int64_t l2 = 50ll << 20;
+  // The d128 N2048 acceptance shape: 8 x 16 heads x 16 Q tiles = 2048 work tiles, 15.5 waves of 132.
+  const AttentionProblem p = Shape{"x", 8, 16, 16, 2048, 2048, 128, false, DType::bf16}.problem();
+  Params c; // bm128 bn128, dynamic
+  LaunchPlan plan = plan_launch(p, c, 128, 132, 1, l2);
+  EXPECT_EQ(plan.total_tiles, 2048);
+  EXPECT_EQ(plan.grid, 132);
+  EXPECT_EQ(plan.split.ctas, 0);
+  EXPECT_EQ(plan.split.first, 2048); // every tile whole
+  EXPECT_EQ(plan.order.sections, 128); // non-causal: one GQA group a section
+  c.scheduler = kSchedOneShot; // a CTA per work tile
+  EXPECT_EQ(plan_launch(p, c, 128, 132, 1, l2).grid, 2048);
+  // stream_k: 15 full waves (1980 tiles) whole, the 68 left x 16 K/V tiles shared out over 132
+  // chunks, claimed by the same 132 CTAs.
+  c.scheduler = kSchedStreamK;
+  plan = plan_launch(p, c, 128, 132, 1, l2);
+  EXPECT_EQ(plan.grid, 132);
+  EXPECT_EQ(plan.split.first, 1980);
+  EXPECT_EQ(plan.split.tiles, 68);
+  EXPECT_EQ(plan.split.iters, 16);
+  EXPECT_EQ(plan.split.ctas, 132);
+  // Fewer work tiles than resident slots: the tail may take more CTAs than there are tiles (6 tiles
+  // of 12 K/V tiles in chunks of at least kSplitMinIters = 4: 18 CTAs).
+  const AttentionProblem few = Shape{"x", 1, 3, 3, 200, 1500, 64, false, DType::bf16}.problem();
+  plan = plan_launch(few, c, 64, 132, 1, l2);
+  EXPECT_EQ(plan.total_tiles, 6);
+  EXPECT_EQ(plan.split.first, 0);
+  EXPECT_EQ(plan.split.ctas, 18);
+  EXPECT_EQ(plan.grid, 18);
+  // Causal problems never split (stream_k is non-causal only); their sections are capped at two
+  // waves of the resident CTAs (section_tile_cap).
+  AttentionProblem causal = p;
+  causal.causal = true;
+  plan = plan_launch(causal, c, 128, 132, 1, l2);
+  EXPECT_EQ(plan.split.ctas, 0);
+  EXPECT_EQ(plan.grid, 132);
+  EXPECT_EQ(plan.order.sections,
+            tile_order(causal, 128, 128, l2, section_tile_cap(causal, 132)).sections);
+}
+
 // The work order visits every (Q tile, head) once, keeps each section to whole GQA groups, and
 // goes heaviest Q tile first inside a section.
 TEST(Fa3Pipelined, WorkOrderIsAPermutationOfWholeGroupSections) {
