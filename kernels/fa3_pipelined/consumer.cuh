@@ -193,8 +193,8 @@ template <class T, int D, int BN, int MODE> struct Consumer {
   // In the non-causal kernels (plain, split) every row sees the first key of its work tile's first
   // K/V tile, so after the tile start's exact softmax the warp is settled, and the overlapped loop
   // runs the optimistic softmax at every step: it holds no copy of the exact one but the overflow's
-  // redo. Their launches are always lazy. So does the causal kernel, which starts every work tile
-  // at key 0 and runs only problems whose every row sees key 0 (traits.hpp kernel_mode).
+  // redo. So does the causal kernel, which starts every work tile at key 0 and runs only problems
+  // whose every row sees key 0 (traits.hpp kernel_mode). Launches always pass the lazy slack.
   static constexpr bool kSettledLoop =
       MODE == kModePlain || MODE == kModeSplit || MODE == kModeCausal;
 
