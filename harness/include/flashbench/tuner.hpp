@@ -60,7 +60,7 @@ struct TuningEntry {
   double margin = 0;      // runner-up time / winner time - 1 (negative when the winner won a 1% tie on resources)
   // How far apart the SM clocks were at which the winner and the runner-up were timed: |a - b| / max(a, b) of their
   // median sampled clocks (0: unknown, or no runner-up). Under a power cap a point's median follows the clock phase
-  // it drew, so above kClockSpreadFlag the margin may be the clock's rather than the code's (fa3_pipelined/HISTORY.md, session 31).
+  // it drew, so above kClockSpreadFlag the margin may be the clock's rather than the code's (seen on a power-capped H100).
   double clock_spread = 0;
   AttentionProblem problem; // the problem it was measured on
   std::string strategy;
