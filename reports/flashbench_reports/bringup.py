@@ -164,6 +164,7 @@ def plot_speedup(rows: List[Row], a: R.Results, b: R.Results, path: str, toleran
         ring = ax.scatter([r.intensity for r in flagged], [r.speedup for r in flagged], s=130, facecolors="none",
                           edgecolors="red", linewidths=1.5, zorder=4)
     ax.set_xscale("log")
+    F.plain_log_labels(ax, "x")
     F.log_if_wide(ax, [r.speedup for r in rows] + pred)
     ax.set_xlabel("arithmetic intensity (FLOPs / bytes_min)")
     ax.set_ylabel("B speed-up over A (A time / B time)")

@@ -32,7 +32,63 @@ def plt():
     return _PLT
 
 
+CHECK_LAYOUT = False  # tests set it: _save then refuses a figure whose text overlaps (layout_problems)
+
+
+class LayoutError(Exception):
+    pass
+
+
+def layout_problems(fig) -> List[str]:
+    """Overlapping text in a drawn figure: titles, axis labels, tick labels and legend entries that intersect one
+    another, and legends that cover a panel. Text inside the data (heatmap cell values) is not checked."""
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    texts = list(fig.texts)
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        texts += [ax.title, ax.xaxis.label, ax.yaxis.label]
+        # tick labels of ticks outside the view limits are not drawn, though matplotlib still lists them
+        ab = ax.get_window_extent(r)
+        for t in ax.get_xticklabels():
+            c = t.get_window_extent(r)
+            if ab.x0 - 1 <= (c.x0 + c.x1) / 2 <= ab.x1 + 1:
+                texts.append(t)
+        for t in ax.get_yticklabels():
+            c = t.get_window_extent(r)
+            if ab.y0 - 1 <= (c.y0 + c.y1) / 2 <= ab.y1 + 1:
+                texts.append(t)
+    legends = list(fig.legends) + [ax.get_legend() for ax in fig.axes if ax.get_visible() and ax.get_legend()]
+    for lg in legends:
+        texts += list(lg.get_texts())
+        if lg.get_title().get_text():
+            texts.append(lg.get_title())
+    boxes = []
+    for t in texts:
+        if t.get_visible() and t.get_text().strip():
+            b = t.get_window_extent(r)
+            if b.width > 0 and b.height > 0:
+                boxes.append((t.get_text(), b.padded(-1.0)))
+    out = []
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            if boxes[i][1].overlaps(boxes[j][1]):
+                out.append("text {!r} overlaps {!r}".format(boxes[i][0], boxes[j][0]))
+    for lg in legends:
+        lb = lg.get_window_extent(r).padded(-1.0)
+        for ax in fig.axes:
+            if ax.get_visible() and lb.overlaps(ax.get_window_extent(r)):
+                out.append("a legend covers the panel {!r}".format(ax.get_title() or ax.get_ylabel()))
+    return out
+
+
 def _save(fig, path: str) -> None:
+    if CHECK_LAYOUT:
+        problems = layout_problems(fig)
+        if problems:
+            plt().close(fig)
+            raise LayoutError("{}: {}".format(path, "; ".join(problems[:5])))
     fig.savefig(path, dpi=90, bbox_inches="tight")
     plt().close(fig)
 
@@ -89,12 +145,32 @@ def log_if_wide(ax, values, axis: str = "y", decades: float = 1.3) -> bool:
     vals = [v for v in values if v is not None and v > 0]
     if len(vals) >= 2 and math.log10(max(vals) / min(vals)) > decades:
         (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
+        plain_log_labels(ax, axis)
         return True
+    if axis == "y" and vals and len(vals) == len([v for v in values if v is not None]):
+        ax.set_ylim(bottom=0)  # a linear rate axis from zero: a 0.1% wiggle must not fill the panel
     try:
         ax.ticklabel_format(axis=axis, useOffset=False)  # "+1.1e2" above the axis reads as part of a title
     except AttributeError:  # the axis was already logarithmic
         pass
     return False
+
+
+def plain_log_labels(ax, axis: str = "y") -> None:
+    """Log-axis labels as plain numbers (300, not 3×10^2), minor ticks labelled at 2 and 5 only."""
+    from matplotlib.ticker import FuncFormatter
+
+    def major(v, _):
+        return "{:g}".format(v) if v > 0 else ""
+
+    def minor(v, _):
+        if v <= 0:
+            return ""
+        lead = round(v / 10 ** math.floor(math.log10(v) + 1e-9))
+        return "{:g}".format(v) if lead in (2, 5) else ""
+    a = ax.yaxis if axis == "y" else ax.xaxis
+    a.set_major_formatter(FuncFormatter(major))
+    a.set_minor_formatter(FuncFormatter(minor))
 
 
 def text_color_for(rgba) -> str:
@@ -240,6 +316,8 @@ def fig_roofline(points, res, path) -> str:
             labels.append("{} bytes".format(kind))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log_labels(ax, "x")
+    plain_log_labels(ax, "y")
     ax.set_xlabel("FLOPs per DRAM byte (measured where counters exist, else model, else minimum)")
     ax.set_ylabel("TFLOP/s")
     ax.grid(True, which="both", alpha=0.3)
@@ -266,12 +344,14 @@ def fig_hbm_bytes(points, res, path) -> str:
     if not keys:
         raise Omitted("no ok point has a traffic model (bytes_model) or measured DRAM bytes")
     best = R.best_per_variant([p for p in points if has(p)])
-    fig, axes = _grid(len(keys), w=6.0, h=4.0)
+    n_var = max(len([1 for (v, k) in best if k == key]) for key in keys)
+    fig, axes = _grid(len(keys), w=6.0, h=1.2 + 0.55 * n_var)
     any_measured = False
     colors = {"measured": "tab:blue", "model": "tab:orange", "minimum": "tab:gray"}
     for ax, key in zip(axes, keys):
-        ps = sorted([p for (v, k), p in best.items() if k == key], key=lambda p: p.variant)
-        xs = list(range(len(ps)))
+        # variants down the y axis: names stay horizontal and readable
+        ps = sorted([p for (v, k), p in best.items() if k == key], key=lambda p: p.variant, reverse=True)
+        ys = list(range(len(ps)))
         series = [("measured", [p.measured_dram_bytes() for p in ps]), ("model", [p.num("bytes_model") for p in ps]),
                   ("minimum", [p.num("bytes_min") for p in ps])]
         vals_all = []
@@ -279,13 +359,13 @@ def fig_hbm_bytes(points, res, path) -> str:
             any_measured |= label == "measured" and any(vals)
             mb = [(v or 0) / 1e6 for v in vals]
             vals_all += mb
-            ax.bar([x + (j - 1) * 0.27 for x in xs], mb, width=0.27, label=label, color=colors[label])
-        log_if_wide(ax, vals_all)
-        ax.set_xticks(xs)
-        ax.set_xticklabels([p.variant for p in ps], rotation=30, ha="right", fontsize=8)
-        ax.set_ylabel("HBM MB (1 MB = 1e6 B)")
+            ax.barh([y + (1 - j) * 0.27 for y in ys], mb, height=0.27, label=label, color=colors[label])
+        log_if_wide(ax, vals_all, axis="x")
+        ax.set_yticks(ys)
+        ax.set_yticklabels([p.variant for p in ps], fontsize=8)
+        ax.set_xlabel("HBM MB (1 MB = 1e6 B)")
         ax.set_title(key, fontsize=8)
-        ax.grid(True, axis="y", which="both", alpha=0.3)
+        ax.grid(True, axis="x", which="both", alpha=0.3)
     legend_below(fig, axes)
     _save(fig, path)
     return "HBM traffic per variant (best config): measured by counters{}, the variant's model, and the minimum " \
@@ -351,20 +431,20 @@ def fig_split_q_vs_k(points, res, path) -> str:
     if not keys:
         raise Omitted("no problem has ok fa2_q_outer points with both warp_layout=split_q and split_k")
     keys = keys[:16]
-    fig = _figure(max(7, 0.7 * len(keys) + 3), 5)
+    fig = _figure(10, 1.5 + 0.45 * len(keys))
     ax = fig.subplots()
-    xs = list(range(len(keys)))
+    ys = list(range(len(keys)))[::-1]  # first key at the top
     vals = []
     for j, lay in enumerate(("split_q", "split_k")):
-        ys = [best[(k, lay)].tflops or 0 for k in keys]
-        vals += ys
-        ax.bar([x + (j - 0.5) * 0.4 for x in xs], ys, width=0.4, label=lay)
-    log_if_wide(ax, vals)
-    ax.set_xticks(xs)
-    ax.set_xticklabels(keys, rotation=40, ha="right", fontsize=7)
-    ax.set_ylabel("TFLOP/s (best config per layout)")
+        xs = [best[(k, lay)].tflops or 0 for k in keys]
+        vals += xs
+        ax.barh([y + (0.5 - j) * 0.4 for y in ys], xs, height=0.4, label=lay)
+    log_if_wide(ax, vals, axis="x")
+    ax.set_yticks(ys)
+    ax.set_yticklabels(keys, fontsize=8)
+    ax.set_xlabel("TFLOP/s (best config per layout)")
     ax.set_title("fa2_q_outer: split-Q vs split-K warp layout", fontsize=10)
-    ax.grid(True, axis="y", which="both", alpha=0.3)
+    ax.grid(True, axis="x", which="both", alpha=0.3)
     legend_right(fig, ax)
     _save(fig, path)
     return "fa2_q_outer with each warp layout, best of the other config axes per problem."

@@ -19,3 +19,9 @@ def peers():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def pytest_addoption(parser):
+    parser.addoption("--screenshot-dir", default=None,
+                     help="write the headless-Chromium screenshots of the html, bring-up and history pages here "
+                          "(default: a temporary folder)")
