@@ -51,11 +51,11 @@ def layout_problems(fig) -> List[str]:
         texts += [ax.title, ax.xaxis.label, ax.yaxis.label]
         # tick labels of ticks outside the view limits are not drawn, though matplotlib still lists them
         ab = ax.get_window_extent(r)
-        for t in ax.get_xticklabels():
+        for t in ax.get_xticklabels() + ax.get_xticklabels(minor=True):
             c = t.get_window_extent(r)
             if ab.x0 - 1 <= (c.x0 + c.x1) / 2 <= ab.x1 + 1:
                 texts.append(t)
-        for t in ax.get_yticklabels():
+        for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True):
             c = t.get_window_extent(r)
             if ab.y0 - 1 <= (c.y0 + c.y1) / 2 <= ab.y1 + 1:
                 texts.append(t)
@@ -163,12 +163,14 @@ def plain_log_labels(ax, axis: str = "y") -> None:
     def major(v, _):
         return "{:g}".format(v) if v > 0 else ""
 
+    a = ax.yaxis if axis == "y" else ax.xaxis
+
     def minor(v, _):
-        if v <= 0:
+        lo, hi = sorted(a.get_view_interval())
+        if v <= 0 or lo <= 0 or hi / lo > 10 ** 2.2:  # over two decades the major labels suffice
             return ""
         lead = round(v / 10 ** math.floor(math.log10(v) + 1e-9))
         return "{:g}".format(v) if lead in (2, 5) else ""
-    a = ax.yaxis if axis == "y" else ax.xaxis
     a.set_major_formatter(FuncFormatter(major))
     a.set_minor_formatter(FuncFormatter(minor))
 
@@ -295,6 +297,10 @@ def fig_roofline(points, res, path) -> str:
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(xs, [min(peak, x * bw * 1e9 / 1e12) for x in xs], "k-", lw=1.5,
             label="roof: {:.0f} TFLOP/s, {:.0f} GB/s (measured)".format(peak, bw))
+    fp8_peak = res.ceiling("gemm_e4m3_tflops")
+    if fp8_peak and any(r[0].problem.get("dtype") in B.FP8_DTYPES for r in rows):
+        ax.plot(xs, [min(fp8_peak, x * bw * 1e9 / 1e12) for x in xs], "k--", lw=1,
+                label="e4m3 roof: {:.0f} TFLOP/s (measured)".format(fp8_peak))
     markers = {"measured": "o", "model": "^", "minimum": "x"}
     variants = sorted({r[0].variant for r in rows})
     colors = colors_for(variants)
@@ -304,9 +310,9 @@ def fig_roofline(points, res, path) -> str:
             sel = [r for r in rows if r[0].variant == v and r[2] == kind]
             if sel:
                 ax.scatter([r[1] for r in sel], [r[0].tflops for r in sel], marker=m, color=colors[v])
-    line = ax.get_lines()[0]
-    handles.append(line)
-    labels.append(line.get_label())
+    for line in ax.get_lines():
+        handles.append(line)
+        labels.append(line.get_label())
     for v in variants:
         handles.append(plt().Line2D([], [], ls="", marker="o", color=colors[v]))
         labels.append(v)
