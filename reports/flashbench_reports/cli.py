@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
 
     h = sub.add_parser("html", help="HTML report (index.html, figures/, summary.md) from results files")
-    h.add_argument("results", nargs="+", help="results JSON files of one GPU (e.g. a sweep plus peers.json)")
+    h.add_argument("results", nargs="+", help="results JSON files (e.g. a sweep plus peers.json); files of different "
+                                              "GPUs get one section each, and files whose GPU cannot be told are "
+                                              "refused")
     h.add_argument("-o", "--out", required=True, help="output directory")
     h.add_argument("--link-figures", action="store_true", help="link figures/*.png instead of inlining them")
 
@@ -34,10 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--alpha", type=float, default=0.05, help="Mann-Whitney U significance level (default 0.05)")
     c.add_argument("-o", "--out", help="also write the Markdown table here")
 
-    b = sub.add_parser("bringup", help="same points on two GPUs, absolute and normalised by measured ceilings")
-    b.add_argument("a")
-    b.add_argument("b")
+    b = sub.add_parser("bringup", help="same points on two GPUs: each speed-up against the ratio of the GPUs' "
+                                       "measured ceilings (GEMM for compute-bound points, copy for memory-bound)")
+    b.add_argument("a", help="results file of GPU A (the reference)")
+    b.add_argument("b", help="results file of GPU B (speed-ups are B over A)")
     b.add_argument("-o", "--out", required=True, help="output directory")
+    b.add_argument("--tolerance", type=float, default=0.9,
+                   help="flag points whose speed-up is below this fraction of the predicted one (default 0.9)")
     b.add_argument("--link-figures", action="store_true")
 
     hi = sub.add_parser("history", help="SQLite history of runs and trend plots")
@@ -69,7 +74,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return 0
         if args.cmd == "bringup":
             from . import bringup
-            print(bringup.build(args.a, args.b, args.out, embed=not args.link_figures))
+            print(bringup.build(args.a, args.b, args.out, embed=not args.link_figures, tolerance=args.tolerance))
             return 0
         if args.cmd == "history":
             from . import history
