@@ -10,7 +10,8 @@
 #                      whose tool is missing reports SKIPPED
 # Exit status: 0 when everything required is there (optional tools may be missing: each is named), 2 when the build
 # cannot go on (each missing piece is named with the Debian package that provides it).
-# FLASHBENCH_CMAKE_ARGS (as in scripts/env.sh) reaches the probe too, e.g. -DCMAKE_PREFIX_PATH=/opt/libs.
+# FLASHBENCH_CMAKE_ARGS (as in scripts/env.sh) reaches the probe too, e.g. -DCMAKE_PREFIX_PATH=/opt/libs;
+# FLASHBENCH_SKIP_PY=1 (as in scripts/test.sh) leaves the Python packages out.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 profile=${1:-build}
@@ -25,7 +26,7 @@ is_root() { [ "$(id -u)" = 0 ]; }
 # The capabilities: name|Debian package|required (build, test or optional-test)|what it is for.
 # Libraries are checked by find_package in a probe project (the same call the build makes); commands on PATH.
 caps=(
-  "cmake|cmake|build|configuring the build (3.24 or newer)"
+  "cmake|cmake|build|configuring the build (3.24 or newer; pip install cmake where the distribution's is older)"
   "c++|g++|build|the host compiler"
   "make|make|build|CMake's default generator"
   "benchmark|libbenchmark-dev|build|Google Benchmark (find_package(benchmark))"
@@ -45,7 +46,7 @@ cmake_ok() {
   [ -n "$v" ] && set -- $v && { [ "$1" -gt 3 ] || { [ "$1" -eq 3 ] && [ "$2" -ge 24 ]; }; }
 }
 
-# find_package for every library at once (about a second): prints "name found" lines.
+# find_package for every library at once (a few seconds): prints "name found" lines.
 probe_libs() {
   local dir
   dir=$(mktemp -d) || return 1
@@ -170,7 +171,9 @@ sys.exit(not any(glob.glob(p + "/cu*/bin/cuobjdump") for p in nvidia.__path__))'
   fi
   # The reports package's tests run from the checkout (reports/tests/conftest.py); they need its dependencies.
   py_ok() { python3 -c 'import matplotlib, numpy, pytest' >/dev/null 2>&1; }
-  if ! command -v python3 >/dev/null 2>&1; then
+  if [ "${FLASHBENCH_SKIP_PY:-0}" = 1 ]; then
+    : # scripts/test.sh leaves pytest out
+  elif ! command -v python3 >/dev/null 2>&1; then
     say "missing: python3, for the reports' tests (Debian: python3); scripts/test.sh will say they did not run"
   elif ! py_ok; then
     say "missing: matplotlib, numpy or pytest, for the reports' tests; installing reports[test] (pip)"
@@ -187,4 +190,4 @@ if ((${#missing_required[@]})) || ((!cuda_ok)); then
   say "error: the build cannot go on without: $list (see above)"
   exit 2
 fi
-say "ok: everything the $profile needs is here"
+say "ok: what the $profile requires is here"
