@@ -13,7 +13,6 @@ import importlib.util
 import io
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -161,9 +160,10 @@ class QuickSweep(unittest.TestCase):
     def test_every_variant_runs(self):
         if not FLASHBENCH:
             self.skipTest("no flashbench binary given")
-        listing = subprocess.run([FLASHBENCH, "list"], capture_output=True, text=True, check=True).stdout
         env = dict(os.environ)
-        env.pop("FLASHBENCH_TEST_VARIANTS", None)
+        env.pop("FLASHBENCH_TEST_VARIANTS", None)  # the catalog users see
+        listing = subprocess.run([FLASHBENCH, "list", "--json"], capture_output=True, text=True, check=True, env=env)
+        catalog = {v["name"] for v in json.loads(listing.stdout)}
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "quick.json")
             r = subprocess.run([FLASHBENCH, "run", os.path.join(ROOT, "sweeps", "quick.yaml"), "--fake-worker",
@@ -173,19 +173,10 @@ class QuickSweep(unittest.TestCase):
             with open(out) as f:
                 doc = json.load(f)
         ok = {x["variant"] for x in doc["benchmarks"] if x["status"] == "ok"}
-        catalog = set(re.findall(r"^\s*(\w+)\s", listing, re.M)) & {x["variant"] for x in doc["benchmarks"]} | ok
-        names = set(re.findall(r"^\s*([a-z0-9_]+)\b", listing, re.M))
-        missing = sorted(v for v in names if v not in ok and v in catalog_names(listing))
-        self.assertEqual(missing, [], "variants of `flashbench list` without an ok point in sweeps/quick.yaml")
-        self.assertTrue(catalog)
-        text = render(doc)
-        header = next(l for l in text.splitlines() if l.startswith("shape")).split()[2:]
-        self.assertEqual(sorted(header), sorted({x["variant"] for x in doc["benchmarks"]}))
-
-
-def catalog_names(listing):
-    """Variant names from `flashbench list`: the first word of each line that names a variant."""
-    return {m.group(1) for m in re.finditer(r"^([a-z][a-z0-9_]*)\s", listing, re.M)}
+        self.assertGreater(len(catalog), 5)
+        self.assertEqual(sorted(catalog - ok), [], "variants of `flashbench list` without an ok point in quick.yaml")
+        header = next(l for l in render(doc).splitlines() if l.startswith("shape")).split()[2:]
+        self.assertEqual(sorted(header), sorted(catalog))
 
 
 if __name__ == "__main__":
