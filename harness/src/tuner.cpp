@@ -1,6 +1,8 @@
 #include "flashbench/tuner.hpp"
 
 #include "flashbench/errors.hpp"
+#include "flashbench/machine.hpp"
+#include "flashbench/options.hpp"
 #include "flashbench/sweep.hpp"
 #include "supervisor.hpp"
 #include "worker.hpp"
@@ -189,7 +191,7 @@ TuningTable load_tuning_table(const std::string& path) {
 void save_tuning_table(const std::string& path, const TuningTable& t) { write_atomically(path, to_json(t).dump(1) + "\n"); }
 
 std::string tuning_dir() {
-  if (const char* d = std::getenv("FLASHBENCH_TUNING_DIR"); d && *d) return d;
+  if (const std::string& d = env_options().tuning_dir; !d.empty()) return d;
   return FLASHBENCH_TUNING_DEFAULT_DIR;
 }
 
@@ -364,7 +366,7 @@ SearchResult search_configs(const ConfigSpace& space, const std::vector<Config>&
 // ---- cache ----
 
 std::string default_cache_path() {
-  if (const char* d = std::getenv("FLASHBENCH_CACHE_DIR"); d && *d) return (fs::path(d) / "tune-cache.jsonl").string();
+  if (const std::string& d = env_options().cache_dir; !d.empty()) return (fs::path(d) / "tune-cache.jsonl").string();
   const char* home = std::getenv("HOME");
   return (fs::path(home && *home ? home : "/tmp") / ".cache" / "flashbench" / "tune-cache.jsonl").string();
 }
@@ -459,12 +461,15 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
                {"runtime_version", dev.runtime_version}};
   table.build_id = build_id();
   TuneCache cache(o.cache_path);
-  const nlohmann::json identity = {{"gpu", dev.name},
+  nlohmann::json identity = {{"gpu", dev.name},
                                    {"sm_count", dev.sm_count},
                                    {"driver", dev.driver_version},
                                    {"runtime", dev.runtime_version},
                                    {"build", build_id()},
                                    {"fake", o.fake_worker}};
+  // Options that change what a sample measures (a test slowdown, the stream hold) key the cache too, so that a
+  // measurement taken under one is never served to a run without it. Absent when none is set: older keys stay.
+  if (const std::string opt = timing_options_key(env_options()); !opt.empty()) identity["options"] = opt;
 
   SupervisorOptions so;
   so.devices = o.gpus;
@@ -479,6 +484,8 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
 
   nlohmann::json report = {{"strategy", o.strategy}, {"budget", o.budget}, {"seed", o.seed},
                            {"device", dev},          {"build_id", build_id()}, {"results", nlohmann::json::array()}};
+  report["machine"] = query_machine(dev);
+  report["options"] = env_options();
   int measured = 0, from_cache = 0, without_winner = 0, clock_flagged = 0;
   double measure_s = 0;
   char line[512];
@@ -644,6 +651,7 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
   report["served_from_cache"] = from_cache;
   report["measure_seconds"] = measure_s;
   report["table"] = out_path;
+  report["machine"]["end"] = query_machine_state(dev.pci_bus_id);
   if (!o.report_path.empty()) write_atomically(o.report_path, report.dump(1) + "\n");
   return without_winner ? 1 : 0;
 }

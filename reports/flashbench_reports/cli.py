@@ -1,7 +1,9 @@
 """flashbench-report: html | compare | bringup | history {ingest,plot}.
 
 Exit codes: 0 ok; 1 compare found a regression or a point that now fails; 2 a user error (one line on
-stderr: what, where, what to do) and no output file written.
+stderr: what, where, what to do) and no output file written; 3 compare could give no verdict: the two files come
+from different hosts and no history (--history) supplies the spread between runs, so a change beyond the floor
+needs a paired run (scripts/nightly.sh).
 """
 from __future__ import annotations
 
@@ -29,11 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("-o", "--out", required=True, help="output directory")
     h.add_argument("--link-figures", action="store_true", help="link figures/*.png instead of inlining them")
 
-    c = sub.add_parser("compare", help="noise-aware per-point comparison; exits 1 on a regression")
+    c = sub.add_parser("compare", help="noise-aware per-point comparison; exits 1 on a regression, 3 when only a "
+                       "paired run can decide")
     c.add_argument("baseline")
     c.add_argument("current")
     c.add_argument("--threshold", type=float, default=0.02, help="relative slowdown to care about (default 0.02)")
     c.add_argument("--alpha", type=float, default=0.05, help="Mann-Whitney U significance level (default 0.05)")
+    c.add_argument("--min-z", type=float, default=7.0,
+                   help="a change must be this many between-run standard deviations clear of zero (default 7)")
+    c.add_argument("--history", metavar="DB",
+                   help="history database: use the between-run spread learned there for this GPU model and point")
     c.add_argument("-o", "--out", help="also write the Markdown table here")
 
     b = sub.add_parser("bringup", help="same points on two GPUs: each speed-up against the ratio of the GPUs' "
@@ -67,7 +74,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         if args.cmd == "compare":
             from . import compare
-            return compare.run(args.baseline, args.current, args.threshold, args.alpha, args.out)
+            return compare.run(args.baseline, args.current, args.threshold, args.alpha, args.out, args.min_z,
+                               args.history)
         if args.cmd == "html":
             from . import report
             print(report.build(args.results, args.out, embed=not args.link_figures))

@@ -127,6 +127,10 @@ private:
   void* device_ = nullptr;
 };
 
+// Queues a one-thread kernel that spins for `ns` nanoseconds of the GPU's global timer (0: returns at once) on
+// `stream`. The test slowdown (FLASHBENCH_TEST_SLOWDOWN) adds it to a variant's timed samples.
+void gpu_spin(cudaStream_t stream, double ns);
+
 class BackToBack; // timer.cu: the queue of policy queue back_to_back
 
 // GPU timer for one device: owns the L2 flush buffer, the blocking kernel's flag and the events.
