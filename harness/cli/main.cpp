@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -167,6 +168,9 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "correctness of every variant x config on built-in awkward shapes");
   std::vector<std::string> check_only;
   check->add_option("--variant", check_only, "only these variants");
+  std::string check_configs = "all";
+  check->add_option("--configs", check_configs, "all (every valid config) | default (each shape's default config)")
+      ->check(CLI::IsMember({"all", "default"}));
 
   auto* worker = app.add_subcommand("worker", "internal: measures points sent by run/tune on stdin")->group("");
   fb::WorkerOptions wopts;
@@ -189,12 +193,16 @@ int main(int argc, char** argv) {
   merge->add_flag("--allow-missing", allow_missing, "merge even when some shards are absent");
 
   auto* tune = app.add_subcommand("tune", "search each variant's config space per problem; write a tuning table");
-  std::string tune_spec, tune_strategy = "halving", tune_cache, tune_report, tune_gpus_csv;
+  std::string tune_strategy = "halving", tune_cache, tune_report, tune_gpus_csv;
+  std::vector<std::string> tune_args;
   std::string tune_output;
   double tune_budget = 0.3, tune_point_timeout = -1;
   uint64_t tune_seed = 0;
-  bool tune_no_cache = false, tune_fake = false;
-  tune->add_option("spec", tune_spec, "sweep spec (problems and variants; configs are searched)")->required();
+  bool tune_no_cache = false, tune_fake = false, tune_check = false;
+  tune->add_option("spec", tune_args, "sweep specs (problems and variants; configs are searched), tuned one after "
+                                      "another into one table; with --check, the tables to check");
+  tune->add_flag("--check", tune_check, "list the entries of the given tables (default: every tuning/*.json) whose "
+                                        "variant's sources changed since they were tuned; exit 1 if any, 0 if none");
   tune->add_option("-o,--output", tune_output, "tuning table (default tuning/<gpu-slug>.json in the source tree); "
                                                "entries for other buckets already there are kept");
   tune->add_option("--strategy", tune_strategy, "exhaustive | random | halving (successive halving)")
@@ -328,7 +336,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "flashbench: no CUDA device found; 'check' needs a GPU\n");
         return kExitNoDevice;
       }
-      return fb::run_check(device, check_only, std::cout);
+      return fb::run_check(device, check_only, std::cout, check_configs == "default");
     }
     if (*worker) {
       wopts.counters = !worker_no_counters;
@@ -342,6 +350,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*tune) {
+      if (tune_check) return fb::check_tuning_tables(tune_args, std::cout);
+      if (tune_args.empty())
+        throw fb::UserError("tune: give a sweep spec (e.g. sweeps/tune/prefill.yaml), or --check [TABLE...]");
       fb::TuneOptions t;
       t.strategy = tune_strategy;
       t.budget = tune_budget;
@@ -352,13 +363,19 @@ int main(int argc, char** argv) {
       t.gpus = parse_gpus(tune_gpus_csv);
       if (t.gpus.empty()) t.gpus = {device};
       t.fake_worker = tune_fake;
-      fb::SweepSpec spec = fb::load_spec(tune_spec);
-      if (tune_point_timeout > 0) spec.timing.point_timeout_s = tune_point_timeout;
+      std::vector<fb::SweepSpec> specs; // every spec parsed before anything is measured
+      for (const auto& path : tune_args) {
+        specs.push_back(fb::load_spec(path));
+        if (tune_point_timeout > 0) specs.back().timing.point_timeout_s = tune_point_timeout;
+      }
       if (!tune_fake && fb::device_count() <= t.gpus.front()) {
         std::fprintf(stderr, "flashbench: no CUDA device found; 'tune' needs a GPU\n");
         return kExitNoDevice;
       }
-      return fb::run_tune(spec, t, std::cout);
+      // Several specs tune into the same table, one after another (each keeps its own timing policy).
+      int code = 0;
+      for (const auto& spec : specs) code = std::max(code, fb::run_tune(spec, t, std::cout));
+      return code;
     }
     if (*probe) {
       std::vector<size_t> read_sizes;
