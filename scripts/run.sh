@@ -15,4 +15,5 @@ fi
 slug=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 |
        tr 'A-Z' 'a-z' | sed -E 's/[^a-z0-9]+/-/g; s/^-|-$//g')
 out="${FLASHBENCH_OUT:-$FB_ROOT/results/$slug}/$(basename "$spec" .yaml).json"
+mkdir -p "$(dirname "$out")"  # flashbench run refuses a missing directory rather than create it
 "$fb" run "$spec" -o "$out"

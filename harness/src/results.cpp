@@ -2,11 +2,14 @@
 
 #include "flashbench/errors.hpp"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <fcntl.h>
 #include <unistd.h>
 
 namespace fb {
@@ -209,20 +212,79 @@ void write_results_file(const std::string& path, const nlohmann::json& context,
   doc["benchmarks"] = records;
   namespace fs = std::filesystem;
   const fs::path target(path);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  std::error_code ec;
+  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  // Whatever fails, no temp file stays behind and the message names the results file, not an internal error.
+  const auto fail = [&](const std::string& why) {
+    fs::remove(tmp, ec);
+    throw UserError("cannot write results file " + path + ": " + why +
+                    "; check the path (a file in a writable directory) and the free space");
+  };
   {
     std::ofstream os(tmp, std::ios::trunc);
-    if (!os) throw UserError("cannot write " + tmp + "; check that the directory exists and is writable");
+    if (!os) fail(std::strerror(errno));
     os << doc.dump(1) << "\n";
     os.flush();
-    if (!os) throw UserError("failed writing " + tmp + " (disk full?)");
+    if (!os) fail("writing " + tmp + " failed (disk full?)");
   }
   if (FILE* f = std::fopen(tmp.c_str(), "r")) { // fsync so that the rename never exposes an empty file
     ::fsync(fileno(f));
     std::fclose(f);
   }
-  fs::rename(tmp, target);
+  fs::rename(tmp, target, ec);
+  if (ec) fail(ec.message());
+}
+
+namespace {
+
+std::string parent_dir(const std::string& path) {
+  const std::filesystem::path p(path);
+  return p.has_parent_path() ? p.parent_path().string() : std::string(".");
+}
+
+bool non_empty_file(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) > 0 && !ec;
+}
+
+} // namespace
+
+void check_output_path(const std::string& path, const std::string& option, bool may_replace,
+                       const std::string& replace_hint) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string where = option + " " + path;
+  if (path.empty()) throw UserError(option + ": the path is empty; give a file name such as results.json");
+  if (fs::is_directory(path, ec))
+    throw UserError(where + ": is a directory; give a file name in it, e.g. " + option + " " +
+                    (fs::path(path) / "results.json").string());
+  const std::string dir = parent_dir(path);
+  if (!fs::exists(dir, ec))
+    throw UserError(where + ": the directory " + dir + " does not exist; create it (mkdir -p " + dir +
+                    ") or choose another path");
+  if (!fs::is_directory(dir, ec))
+    throw UserError(where + ": " + dir + " is not a directory; choose a path in a directory");
+  if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
+    throw UserError(where + ": exists and is not a regular file; choose another path");
+  if (!may_replace && non_empty_file(path))
+    throw UserError(where + ": the file already exists; " + replace_hint);
+  // The writes go through a temp file beside the target and a rename: the directory must take new files. Probing
+  // with a real file catches what permission bits do not (read-only mounts, root on /proc, quotas).
+  const std::string probe = (fs::path(dir) / (".flashbench-probe." + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) {
+    const std::string why = std::strerror(errno);
+    throw UserError(where + ": cannot create files in " + dir + " (" + why + "); choose a writable directory");
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+void check_partial_log(const std::string& path, bool may_discard) {
+  if (may_discard || !non_empty_file(path)) return;
+  throw UserError(path + ": an interrupted run's measured points are here; continue that run with --resume, "
+                         "or pass --force to start over");
 }
 
 nlohmann::json read_results_file(const std::string& path) {

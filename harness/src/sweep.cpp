@@ -171,8 +171,8 @@ std::string hash_hex(const std::string& bytes) {
   return buf;
 }
 
-std::string build_id() {
-  static const std::string id = [] {
+std::string binary_hash() {
+  static const std::string hash = [] {
     // Word-wise FNV-style mixing: the executable is tens of MB, hashed once per process.
     uint64_t h = 1469598103934665603ull;
     std::ifstream is("/proc/self/exe", std::ios::binary);
@@ -191,9 +191,16 @@ std::string build_id() {
     }
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
-    return std::string(git_sha()) + "+" + hex;
+    return std::string(hex);
   }();
-  return id;
+  return hash;
+}
+
+std::string build_id() { return std::string(git_sha()) + "+" + binary_hash(); }
+
+nlohmann::json build_identity() {
+  return {{"source_sha", git_sha()}, {"options", build_options()}, {"toolkit", toolkit()},
+          {"binary_hash", binary_hash()}};
 }
 
 std::string plan_hash(const SweepSpec& spec, const std::vector<PlannedPoint>& points) {
@@ -245,6 +252,7 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
   nlohmann::json context = base_context(spec, dev);
   context["plan_hash"] = plan_hash(spec, points);
   context["build_id"] = build_id();
+  context["build"] = build_identity();
   context["plan_points"] = points.size();
   context["shard"] = {{"index", opts.shard_index}, {"count", opts.shard_count}, {"begin", begin}, {"end", end}};
   context["gpus"] = gpus;
@@ -262,7 +270,22 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
   };
   if (opts.resume) {
     size_t kept = 0, foreign = 0;
-    for (auto& rec : read_partial_log(log.path())) {
+    std::vector<nlohmann::json> earlier = read_partial_log(log.path());
+    std::string from = log.path();
+    // A run that finished left no partial log, only its results file: resuming it keeps that file's points (a
+    // requeued shard has nothing left to do). Another plan's file is not this run's to continue.
+    std::error_code ec;
+    if (earlier.empty() && std::filesystem::file_size(opts.output_path, ec) > 0 && !ec) {
+      const nlohmann::json doc = read_results_file(opts.output_path);
+      if (doc["context"].value("plan_hash", std::string()) == context["plan_hash"].get<std::string>()) {
+        for (const auto& rec : doc["benchmarks"]) earlier.push_back(rec);
+        from = opts.output_path;
+      } else if (!opts.force) {
+        throw UserError(opts.output_path + " holds the results of another plan; --resume continues a run of this "
+                        "plan: pass --force to replace the file, or choose another -o");
+      }
+    }
+    for (auto& rec : earlier) {
       const auto it = index_of.find(rec.value("name", ""));
       if (it == index_of.end() || records[it->second]) {
         ++foreign;
@@ -283,7 +306,7 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
       if (!os) throw UserError("cannot rewrite " + tmp + " (disk full?)");
       std::filesystem::rename(tmp, log.path());
     }
-    std::printf("resume: %zu finished points kept from %s%s\n", kept, log.path().c_str(),
+    std::printf("resume: %zu finished points kept from %s%s\n", kept, from.c_str(),
                 foreign ? (", " + std::to_string(foreign) + " records not in this plan ignored").c_str() : "");
   } else {
     std::filesystem::remove(log.path());
@@ -381,13 +404,14 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
   int count = 0;
   std::set<int> shards;
   std::map<std::string, std::string> seen; // point name -> file
-  std::vector<nlohmann::json> records;
+  std::vector<nlohmann::json> records, build_ids;
   for (const auto& path : inputs) {
     const nlohmann::json doc = read_results_file(path);
     const nlohmann::json& c = doc["context"];
     for (const char* field : {"plan_hash", "build_id", "shard"})
       if (!c.contains(field))
         throw UserError(path + ": no context." + field + "; it was not written by 'flashbench run' of this version");
+    build_ids.push_back(c["build_id"]);
     const int index = c["shard"].value("index", 0), n = c["shard"].value("count", 1);
     if (first.empty()) {
       first = path;
@@ -400,7 +424,17 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
                           "; " + what);
       };
       same("plan_hash", c["plan_hash"], context["plan_hash"], "shards must come from the same spec and plan");
-      same("build_id", c["build_id"], context["build_id"], "shards must come from the same build");
+      // One source build: the same sha, options and toolkit. The binaries may differ (shards built on several
+      // machines); files written before the build identity existed can only be matched by their binary.
+      if (c.contains("build") && context.contains("build")) {
+        for (const char* field : {"source_sha", "options", "toolkit"})
+          same((std::string("build ") + field).c_str(), c["build"].value(field, nlohmann::json()),
+               context["build"].value(field, nlohmann::json()),
+               "shards must come from one source built the same way (rebuild them from one commit with the same "
+               "options and toolkit)");
+      } else {
+        same("build_id", c["build_id"], context["build_id"], "shards must come from the same build");
+      }
       same("device", c.value("device", nlohmann::json()).value("name", nlohmann::json()),
            context.value("device", nlohmann::json()).value("name", nlohmann::json()),
            "shards must run on the same kind of GPU");
@@ -428,6 +462,7 @@ void merge_results(const std::vector<std::string>& inputs, const std::string& ou
   });
   context["shard"] = {{"index", 0}, {"count", 1}, {"begin", 0}, {"end", context.value("plan_points", records.size())}};
   context["merged_from"] = inputs;
+  context["merged_build_ids"] = build_ids; // per input: its source sha and binary hash
   write_results_file(output, context, records);
   log << "merged " << records.size() << " records from " << inputs.size() << " file(s) (" << shards.size() << " of "
       << count << " shards) into " << output << "\n";

@@ -8,10 +8,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
+
+# The problem key and its parse live in problem.py, the one Python copy of the harness's problem math; re-exported
+# here for the modules that read results.
+from .problem import UserError, normalize_dtype, parse_problem_key, problem_key  # noqa: F401
 
 SCHEMA_VERSION = 1
 OK = "ok"
@@ -19,10 +22,6 @@ NOT_OK_STATUSES = ("skipped", "incorrect", "crashed", "timeout")
 FAILED_STATUSES = ("incorrect", "crashed", "timeout")  # a point that used to work must not end here
 
 _TIME_UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
-
-
-class UserError(Exception):
-    """A problem with the user's input; the CLI prints it as one line and exits 2."""
 
 
 def _num(x: Any) -> Optional[float]:
@@ -36,41 +35,6 @@ def _num(x: Any) -> Optional[float]:
 
 def _dict(x: Any) -> Dict[str, Any]:
     return x if isinstance(x, dict) else {}
-
-
-_KEY_RE = re.compile(r"^b(\d+)_hq(\d+)_hkv(\d+)_sq(\d+)_skv(\d+)_d(\d+)(?:_(causal))?_(fp32|f32|fp16|f16|bf16)")
-
-
-def parse_problem_key(key: str) -> Dict[str, Any]:
-    """Problem fields from a key like 'b1_hq16_hkv16_sq1024_skv1024_d128_causal_bf16' ({} if not one)."""
-    m = _KEY_RE.match(key or "")
-    if not m:
-        return {}
-    b, hq, hkv, sq, skv, d, causal, dt = m.groups()
-    return {"batch": int(b), "heads_q": int(hq), "heads_kv": int(hkv), "seqlen_q": int(sq),
-            "seqlen_kv": int(skv), "head_dim": int(d), "causal": bool(causal), "dtype": normalize_dtype(dt)}
-
-
-def normalize_dtype(dt: Any) -> Optional[str]:
-    if not isinstance(dt, str):
-        return None
-    return {"f32": "fp32", "f16": "fp16"}.get(dt, dt)
-
-
-def problem_key(p: Dict[str, Any]) -> str:
-    """The C++ harness's key(AttentionProblem); layout and scale only when not the default."""
-    if not p:
-        return "?"
-    s = "b{}_hq{}_hkv{}_sq{}_skv{}_d{}".format(p.get("batch", "?"), p.get("heads_q", "?"), p.get("heads_kv", "?"),
-                                            p.get("seqlen_q", "?"), p.get("seqlen_kv", "?"), p.get("head_dim", "?"))
-    if p.get("causal"):
-        s += "_causal"
-    s += "_" + str(normalize_dtype(p.get("dtype")) or "?")
-    if p.get("layout") not in (None, "bshd"):
-        s += "_" + str(p["layout"])
-    if _num(p.get("scale")):
-        s += "_scale{:g}".format(p["scale"])
-    return s
 
 
 @dataclass
@@ -100,7 +64,9 @@ class Point:
 
     @property
     def key(self) -> str:
-        return problem_key(self.problem)
+        """The C++ key of the point's problem; a record with neither a problem nor a parseable name keeps its
+        name's last part, so that two such points never share a key by accident."""
+        return problem_key(self.problem) if self.problem else self.name.split("/")[-1]
 
     def get(self, *path: str) -> Any:
         """Nested optional field: p.get('counters', 'dram_read_bytes') -> value or None."""

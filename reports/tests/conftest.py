@@ -1,4 +1,3 @@
-import importlib.util
 import os
 import sys
 
@@ -14,8 +13,6 @@ PEERS = os.path.join(os.path.dirname(ROOT), "scripts", "peers.py")
 
 @pytest.fixture(scope="session")
 def peers():
-    """scripts/peers.py as a module (it is a script, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("peers", PEERS)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    """The package behind scripts/peers.py (flashbench_reports.peers), its API re-exported at the top."""
+    import flashbench_reports.peers as mod
     return mod

@@ -141,7 +141,7 @@ def peers_summary():
 
 
 def test_rounds_time_every_peer_in_turn_the_order_reversed_each_round(peers, monkeypatch):
-    monkeypatch.setattr(peers, "make_inputs", lambda torch, p, seed, device: (1, 2, 3))
+    monkeypatch.setattr(peers.runner, "make_inputs", lambda torch, p, seed, device: (1, 2, 3))
     p = peers.normalize_problem({"seqlen_q": 64, "heads_q": 2})
     log = []
     bound = [_FakePeer("a", p, log), _FakePeer("b", p, log), _FakePeer("c", p, log, skip="cannot")]
@@ -161,6 +161,7 @@ def test_rounds_time_every_peer_in_turn_the_order_reversed_each_round(peers, mon
     (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-best", "x.json"], "one of"),
     (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-top", "2"], "--ours-top 2"),
     (["--rounds", "0"], "--rounds"),
+    (["-o", "."], "is a directory"),
 ])
 def test_bad_ours_arguments_are_one_line_user_errors(tmp_path, argv, what):
     plan = tmp_path / "plan.json"
@@ -236,7 +237,7 @@ class _PairTimer(_OrderTimer):
 
 
 def test_interleave_sample_times_all_peers_in_one_loop_per_round(peers, monkeypatch):
-    monkeypatch.setattr(peers, "make_inputs", lambda torch, p, seed, device: (1, 2, 3))
+    monkeypatch.setattr(peers.runner, "make_inputs", lambda torch, p, seed, device: (1, 2, 3))
     p = peers.normalize_problem({"seqlen_q": 64, "heads_q": 2})
     log = []
     bound = [_FakePeer("a", p, log), _FakePeer("b", p, log)]

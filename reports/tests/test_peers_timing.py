@@ -1,10 +1,13 @@
 """scripts/peers.py's timed loop: the harness's stopping rule and policy, without a GPU."""
 import argparse
+import os
 import random
 import sys
 import time
 
 import pytest
+
+from conftest import PEERS
 
 
 def rule(peers, **kw):
@@ -265,17 +268,31 @@ def test_git_sha_prefers_the_explicit_source_sha(peers, monkeypatch):
 
 
 def test_git_sha_of_a_snapshot_inside_another_checkout_is_unknown(peers, monkeypatch, tmp_path):
-    # A copy of scripts/ under an unrelated git repository must not take that repository's HEAD.
+    # A copy of the tree (scripts/peers.py and the package it runs) under an unrelated git repository must not take
+    # that repository's HEAD.
     import shutil
     import subprocess
     monkeypatch.delenv("FLASHBENCH_SOURCE_SHA", raising=False)
     outer = tmp_path / "outer"
-    (outer / "snap" / "scripts").mkdir(parents=True)
+    snap = outer / "snap"
+    (snap / "scripts").mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(outer)], check=True)
     subprocess.run(["git", "-C", str(outer), "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q",
                     "--allow-empty", "-m", "outer"], check=True)
-    shutil.copy(peers.__file__, outer / "snap" / "scripts" / "peers.py")
-    out = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import peers; "
-                          "print(repr(peers.git_sha()))", str(outer / "snap" / "scripts")],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    assert out == "''"
+    shutil.copy(PEERS, snap / "scripts" / "peers.py")
+    shutil.copytree(os.path.dirname(os.path.dirname(peers.__file__)), snap / "reports" / "flashbench_reports",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    out = subprocess.run([sys.executable, "-c", "import runpy, sys; sys.argv = [sys.argv[1]]; "
+                          "g = runpy.run_path(sys.argv[0]); from flashbench_reports.peers import records; "
+                          "print(records.repo_root()); print(repr(records.git_sha()))",
+                          str(snap / "scripts" / "peers.py")], capture_output=True, text=True, check=True)
+    root, sha = out.stdout.strip().splitlines()
+    assert os.path.realpath(root) == os.path.realpath(snap)  # the snapshot's own package, not this checkout's
+    assert sha == "''"
+
+
+def test_timing_args_fill_what_is_not_given_from_the_plan_then_the_defaults(peers):
+    a = peers.timing_args({"min_samples": 7, "queue": "back_to_back"}, timeout=2.0)
+    assert (a.min_samples, a.queue, a.timeout, a.max_noise, a.warmup) == (7, "back_to_back", 2.0, 0.005, 10)
+    with pytest.raises(TypeError, match="unknown fields"):
+        peers.timing_args(rounds=3)

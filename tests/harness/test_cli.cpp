@@ -112,3 +112,119 @@ TEST(Cli, RunWithoutDeviceSaysSoAndShowsThePlan) {
   EXPECT_NE(o.out.find("points"), std::string::npos);
   EXPECT_FALSE(fs::exists(result));
 }
+
+// Output paths are checked before any device is touched (these runs use fake workers, or fail before them): a bad
+// path is one line and exit code 2 with nothing left behind, and an earlier run's file is never replaced unasked.
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / "fb_cli_test" / (std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+size_t entries(const fs::path& d) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(d)) ++n;
+  return n;
+}
+
+void expect_path_error(const std::string& args, const std::string& needle, const fs::path& dir) {
+  const size_t before = entries(dir);
+  const Outcome o = run_cli(args);
+  EXPECT_EQ(o.code, 2) << args << "\nstderr: " << o.err;
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << "not one line: " << o.err;
+  EXPECT_NE(o.err.find(needle), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("internal error"), std::string::npos) << o.err;
+  EXPECT_EQ(entries(dir), before) << "stray files after: " << args;
+}
+
+} // namespace
+
+TEST(Cli, BadOutputPathsFailBeforeAnyWork) {
+  const fs::path d = fresh_dir("paths");
+  const std::string spec = write_temp("paths.yaml", kGood);
+  const std::string run = "run " + spec + " --fake-worker --fake-delay-ms 1 -o ";
+  expect_path_error(run + d.string(), "is a directory", d);
+  expect_path_error(run + (d / "missing" / "r.json").string(), "does not exist; create it (mkdir -p", d);
+  expect_path_error(run + (d / "r.json" / "x.json").string(), "does not exist", d);
+  // No permission: /proc takes no new files, even for root; a read-only directory for everyone else.
+  expect_path_error(run + "/proc/flashbench-test.json", "cannot create files in /proc", d);
+  if (::geteuid() != 0) {
+    const fs::path ro = d / "ro";
+    fs::create_directories(ro);
+    fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);
+    expect_path_error(run + (ro / "r.json").string(), "cannot create files in", d);
+    fs::permissions(ro, fs::perms::owner_all);
+  }
+  // Every command that writes: merge, tune (table and report) and probe check theirs the same way.
+  expect_path_error("merge " + spec + " -o " + d.string(), "is a directory", d);
+  expect_path_error("tune " + spec + " --fake-worker --no-cache --report " + d.string(), "--report", d);
+  expect_path_error("tune " + spec + " --fake-worker --no-cache -o " + (d / "no" / "t.json").string(),
+                    "does not exist", d);
+  expect_path_error("probe -o " + d.string(), "is a directory", d);
+}
+
+TEST(Cli, AnExistingResultsFileIsReplacedOnlyWithForce) {
+  const fs::path d = fresh_dir("force");
+  const std::string spec = write_temp("force.yaml", kGood);
+  const std::string out = (d / "r.json").string();
+  const std::string run = "run " + spec + " --fake-worker --fake-delay-ms 1 -o " + out;
+  std::ofstream(out) << "{\"earlier\": true}\n";
+  expect_path_error(run, "already exists; pass --force to replace it, --resume to continue", d);
+  std::stringstream kept;
+  kept << std::ifstream(out).rdbuf();
+  EXPECT_EQ(kept.str(), "{\"earlier\": true}\n");
+  Outcome o = run_cli(run + " --force");
+  ASSERT_EQ(o.code, 0) << o.err;
+  std::stringstream now;
+  now << std::ifstream(out).rdbuf();
+  EXPECT_NE(now.str().find("\"benchmarks\""), std::string::npos);
+  // An empty file (mktemp's) holds no results: it is written without --force.
+  const std::string empty = (d / "empty.json").string();
+  std::ofstream(empty).flush();
+  o = run_cli("run " + spec + " --fake-worker --fake-delay-ms 1 -o " + empty);
+  EXPECT_EQ(o.code, 0) << o.err;
+  // merge refuses to replace its output the same way.
+  const std::string merged = (d / "merged.json").string();
+  std::ofstream(merged) << "x";
+  expect_path_error("merge " + out + " -o " + merged, "already exists; pass --force", d);
+  o = run_cli("merge " + out + " --force -o " + merged);
+  EXPECT_EQ(o.code, 0) << o.err;
+}
+
+TEST(Cli, AnInterruptedRunsPointsAreKeptUnlessResumedOrForced) {
+  const fs::path d = fresh_dir("partial");
+  const std::string spec = write_temp("partial.yaml", kGood);
+  const std::string out = (d / "r.json").string();
+  std::ofstream(out + ".partial.jsonl") << "{\"name\": \"naive/x/y\", \"status\": \"ok\"}\n";
+  expect_path_error("run " + spec + " --fake-worker -o " + out, "continue that run with --resume", d);
+  const Outcome o = run_cli("run " + spec + " --fake-worker --fake-delay-ms 1 --resume -o " + out);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_TRUE(fs::exists(out));
+  EXPECT_FALSE(fs::exists(out + ".partial.jsonl"));
+}
+
+TEST(Cli, HelpShowsTheDefaultOutput) {
+  const Outcome o = run_cli("run --help");
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("default ./results.json"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("--force"), std::string::npos) << o.out;
+}
+
+TEST(Cli, ResumingAFinishedRunKeepsItsPoints) {
+  const fs::path d = fresh_dir("resume_done");
+  const std::string spec = write_temp("resume_done.yaml", kGood);
+  const std::string out = (d / "r.json").string();
+  const std::string run = "run " + spec + " --fake-worker --fake-delay-ms 1 -o " + out;
+  ASSERT_EQ(run_cli(run).code, 0);
+  Outcome o = run_cli(run + " --resume");
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("finished points kept from " + out), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("0 points to run"), std::string::npos) << o.out;
+  // Another plan's results are not this run's to continue.
+  const std::string other = write_temp("resume_other.yaml", "problems:\n  - {batch: 1, heads: 2, seqlen: 32, "
+                                                           "head_dim: 64}\nvariants: [naive]\n");
+  expect_path_error("run " + other + " --fake-worker --resume -o " + out, "holds the results of another plan", d);
+}

@@ -313,3 +313,43 @@ TEST(SweepEngine, UnavailableCountersLeaveACompleteFileWithNullMetrics) {
   }
   EXPECT_FALSE(fs::exists(d / "r.json.partial.jsonl"));
 }
+
+// Shards of one source built on two machines have different binaries: merge matches them by source sha, build
+// options and toolkit, records every input's binary, and refuses shards of another build configuration.
+TEST(SweepEngine, MergeTakesOneSourceBuiltOnSeveralMachines) {
+  const fs::path d = test_dir("machines");
+  const std::string spec = write(d / "s.yaml", "name: machines\nproblems:\n  - {batch: 1, heads: 2, seqlen: [64, "
+                                               "128], head_dim: 64}\nvariants: [naive]\n");
+  for (const char* shard : {"0/2", "1/2"}) {
+    const std::string out = (d / (std::string("s") + shard[0] + ".json")).string();
+    const Outcome o = flashbench("run " + spec + " --fake-worker --fake-delay-ms 1 --shard " + shard + " -o " + out, d);
+    ASSERT_EQ(o.code, 0) << o.err;
+  }
+  nlohmann::json s1 = read_json(d / "s1.json");
+  const nlohmann::json build = s1["context"]["build"];
+  ASSERT_TRUE(build.is_object());
+  for (const char* f : {"source_sha", "options", "toolkit", "binary_hash"})
+    EXPECT_TRUE(build.contains(f) && !build[f].get<std::string>().empty()) << f;
+  // The other machine's binary.
+  s1["context"]["build"]["binary_hash"] = "0123456789abcdef";
+  s1["context"]["build_id"] = build["source_sha"].get<std::string>() + "+0123456789abcdef";
+  std::ofstream(d / "s1.json") << s1.dump(1);
+  const Outcome m = flashbench("merge " + (d / "s0.json").string() + " " + (d / "s1.json").string() + " -o " +
+                                   (d / "all.json").string(), d);
+  ASSERT_EQ(m.code, 0) << m.err;
+  const nlohmann::json all = read_json(d / "all.json");
+  EXPECT_EQ(all["benchmarks"].size(), 2u);
+  ASSERT_EQ(all["context"]["merged_build_ids"].size(), 2u);
+  EXPECT_EQ(all["context"]["merged_build_ids"][1], s1["context"]["build_id"]);
+  // Another build configuration (or source, or toolkit) is another build.
+  for (const char* field : {"options", "toolkit", "source_sha"}) {
+    nlohmann::json other = s1;
+    other["context"]["build"][field] = "something else";
+    std::ofstream(d / "other.json") << other.dump(1);
+    const Outcome bad = flashbench("merge " + (d / "s0.json").string() + " " + (d / "other.json").string() +
+                                       " -o " + (d / "x.json").string(), d);
+    EXPECT_EQ(bad.code, 2) << field;
+    EXPECT_NE(bad.err.find(std::string("build ") + field), std::string::npos) << bad.err;
+    EXPECT_FALSE(fs::exists(d / "x.json"));
+  }
+}

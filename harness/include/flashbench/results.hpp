@@ -48,12 +48,22 @@ struct Result {
 nlohmann::json to_json(const Result& r);
 Result result_from_json(const nlohmann::json& j); // throws UserError on a malformed record
 
-// Writes {"context": context, "benchmarks": records} to `path` atomically (temp file, fsync, rename).
+// Writes {"context": context, "benchmarks": records} to `path` atomically (temp file, fsync, rename). On failure
+// the temp file is removed and a UserError names the path.
 void write_results_file(const std::string& path, const nlohmann::json& context,
                         const std::vector<Result>& results);
 // The same from records already in JSON form (the sweep's parent holds its workers' records this way).
 void write_results_file(const std::string& path, const nlohmann::json& context,
                         const std::vector<nlohmann::json>& records);
+// Checks, before any work, that `path` can be written by the option named `option` (e.g. "-o"): not a directory,
+// its directory exists and takes new files (probed by creating and removing one there), and, unless
+// `may_replace`, no non-empty file is there yet (`replace_hint` then says what to do, e.g. "pass --force").
+// Throws UserError: what, where, what to do.
+void check_output_path(const std::string& path, const std::string& option, bool may_replace,
+                       const std::string& replace_hint);
+// A run's <output>.partial.jsonl left by an interrupted run holds measured points: unless `may_discard` (--resume
+// continues it, --force starts over), a non-empty one is a UserError.
+void check_partial_log(const std::string& path, bool may_discard);
 // Reads and checks schema_version; throws UserError naming the file on any problem.
 nlohmann::json read_results_file(const std::string& path);
 

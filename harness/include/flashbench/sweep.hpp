@@ -22,7 +22,10 @@ struct RunOptions {
   std::vector<int> gpus;         // one worker per GPU over a shared queue; empty: {device}
   int shard_index = 0;           // this run takes shard_index of shard_count deterministic slices of the plan
   int shard_count = 1;
-  bool resume = false;           // keep the records already in <output>.partial.jsonl, run only the rest
+  // Keep the records already in <output>.partial.jsonl (or, when there is none, in a finished <output> of the
+  // same plan) and run only the rest.
+  bool resume = false;
+  bool force = false;            // with resume: an <output> of another plan is replaced, not refused
   double point_timeout_s = 0;    // > 0 overrides the spec's timing.point_timeout_s
   bool fake_worker = false;      // workers simulate points without CUDA (tests of the engine)
   int fake_delay_ms = 5;
@@ -40,16 +43,21 @@ std::pair<int, int> parse_shard(const std::string& text);
 // The deterministic slice [begin, end) of n planned points that shard i of count takes (contiguous, so points that
 // share a problem stay together and reuse its inputs and reference).
 std::pair<size_t, size_t> shard_range(size_t n, int index, int count);
-// Identity of this build: the git sha and a hash of the executable. Shards merge only when it matches.
+// A hash of this executable (16 hex digits).
+std::string binary_hash();
+// This binary: the git sha and binary_hash(). The tune cache keys measurements on it.
 std::string build_id();
+// This build as results record it: {source_sha, options, toolkit, binary_hash}. Shards merge when all but the
+// binary hash match, so that one source built on several machines merges.
+nlohmann::json build_identity();
 // Identity of a plan: the spec's name, timing policy and every point's name in order. Shards merge only when
 // it matches.
 std::string plan_hash(const SweepSpec& spec, const std::vector<PlannedPoint>& points);
 // 64-bit FNV-1a as 16 hex digits.
 std::string hash_hex(const std::string& bytes);
 
-// Joins shard result files into one: same plan hash and build, no point twice, every shard present (unless
-// allow_missing). Records come out in plan order. Throws UserError naming the offending file.
+// Joins shard result files into one: same plan hash and source build (build_identity), no point twice, every
+// shard present (unless allow_missing). Records come out in plan order. Throws UserError naming the offending file.
 void merge_results(const std::vector<std::string>& inputs, const std::string& output, bool allow_missing,
                    std::ostream& log);
 

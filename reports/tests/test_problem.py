@@ -1,0 +1,79 @@
+"""flashbench_reports/problem.py: the one Python copy of the harness's problem math. The CTest
+problem_math_python_matches_cpp (check_problem_math.py) compares it with the C++ on every shipped spec; these
+tests pin what the reports and peers.py rely on."""
+import pytest
+
+from flashbench_reports import problem as P
+from flashbench_reports import results
+from flashbench_reports import peers
+
+
+def _decode(**kw):
+    p = {"batch": 4, "heads_q": 32, "heads_kv": 8, "seqlen_q": 1, "seqlen_kv": 8192, "head_dim": 128,
+         "causal": False, "dtype": "bf16", "layout": "bshd", "scale": 0.0}
+    p.update(kw)
+    return p
+
+
+def _brute_pairs(sq, skv, causal):
+    return sum(1 for i in range(sq) for j in range(skv) if not causal or j <= i + skv - sq)
+
+
+def test_peers_and_reports_share_one_copy():
+    assert peers.problem_key is P.problem_key and results.problem_key is P.problem_key
+    assert peers.flops is P.flops and peers.bytes_min is P.bytes_min and peers.TOLERANCE is P.TOLERANCE
+
+
+def test_key_suffixes_in_the_harness_order():
+    assert P.problem_key(_decode()) == "b4_hq32_hkv8_sq1_skv8192_d128_bf16"
+    assert P.problem_key(_decode(kv_lens=[1, 257, 0, 8192], page_size=16)) == \
+        "b4_hq32_hkv8_sq1_skv8192_d128_bf16_kvl1-257-0-8192_page16"
+    assert P.problem_key(_decode(layout="bhsd", scale=0.125, causal=True, dtype="f16")) == \
+        "b4_hq32_hkv8_sq1_skv8192_d128_causal_fp16_bhsd_scale0.125"
+    many = list(range(1, 11))
+    h = 0xcbf29ce484222325
+    for x in many:
+        h = ((h ^ x) * 0x100000001b3) % (1 << 64)
+    assert P.problem_key(_decode(batch=10, kv_lens=many)).endswith("_kvl55x{:08x}".format(h & 0xffffffff))
+
+
+def test_paged_and_unpaged_decode_are_different_points_in_the_reports():
+    recs = [{"name": "flash_decoding/c/k{}".format(i), "variant": "flash_decoding", "status": "ok", "median_us": us,
+             "problem": _decode(**extra)} for i, (us, extra) in enumerate([(10.0, {}), (20.0, {"page_size": 16}),
+                                                                          (30.0, {"kv_lens": [5, 6, 7, 8]})])]
+    best = results.best_per_variant([results.point_from_record(r) for r in recs])
+    assert sorted(p.median_us for p in best.values()) == [10.0, 20.0, 30.0]
+
+
+@pytest.mark.parametrize("key", ["b1_hq16_hkv16_sq1024_skv1024_d128_causal_bf16",
+                                 "b2_hq8_hkv2_sq100_skv333_d64_causal_e4m3_bhsd_scale0.0883883",
+                                 "b4_hq32_hkv8_sq1_skv8192_d128_bf16_kvl1-257-0-8192_page16",
+                                 "b8_hq32_hkv8_sq1_skv32768_d128_bf16_page64"])
+def test_parse_gives_the_key_back(key):
+    assert P.problem_key(P.parse_problem_key(key)) == key
+
+
+def test_parse_refuses_what_the_key_does_not_hold():
+    assert P.parse_problem_key("b10_hq8_hkv8_sq1_skv64_d64_bf16_kvl55x1a2b3c4d") == {}
+    assert P.parse_problem_key("not a key") == {}
+    # a record without a problem and with a name that is no key keeps its own name as key, not "?"
+    pt = results.point_from_record({"name": "x/y/custom-shape", "status": "ok", "median_us": 1.0})
+    assert pt.key == "custom-shape"
+
+
+def test_flops_and_bytes_count_each_entry_with_its_own_length():
+    lens = [3, 64, 0, 17]
+    p = P.normalize_problem(_decode(seqlen_q=4, seqlen_kv=64, causal=True, kv_lens=lens))
+    pairs = sum(_brute_pairs(4, n, True) for n in lens)
+    assert P.flops(p) == 4 * 32 * 128 * pairs
+    assert P.kv_bytes(p) == 2 * 2 * sum(lens) * 8 * 128
+    assert P.bytes_min(p) == (2 + 2) * 4 * 32 * 4 * 128 + P.kv_bytes(p) + 4 * 4 * 32 * 4
+    e4m3 = P.normalize_problem(_decode(dtype="e4m3"))
+    assert P.bytes_min(e4m3) == (1 + 2) * 4 * 32 * 1 * 128 + 2 * 1 * 4 * 8192 * 8 * 128 + 4 * 4 * 32
+
+
+def test_normalize_refuses_what_the_harness_refuses():
+    with pytest.raises(P.UserError, match="kv_lens"):
+        P.normalize_problem(_decode(kv_lens=[1, 2]))
+    with pytest.raises(P.UserError, match="multiple"):
+        P.normalize_problem(_decode(heads_kv=5))
