@@ -552,10 +552,8 @@ std::vector<PlannedPoint> plan(const SweepSpec& spec, const Registry& registry, 
     case VariantSelection::Mode::all:
       for (auto& e : v->space().expand()) configs.emplace_back(e.config, e.invalid_reason);
       break;
-    case VariantSelection::Mode::default_config:
-      configs.emplace_back(v->space().default_config(), std::nullopt);
-      break;
-    case VariantSelection::Mode::tuned: // per problem, below
+    case VariantSelection::Mode::default_config: // per problem, below
+    case VariantSelection::Mode::tuned:
       break;
     case VariantSelection::Mode::list:
       for (const auto& m : sel.configs) {
@@ -574,6 +572,8 @@ std::vector<PlannedPoint> plan(const SweepSpec& spec, const Registry& registry, 
         auto [cfg, why] = tuned_config(*v, p, dev);
         configs.assign(1, {cfg, std::nullopt});
         source = why;
+      } else if (sel.mode == VariantSelection::Mode::default_config) {
+        configs.assign(1, {v->space().default_config(p, dev), std::nullopt}); // depends on head_dim, dtype, ...
       }
       for (const auto& [cfg, invalid] : configs) {
         PlannedPoint pt{v, cfg, p, invalid, {}, v->model_bytes(p, cfg, dev)};

@@ -74,6 +74,8 @@ inline Params params_of(const Config& c) {
                 static_cast<int>(c.get_or("warp_layout", d.warp_layout))};
 }
 
+Config default_for(Config base, const AttentionProblem& p, const DeviceInfo& dev);
+
 inline ConfigSpace make_space() {
   const Params d;
   return ConfigSpace(
@@ -88,7 +90,7 @@ inline ConfigSpace make_space() {
               {"warps", d.warps},
               {"stages", d.stages},
               {"warp_layout", d.warp_layout}}),
-      [](const Config& c) { return config_problem(params_of(c)); });
+      [](const Config& c) { return config_problem(params_of(c)); }, default_for);
 }
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
@@ -147,6 +149,29 @@ constexpr int64_t smem_bytes(int64_t head_dim, const Params& c) {
     bytes += 4 * int64_t(c.warps) * c.block_m * splitk_red_stride(c.block_m, c.warps) +
              2 * 4 * int64_t(c.warps) * c.block_m;
   return bytes;
+}
+
+// The default config of a problem (ConfigSpace::default_config(p, dev)). The base default (Params{}: 128 x 64,
+// 8 warps, 2 stages, split_q) compiles spill-free at every head_dim on 8.x and 9.0. From it:
+//  - compute capability 9.0 (or no device: planning assumes an H100), head_dim 64 and 128: 4 warps (32 query rows
+//    a warp), the winner at all six shapes of tuning/nvidia-h200.json. On 8.x d128 128 x 64 x 4 spills (sm90_only).
+//  - where the device allows less shared memory per block than the tiles need (d256 on an A100: 192 KB at 2
+//    stages, 163 KB allowed): block_n 32, then 1 stage.
+// dtype, causality and length keep the base.
+inline Config default_for(Config base, const AttentionProblem& p, const DeviceInfo& dev) {
+  const bool sm90 = !dev.present || dev.cc() >= 90;
+  const int d = static_cast<int>(p.head_dim);
+  if (sm90 && (d == 64 || d == 128)) {
+    Params q = params_of(base);
+    q.warps = 4;
+    if (!config_problem(q) && tile_instantiated(d, q.block_m, q.block_n, q.warps, split_q(q)))
+      base.set("warps", q.warps);
+  }
+  if (dev.smem_per_block_optin > 0 && head_dim_ok(p.head_dim)) {
+    if (smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin) base.set("block_n", 32);
+    if (smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin) base.set("stages", 1);
+  }
+  return base;
 }
 
 inline int64_t num_q_tiles(const AttentionProblem& p, const Params& c) {

@@ -252,6 +252,8 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("o_store", d.o_store))};
 }
 
+Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev);
+
 inline ConfigSpace make_space() {
   const Params d;
   return ConfigSpace(
@@ -294,10 +296,31 @@ inline ConfigSpace make_space() {
               {"intra_wg_overlap", d.intra_overlap},
               {"scheduler", d.scheduler},
               {"o_store", d.o_store}}),
-      [](const Config &c) { return config_problem(params_of(c)); });
+      [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
+
+// The default config of a problem (ConfigSpace::default_config(p, dev)). The base default (Params{})
+// is head_dim 128's: 128 x 128, 2 stages, 2 consumer warpgroups with ping-pong and intra-warpgroup
+// overlap, the dynamic scheduler. By head_dim:
+//  - 256: block_n 64, the one K/V tile compiled there (tile_compiled: at block_n 128 two stages of
+//    K and V alone are 262 KB of shared memory); 2 stages at block_m 128 are 194.8 KB.
+//  - 64: block_m 192 with 3 consumer warpgroups (compiled for head_dim 64 only, block_n <= 128):
+//    the winner at both d64 shapes of tuning/nvidia-h200.json (causal N1024, non-causal N4096) and
+//    at every non-causal d64 shape of the short-N sweep (NOTES.md, "Short N").
+// dtype (bf16, fp16), causality and length keep the base: the same kernels serve them; the tuning
+// table refines per shape.
+inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &) {
+  if (p.head_dim == 256)
+    base.set("block_n", kBlockND256);
+  if (wide_ok(p.head_dim)) {
+    base.set("block_m", 3 * kRowsPerWarpgroup);
+    base.set("consumer_wgs", 3);
+    base.set("block_n", std::min<int64_t>(base.get("block_n"), kMaxWideBlockN));
+  }
+  return base;
+}
 
 // Dynamic shared memory: Q (block_m x D), `stages` K and V tiles (block_n x D each), all 16-bit,
 // plus slack. At d256 only block_n 64 with 2 stages fits block_m 128 (194.8 KB; 3 stages 258.8 KB);
