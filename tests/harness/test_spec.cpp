@@ -124,7 +124,8 @@ TEST(Spec, ErrorsNameFileLineAndWhatToDo) {
 
 TEST(Spec, ShippedSpecsParse) {
   for (const char* name :
-       {"quick.yaml", "tune-fa3.yaml", "fa3-v4.yaml", "decode-latency.yaml", "fa3-fp8.yaml"}) {
+       {"quick.yaml", "tune-fa3.yaml", "fa3-v4.yaml", "decode-latency.yaml", "fa3-fp8.yaml",
+        "bringup.yaml"}) {
     const std::string path = std::string(FLASHBENCH_SOURCE_DIR) + "/sweeps/" + name;
     const SweepSpec s = load_spec(path);
     EXPECT_FALSE(s.problems.empty()) << path;
