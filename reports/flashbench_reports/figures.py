@@ -148,7 +148,7 @@ def log_if_wide(ax, values, axis: str = "y", decades: float = 1.3) -> bool:
         plain_log_labels(ax, axis)
         return True
     if axis == "y" and vals and len(vals) == len([v for v in values if v is not None]):
-        ax.set_ylim(bottom=0)  # a linear rate axis from zero: a 0.1% wiggle must not fill the panel
+        ax.set_ylim(0, max(vals) * 1.08)  # a linear rate axis from zero: a 0.1% wiggle must not fill the panel
     try:
         ax.ticklabel_format(axis=axis, useOffset=False)  # "+1.1e2" above the axis reads as part of a title
     except AttributeError:  # the axis was already logarithmic

@@ -174,6 +174,10 @@ def _mb(x: Optional[float]) -> str:
     return "" if x is None else "{:.1f}".format(x / 1e6)
 
 
+def _size(x: float) -> str:
+    return "{:.1f} MB".format(x / 1e6) if x >= 1e6 else "{:.1f} kB".format(x / 1e3)
+
+
 def traffic_section(points: List[R.Point]) -> Tuple[str, List[str]]:
     """Measured DRAM bytes against bytes_min and the traffic model, per point with counters: (html, markdown lines).
     Lists every point below bytes_min (its output still in L2 when the kernel ends) and every point whose model is
@@ -201,10 +205,10 @@ def traffic_section(points: List[R.Point]) -> Tuple[str, List[str]]:
         for p in below:
             meas, mn = p.measured_dram_bytes(), p.num("bytes_min")
             rows.append([p.name, _mb(mn), _mb(p.num("counters", "dram_read_bytes")),
-                         _mb(p.num("counters", "dram_write_bytes")), "{:.2f}".format(meas / mn), _mb(mn - meas),
-                         "{:.1f} MB of output write-back still in L2 at kernel end".format((mn - meas) / 1e6)])
+                         _mb(p.num("counters", "dram_write_bytes")), "{:.3f}".format(meas / mn), _size(mn - meas),
+                         "{} of output write-back still in L2 at kernel end".format(_size(mn - meas))])
         html += ["<h4>Measured below bytes_min</h4>", "<p>{}</p>".format(page.esc(why)),
-                 page.table(["point", "bytes_min MB", "read MB", "write MB", "measured / min", "short by MB",
+                 page.table(["point", "bytes_min MB", "read MB", "write MB", "measured / min", "short by",
                              "why"], rows, (1, 2, 3, 4, 5), wrap=(0,))]
         md += ["", "Measured below bytes_min: " + why, "",
                "| point | bytes_min MB | measured MB | measured / min | why |", "|---|---:|---:|---:|---|"]

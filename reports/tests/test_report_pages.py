@@ -254,6 +254,26 @@ def test_layout_check_catches_overlapping_text_and_covering_legends():
     assert any("overlaps" in p for p in problems) and any("legend covers" in p for p in problems)
 
 
+def test_make_examples_writes_every_page_in_one_command(tmp_path, capsys):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("make_examples", os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts", "make_examples.py"))
+    mk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mk)
+    recs = [r for r in synth.bringup(692, 3034) if r["variant"] in ("flash_decoding", "fa2_q_outer")]
+    a = synth.write(tmp_path / "h100.json", _doc(recs, synth.H100, H100_CEIL))
+    b = synth.write(tmp_path / "h200.json", _doc(recs, synth.H200, H200_CEIL))
+    out = tmp_path / "examples"
+    (out / "h200-quick" / "figures").mkdir(parents=True)
+    (out / "h200-quick" / "figures" / "stale.png").write_bytes(b"old")
+    assert mk.main(["--quick", b, "--bringup", a, b, "--out", str(out), "--no-screenshots"]) == 0
+    assert (out / "h200-quick" / "index.html").exists() and not (out / "h200-quick" / "figures" / "stale.png").exists()
+    assert (out / "bringup-h100-h200" / "bringup.md").exists()
+    assert "data:image" not in (out / "bringup-h100-h200" / "index.html").read_text()  # figures linked
+    assert mk.main(["--quick", b, "--bringup", a, str(tmp_path / "missing.json"), "--out", str(tmp_path / "o2")]) == 2
+    assert "missing.json" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+
+
 # ---- headless Chromium ----------------------------------------------------------------------------------------------
 
 @pytest.fixture

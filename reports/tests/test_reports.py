@@ -1,9 +1,7 @@
 import os
 import random
 import re
-import shutil
 import sqlite3
-import subprocess
 
 import pytest
 
@@ -82,9 +80,9 @@ def test_bringup_end_to_end(tmp_path):
     assert main(["bringup", a, b, "-o", str(out)]) == 0
     index = (out / "index.html").read_text()
     assert "NVIDIA H200" in index and "NVIDIA H100 80GB HBM3" in index and "580.65.06" in index
-    assert "B speed-up over A" in index and "1.3" in index
+    assert "measured B/A" in index and "1.30×" in index  # the synthetic H200 is 1.3x faster everywhere
     pngs = _pngs(str(out))
-    assert {os.path.basename(p) for p in pngs} == {"bringup_abs.png", "bringup_norm.png"}
+    assert {os.path.basename(p) for p in pngs} == {"bringup_abs.png", "bringup_norm.png", "bringup_speedup.png"}
     for p in pngs:
         _assert_png(p)
     assert "| SMs | 132 | 132 |" in (out / "bringup.md").read_text()
@@ -150,31 +148,3 @@ def test_history_marks_a_host_change(tmp_path):
     md = (out / "history.md").read_text()
     assert re.search(r"#7 s6 \| regression \| \+[34]\.\d+% \| host changed here", md), md
 
-
-def _chromium():
-    for c in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        if shutil.which(c):
-            return shutil.which(c)
-    return None
-
-
-@pytest.mark.skipif(_chromium() is None, reason="chromium not installed (apt-get install -y chromium); "
-                                                 "skipping the headless-browser check of the HTML report")
-def test_html_report_renders_in_headless_chromium(html_report, tmp_path):
-    chrome = _chromium()
-    url = "file://" + str(html_report / "index.html")
-    flags = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             "--user-data-dir=" + str(tmp_path / "profile"), "--virtual-time-budget=5000"]
-    dom = subprocess.run(flags + ["--dump-dom", url], capture_output=True, text=True, timeout=60).stdout
-    n_img = len(_pngs(str(html_report)))
-    m = re.search(r'data-images="(\d+)/(\d+)"', dom)
-    assert m, "the page's load script did not run: " + dom[:300]
-    assert m.group(1) == m.group(2) == str(n_img)
-    shot = tmp_path / "shot.png"
-    subprocess.run(flags + ["--screenshot=" + str(shot), "--window-size=1280,2400", url], capture_output=True,
-                   timeout=60)
-    assert shot.exists() and shot.stat().st_size > 0
-    import numpy as np
-    from matplotlib import image
-    px = image.imread(str(shot))
-    assert px.shape[0] > 100 and float(np.std(px[..., :3])) > 0.01, "screenshot is blank"
