@@ -7,8 +7,15 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 spec="${1:-$FB_ROOT/sweeps/quick.yaml}"
 bash "$FB_ROOT/scripts/deps.sh" build
-# flashbench alone: GoogleTest is not needed for it (scripts/test.sh turns the tests back on).
-fb_configure -DFLASHBENCH_BUILD_TESTS=OFF
+# flashbench alone needs no GoogleTest: where it is missing, the build goes on without the tests (scripts/test.sh
+# turns them back on). Otherwise the build folder keeps its tests, for ctest and scripts/test.sh.
+log=$(mktemp)
+if ! fb_configure 2>"$log"; then
+  grep -q GTest "$log" || { cat "$log" >&2; rm -f "$log"; exit 1; }
+  echo "run.sh: GoogleTest not found: building flashbench without the tests"
+  fb_configure -DFLASHBENCH_BUILD_TESTS=OFF
+fi
+rm -f "$log"
 fb_build --target flashbench
 fb="$FB_BUILD/flashbench"
 if ! nvidia-smi -L >/dev/null 2>&1; then
