@@ -14,6 +14,8 @@ if ! fb_configure 2>"$log"; then
   grep -q GTest "$log" || { cat "$log" >&2; rm -f "$log"; exit 1; }
   echo "run.sh: GoogleTest not found: building flashbench without the tests"
   fb_configure -DFLASHBENCH_BUILD_TESTS=OFF
+else
+  cat "$log" >&2 # CMake's warnings (a build without CUPTI, for one)
 fi
 rm -f "$log"
 fb_build --target flashbench
