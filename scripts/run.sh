@@ -6,10 +6,22 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 spec="${1:-$FB_ROOT/sweeps/quick.yaml}"
+t0=$(date +%s)
 bash "$FB_ROOT/scripts/deps.sh" build
-# flashbench alone: GoogleTest is not needed for it (scripts/test.sh turns the tests back on).
-fb_configure -DFLASHBENCH_BUILD_TESTS=OFF
+# flashbench alone needs no GoogleTest: where it is missing, the build goes on without the tests (scripts/test.sh
+# turns them back on). Otherwise the build folder keeps its tests, for ctest and scripts/test.sh.
+log=$(mktemp)
+if ! fb_configure 2>"$log"; then
+  grep -q GTest "$log" || { cat "$log" >&2; rm -f "$log"; exit 1; }
+  echo "run.sh: GoogleTest not found: building flashbench without the tests"
+  fb_configure -DFLASHBENCH_BUILD_TESTS=OFF
+else
+  cat "$log" >&2 # CMake's warnings (a build without CUPTI, for one)
+fi
+rm -f "$log"
 fb_build --target flashbench
+t1=$(date +%s)
+echo "run.sh: deps and build took $((t1 - t0)) s"
 fb="$FB_BUILD/flashbench"
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "run.sh: no CUDA device on this machine: nothing was measured. The plan for $spec follows."
@@ -26,6 +38,7 @@ fi
 mkdir -p "$(dirname "$out")"  # flashbench run refuses a missing directory rather than create it
 rc=0
 "$fb" run "$spec" -o "$out" || rc=$?
+echo "run.sh: the sweep took $(( $(date +%s) - t1 )) s (exit $rc)"
 if [ -f "$out" ]; then
   echo
   if command -v python3 >/dev/null 2>&1; then python3 "$FB_ROOT/scripts/summary.py" "$out" || true

@@ -85,6 +85,8 @@ def summarize(doc, out=sys.stdout):
     dev = (ctx.get("device") or {}).get("name", "unknown device")
     print("summary of {} points on {} (spec {})".format(len(recs), dev, (ctx.get("spec") or {}).get("name", "?")),
           file=out)
+    if ctx.get("fake_worker"):
+        print("fake worker: the times are simulated (a test of the engine), not measurements", file=out)
     if ridge:
         print("ceilings measured: bf16 GEMM {:.0f} TFLOP/s, copy {:.0f} GB/s; ridge {:.0f} FLOP/B{}".format(
             gemm, copy, ridge, ", e4m3 GEMM {:.0f} TFLOP/s".format(gemm8) if gemm8 else ""), file=out)

@@ -20,7 +20,7 @@ export FLASHBENCH_BIN=${FLASHBENCH_BIN:-${FLASHBENCH_BUILD_DIR:-$FLASHBENCH_ROOT
 die() { echo "submit.sh: $*" >&2; exit 2; }
 [[ $shards =~ ^[1-9][0-9]*$ ]] || die "SHARDS must be a positive integer, not '$shards'; $usage"
 [ -f "$spec" ] || die "no sweep spec at '$spec'; give a path to a spec (they live in sweeps/)"
-[ -x "$FLASHBENCH_BIN" ] || die "no flashbench at $FLASHBENCH_BIN; build it (scripts/env.sh; fb_configure; fb_build) or set FLASHBENCH_BIN"
+[ -x "$FLASHBENCH_BIN" ] || die "no flashbench at $FLASHBENCH_BIN; build it first (scripts/run.sh does, or cmake --build build --target flashbench) or set FLASHBENCH_BIN"
 command -v sbatch >/dev/null 2>&1 || die "sbatch not found: run this on a Slurm login node"
 # Absolute paths: the jobs may start in another folder (sbatch --chdir among the args).
 spec=$(cd "$(dirname "$spec")" && pwd)/$(basename "$spec")

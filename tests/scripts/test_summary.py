@@ -181,5 +181,5 @@ class QuickSweep(unittest.TestCase):
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
-        FLASHBENCH = sys.argv.pop(1)
+        FLASHBENCH = os.path.abspath(sys.argv.pop(1))
     unittest.main(verbosity=1)
