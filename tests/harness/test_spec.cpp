@@ -153,6 +153,39 @@ TEST(Spec, ShippedSpecsParse) {
   }
 }
 
+TEST(Spec, VariantLimitedToNamedEntries) {
+  const SweepSpec s = parse_spec(R"(
+problems:
+  - {name: prefill, heads_q: 8, seqlen: [256, 512], head_dim: 64}
+  - {name: decode, heads_q: 32, gqa: 4, seqlen_q: 1, seqlen_kv: 4096, head_dim: 128}
+  - {name: both, heads_q: 8, seqlen: 256, head_dim: 64}
+variants:
+  naive: default
+  flash_decoding: {configs: default, problems: [decode]}
+)",
+                                 "t.yaml");
+  ASSERT_EQ(s.problems.size(), 3u); // the 'both' entry repeats a prefill problem: kept once, with both names
+  EXPECT_EQ(s.problem_entries[0], (std::set<std::string>{"prefill", "both"}));
+  size_t naive = 0, fdec = 0;
+  for (const auto &pt : plan(s, catalog(), nominal_device())) {
+    if (pt.variant->name() == "naive") ++naive;
+    if (pt.variant->name() == "flash_decoding") {
+      ++fdec;
+      EXPECT_EQ(pt.problem.seqlen_q, 1);
+    }
+  }
+  EXPECT_EQ(naive, 3u);
+  EXPECT_EQ(fdec, 1u);
+  try {
+    parse_spec("problems:\n  - {name: a, seqlen: 64, head_dim: 64}\nvariants:\n  naive: {problems: [b]}\n",
+               "u.yaml");
+    ADD_FAILURE() << "an unknown entry name must be refused";
+  } catch (const UserError &e) {
+    EXPECT_NE(std::string(e.what()).find("u.yaml:4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'b'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Spec, KvLensAndPageSize) {
   const SweepSpec s = parse_spec(R"(
 problems:
