@@ -136,3 +136,16 @@ def test_acceptance_table_counts_false_regressions_and_misses(tmp_path):
     assert bad == 2  # one false regression, one miss
     assert gate.main(["table", str(same), str(slow)]) == 0
     assert gate.main(["table", str(wrong)]) == 1
+
+
+def test_synthetic_history_example_finds_its_step(tmp_path):
+    """reports/examples/make_history_example.py --synthetic: the 4% step at night 20 (run #20) is found there."""
+    import subprocess
+    import sys
+    from conftest import ROOT
+    script = __import__("os").path.join(ROOT, "examples", "make_history_example.py")
+    r = subprocess.run([sys.executable, script, "--synthetic", "-o", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "history.md").read_text()
+    assert "| #20 syn0019 | regression | +3." in md and md.count("| regression") == 1
+    assert "SYNTHETIC" in (tmp_path / "README.md").read_text()
