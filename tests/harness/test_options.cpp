@@ -1,5 +1,6 @@
-// The documented environment options (flashbench/options.hpp) and the machine identity (flashbench/machine.hpp):
-// parsed once, refused with a clear line when malformed, written into the results context.
+// The documented environment options (flashbench/options.hpp) and the machine identity
+// (flashbench/machine.hpp): parsed once, refused with a clear line when malformed, written into the
+// results context.
 #include "flashbench/device.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/machine.hpp"
@@ -19,8 +20,8 @@ using namespace fb;
 
 namespace {
 
-EnvOptions parse(const std::map<std::string, std::string>& env) {
-  return parse_env_options([&](const char* n) -> const char* {
+EnvOptions parse(const std::map<std::string, std::string> &env) {
+  return parse_env_options([&](const char *n) -> const char * {
     const auto it = env.find(n);
     return it == env.end() ? nullptr : it->second.c_str();
   });
@@ -36,8 +37,9 @@ TEST(Options, UnsetMeansDefaults) {
   EXPECT_EQ(o.slowdown_for("fa2_q_outer"), 0.0);
   EXPECT_EQ(timing_options_key(o), "");
   const nlohmann::json j = o;
-  for (const char* k : {"FLASHBENCH_TUNING_DIR", "FLASHBENCH_CACHE_DIR", "FLASHBENCH_TEST_SLOWDOWN",
-                        "FLASHBENCH_NO_STREAM_HOLD", "FLASHBENCH_SIMULATE_CUPTI_FAILURE", "FLASHBENCH_TEST_VARIANTS"})
+  for (const char *k : {"FLASHBENCH_TUNING_DIR", "FLASHBENCH_CACHE_DIR", "FLASHBENCH_TEST_SLOWDOWN",
+                        "FLASHBENCH_NO_STREAM_HOLD", "FLASHBENCH_SIMULATE_CUPTI_FAILURE",
+                        "FLASHBENCH_TEST_VARIANTS"})
     EXPECT_TRUE(j.contains(k)) << k; // every option is listed, set or not
   EXPECT_TRUE(j["FLASHBENCH_TEST_SLOWDOWN"].is_null());
 }
@@ -53,18 +55,22 @@ TEST(Options, SlowdownTakesAFraction) {
   EXPECT_NE(timing_options_key(o).find("slowdown=fa2_q_outer:0.03"), std::string::npos);
   EXPECT_NE(timing_options_key(parse({{"FLASHBENCH_NO_STREAM_HOLD", "1"}})), "");
   // where only files move, the timings do not change: no key
-  EXPECT_EQ(timing_options_key(parse({{"FLASHBENCH_CACHE_DIR", "/tmp/x"}, {"FLASHBENCH_TUNING_DIR", "/tmp/y"}})), "");
+  EXPECT_EQ(timing_options_key(
+                parse({{"FLASHBENCH_CACHE_DIR", "/tmp/x"}, {"FLASHBENCH_TUNING_DIR", "/tmp/y"}})),
+            "");
 }
 
 TEST(Options, MalformedValuesAreUserErrors) {
-  for (const char* bad : {"fa2_q_outer", "fa2_q_outer:", ":0.03", "fa2_q_outer:2", "fa2_q_outer:0",
+  for (const char *bad : {"fa2_q_outer", "fa2_q_outer:", ":0.03", "fa2_q_outer:2", "fa2_q_outer:0",
                           "fa2_q_outer:-0.1", "fa2_q_outer:3%", "fa2_q_outer:nan"}) {
     try {
       parse({{"FLASHBENCH_TEST_SLOWDOWN", bad}});
       ADD_FAILURE() << bad << " accepted";
-    } catch (const UserError& e) {
-      EXPECT_NE(std::string(e.what()).find("FLASHBENCH_TEST_SLOWDOWN="), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("fa2_q_outer:0.03"), std::string::npos) << e.what(); // what to do
+    } catch (const UserError &e) {
+      EXPECT_NE(std::string(e.what()).find("FLASHBENCH_TEST_SLOWDOWN="), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("fa2_q_outer:0.03"), std::string::npos)
+          << e.what(); // what to do
     }
   }
   EXPECT_THROW(parse({{"FLASHBENCH_NO_STREAM_HOLD", "yes"}}), UserError);
@@ -74,8 +80,9 @@ TEST(Options, MalformedValuesAreUserErrors) {
 
 TEST(Options, SlowdownSpinCountsTheSpinsOwnOverhead) {
   EXPECT_DOUBLE_EQ(slowdown_spin_ns(1000.0, 0.0, 0.03), 30'000.0); // 3% of 1 ms
-  EXPECT_DOUBLE_EQ(slowdown_spin_ns(1000.0, 2.0, 0.03), 28'000.0); // the launch gap is part of the 30 us
-  EXPECT_DOUBLE_EQ(slowdown_spin_ns(50.0, 2.0, 0.03), 0.0);        // the gap alone already exceeds 3%
+  EXPECT_DOUBLE_EQ(slowdown_spin_ns(1000.0, 2.0, 0.03),
+                   28'000.0);                               // the launch gap is part of the 30 us
+  EXPECT_DOUBLE_EQ(slowdown_spin_ns(50.0, 2.0, 0.03), 0.0); // the gap alone already exceeds 3%
 }
 
 TEST(Machine, HostIdFromMachineIdElseBootId) {
@@ -100,8 +107,8 @@ TEST(Machine, JsonNullsWhatIsUnknown) {
   EXPECT_EQ(m.source, "none");
   EXPECT_FALSE(m.host_name.empty());
   const nlohmann::json j = m;
-  for (const char* k : {"host_id", "gpu_uuid", "gpu_serial", "pci_bus_id", "driver", "vbios", "power_limit_w", "ecc",
-                        "start", "end"})
+  for (const char *k : {"host_id", "gpu_uuid", "gpu_serial", "pci_bus_id", "driver", "vbios",
+                        "power_limit_w", "ecc", "start", "end"})
     EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_TRUE(j["gpu_uuid"].is_null());
   EXPECT_TRUE(j["end"]["temperature_c"].is_null());
