@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 
 namespace fs = std::filesystem;
@@ -113,4 +115,31 @@ TEST(Machine, JsonNullsWhatIsUnknown) {
   EXPECT_TRUE(j["gpu_uuid"].is_null());
   EXPECT_TRUE(j["end"]["temperature_c"].is_null());
   EXPECT_EQ(j["reason"], "no GPU");
+}
+
+TEST(Options, RunRecordsOptionsAndMachineAndRefusesMalformedOnes) {
+  const fs::path d = fs::temp_directory_path() / ("fb_opts_" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  const std::string spec = std::string(FLASHBENCH_SOURCE_DIR) + "/sweeps/ci/nightly-smoke.yaml";
+  const std::string out = (d / "r.json").string();
+  const std::string run =
+      std::string(FLASHBENCH_BIN) + " run " + spec + " --fake-worker --fake-delay-ms 1 -o ";
+  ASSERT_EQ(std::system(
+                ("FLASHBENCH_TEST_SLOWDOWN=naive:0.03 " + run + out + " >/dev/null 2>&1").c_str()),
+            0);
+  std::ifstream is(out);
+  const nlohmann::json ctx = nlohmann::json::parse(is)["context"];
+  EXPECT_EQ(ctx["options"]["FLASHBENCH_TEST_SLOWDOWN"]["variant"], "naive");
+  EXPECT_TRUE(ctx["machine"].contains("host_id"));
+  EXPECT_TRUE(ctx["machine"].contains("end"));
+  const std::string bad = (d / "bad.json").string(), err = (d / "err.txt").string();
+  const int st = std::system(
+      ("FLASHBENCH_TEST_SLOWDOWN=naive:3% " + run + bad + " >/dev/null 2>" + err).c_str());
+  EXPECT_EQ(WEXITSTATUS(st), 2);
+  std::ifstream e(err);
+  const std::string msg((std::istreambuf_iterator<char>(e)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 1) << msg;
+  EXPECT_NE(msg.find("FLASHBENCH_TEST_SLOWDOWN=naive:3%"), std::string::npos) << msg;
+  EXPECT_FALSE(fs::exists(bad));
+  fs::remove_all(d);
 }
