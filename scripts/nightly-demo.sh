@@ -19,8 +19,8 @@ cp "$build/flashbench" "$build/libflashbench_capi.so" "$out/ref/" || exit 2
 git rev-parse HEAD >"$out/ref/BUILD_ID" 2>/dev/null; cp "$out/ref/BUILD_ID" "$build/BUILD_ID" 2>/dev/null
 start=$SECONDS
 files=()
-for kind in same slow; do
-  for i in $(seq 1 "$runs"); do
+for i in $(seq 1 "$runs"); do  # same and slowed runs alternate, so a spent budget leaves both kinds
+  for kind in same slow; do
     (( SECONDS - start < budget )) || { echo "nightly-demo.sh: budget of ${budget}s spent; stopping"; break 2; }
     f="$out/$kind-$(date -u +%H%M%S)-$i.json"
     args=(--ref "$out/ref" --cand "$build" --spec "$spec" -o "$f")
