@@ -7,13 +7,16 @@
 
 namespace fb::nvml {
 
-const Api& api() {
+const Api &api() {
   static Api n;
   static std::once_flag once;
   std::call_once(once, [] {
-    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return;
-    auto sym = [&](auto& fn, const char* name) { fn = reinterpret_cast<std::decay_t<decltype(fn)>>(dlsym(lib, name)); };
+    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      return;
+    auto sym = [&](auto &fn, const char *name) {
+      fn = reinterpret_cast<std::decay_t<decltype(fn)>>(dlsym(lib, name));
+    };
     sym(n.init, "nvmlInit_v2");
     sym(n.by_bus_id, "nvmlDeviceGetHandleByPciBusId_v2");
     sym(n.clock, "nvmlDeviceGetClockInfo");

@@ -293,14 +293,18 @@ def series_spread(values: Sequence[float]) -> Optional[float]:
     return None if d is None else d / math.sqrt(2.0)
 
 
-def _split_t(values: Sequence[float], s: int, lo: int, hi: int, floor_sd: float, window: int) -> float:
+def _split_t(values: Sequence[float], s: int, lo: int, hi: int, floor_sd: float, window: int,
+             per_side: bool = True) -> float:
     """Welch-style t of the means either side of split s, within `window` runs, with the noise taken from
     successive differences (series_spread) rather than each side's plain sd: a side that holds another level shift
-    would otherwise inflate its sd and hide the split (a rise then a fall)."""
+    would otherwise inflate its sd and hide the split (a rise then a fall). per_side: the noise is also at least
+    either side's own spread (the confirmation); without it, the whole series' (locating the split, where a noise
+    that moves with the split would move the maximum off the step)."""
     left = values[max(lo, s - window):s]
     right = values[s:min(hi, s + window)]
     nl, nr = len(left), len(right)
-    sd = max([floor_sd] + [v for v in (series_spread(left), series_spread(right)) if v is not None])
+    sides = [v for v in (series_spread(left), series_spread(right)) if v is not None] if per_side else []
+    sd = max([floor_sd] + sides)
     if sd <= 0:
         return 0.0
     return (sum(right) / nr - sum(left) / nl) / (sd * math.sqrt(1.0 / nl + 1.0 / nr))
@@ -317,10 +321,10 @@ def change_points(values: Sequence[float], t_min: float = T_MIN, min_shift: floa
     def search(lo: int, hi: int) -> None:
         best, best_t = None, 0.0
         for s in range(lo + min_size, hi - min_size + 1):
-            t = _split_t(values, s, lo, hi, floor_sd, window)
+            t = _split_t(values, s, lo, hi, floor_sd, window, per_side=False)
             if abs(t) > abs(best_t):
                 best, best_t = s, t
-        if best is None or abs(best_t) < t_min:
+        if best is None or abs(_split_t(values, best, lo, hi, floor_sd, window)) < t_min:
             return
         left = values[max(lo, best - window):best]
         right = values[best:min(hi, best + window)]

@@ -1,7 +1,8 @@
-// Which machine a run was measured on, for results files' context.machine: two runs of one build on two hosts of a
-// pool differ by a few percent per point, so a reader must be able to tell them apart (GPU UUID, host id) and see
-// the conditions (power limit, ECC, clocks and temperature at the start and the end). Read through NVML in the
-// process that writes the file; NVML creates no CUDA context, so `run` and `tune` keep every context in workers.
+// Which machine a run was measured on, for results files' context.machine: two runs of one build on
+// two hosts of a pool differ by a few percent per point, so a reader must be able to tell them
+// apart (GPU UUID, host id) and see the conditions (power limit, ECC, clocks and temperature at the
+// start and the end). Read through NVML in the process that writes the file; NVML creates no CUDA
+// context, so `run` and `tune` keep every context in workers.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -38,13 +39,15 @@ struct MachineIdentity {
 };
 
 // The host's id from files under `root` ("/" on a real system): etc/machine-id, else
-// proc/sys/kernel/random/boot_id. Sets *source to "machine-id" or "boot-id"; "" when neither is readable.
-std::string read_host_id(const std::string& root, std::string* source);
-// Everything above for the GPU at dev.pci_bus_id (no GPU: the host facts only), with `start` filled.
-MachineIdentity query_machine(const DeviceInfo& dev);
-MachineState query_machine_state(const std::string& pci_bus_id);
+// proc/sys/kernel/random/boot_id. Sets *source to "machine-id" or "boot-id"; "" when neither is
+// readable.
+std::string read_host_id(const std::string &root, std::string *source);
+// Everything above for the GPU at dev.pci_bus_id (no GPU: the host facts only), with `start`
+// filled.
+MachineIdentity query_machine(const DeviceInfo &dev);
+MachineState query_machine_state(const std::string &pci_bus_id);
 
-void to_json(nlohmann::json& j, const MachineState& s);
-void to_json(nlohmann::json& j, const MachineIdentity& m);
+void to_json(nlohmann::json &j, const MachineState &s);
+void to_json(nlohmann::json &j, const MachineIdentity &m);
 
 } // namespace fb
