@@ -32,7 +32,7 @@ int tune(const TuneArgs &a, const Globals &g) {
     return check_tuning_tables(a.specs, std::cout);
   if (a.specs.empty())
     throw UserError(
-        "tune: give a sweep spec (e.g. sweeps/tune/prefill.yaml), or --check [TABLE...]");
+        "tune: give a sweep spec (e.g. sweeps/tune/table-prefill.yaml), or --check [TABLE...]");
   TuneOptions t;
   t.strategy = a.strategy;
   t.budget = a.budget;

@@ -11,10 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -523,4 +525,55 @@ TEST(Tuner, SeveralGpusShareTheWorkAndGiveTheSameTable) {
   nlohmann::json report;
   std::ifstream(d / "two.json.report") >> report;
   EXPECT_EQ(report["workers_started"].get<int>(), 2) << report;
+}
+
+TEST(Tuner, TableSpecsCoverWhatAutoPicksAndTheAcceptanceShapes) {
+  // sweeps/tune/table-*.yaml build a GPU's whole table in one `flashbench tune`: every variant `auto` picks, on the
+  // acceptance shapes and the Llama-3 presets, and every (variant, problem) has a candidate on an H100.
+  const std::string dir = std::string(FLASHBENCH_SOURCE_DIR) + "/sweeps/";
+  std::map<std::string, std::vector<AttentionProblem>> tuned; // variant -> problems
+  for (const char* f : {"tune/table-prefill.yaml", "tune/table-decode.yaml", "tune/table-fp8.yaml"}) {
+    const SweepSpec s = load_spec(dir + f);
+    for (const auto& sel : s.variants) {
+      const Variant& v = catalog().get(sel.variant);
+      ASSERT_EQ(sel.mode, VariantSelection::Mode::list) << f << ": a list keeps the search within the time budget";
+      for (const auto& p : s.problems) {
+        bool any = false;
+        for (const auto& m : sel.configs) {
+          const Config c = v.space().make(m);
+          any = any || (!v.space().check(c) && v.supports(p, c, nominal_device()).ok);
+        }
+        EXPECT_TRUE(any) << f << ": no candidate of " << sel.variant << " supports " << key(p);
+        tuned[sel.variant].push_back(p);
+      }
+    }
+  }
+  for (const char* v : {"fa3_pipelined", "fa2_q_outer", "flash_decoding", "fa3_fp8"})
+    EXPECT_FALSE(tuned[v].empty()) << v << " is never tuned";
+  auto covers = [&](const std::string& variant, const AttentionProblem& p) {
+    const auto& ps = tuned[variant];
+    return std::find(ps.begin(), ps.end(), p) != ps.end();
+  };
+  for (const auto& [spec, variant] : std::vector<std::pair<std::string, std::string>>{
+           {"fa3-accept.yaml", "fa3_pipelined"}, {"fa2-accept.yaml", "fa2_q_outer"},
+           {"decode-accept.yaml", "flash_decoding"}})
+    for (const auto& p : load_spec(dir + spec).problems) EXPECT_TRUE(covers(variant, p)) << spec << ": " << key(p);
+  // The acceptance's long GQA decode shapes, the presets' shapes and each head_dim.
+  AttentionProblem d;
+  d.batch = 16, d.heads_q = 32, d.heads_kv = 8, d.seqlen_q = 1, d.seqlen_kv = 20000, d.head_dim = 128;
+  EXPECT_TRUE(covers("flash_decoding", d));
+  d.batch = 4, d.heads_q = 64, d.seqlen_kv = 50000;
+  EXPECT_TRUE(covers("flash_decoding", d));
+  const SweepSpec presets = parse_spec("problems:\n  - {preset: llama3-8b-prefill}\n  - {preset: llama3-70b-prefill}\n"
+                                       "  - {preset: llama3-8b-decode}\n  - {preset: llama3-70b-decode}\n"
+                                       "variants: [naive]\n",
+                                       "presets");
+  for (const auto& p : presets.problems)
+    EXPECT_TRUE(covers(p.seqlen_q == 1 ? "flash_decoding" : "fa3_pipelined", p)) << key(p);
+  for (int64_t hd : {64, 128, 256}) {
+    const auto has = [&](const std::string& v) {
+      return std::any_of(tuned[v].begin(), tuned[v].end(), [&](const AttentionProblem& p) { return p.head_dim == hd; });
+    };
+    EXPECT_TRUE(has("fa3_pipelined") && has("fa2_q_outer") && has("flash_decoding")) << "d" << hd;
+  }
 }
