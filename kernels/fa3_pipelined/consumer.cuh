@@ -201,27 +201,48 @@ template <class T, int D, int BN, int MODE> struct Consumer {
   const KernelArgs &a;
   const Smem<D, BN> &sm;
   const int wg, lane;
+  // Read once here: loaded by the mask where it runs, they moved in the PTX of the K/V loop.
+  const int sq, skv;
   const bool causal, pp;
   const float sl2;
   // Turn ring over the consumers (2 or 3): consumer w waits on turn w, opens turn w+1 (mod C).
   const int my_turn, other_turn;
-  const bool lazy;
-  const float p_bound;
+  bool lazy;
+  float p_bound;
 
-  float o[D / 2];
-  float m[2], l[2], alpha[2];
+  // The register tiles and the softmax state are the caller's locals, one array each (Regs), and
+  // this object holds references to them, as lambdas capturing by reference would. Held here as
+  // members, they made the whole object one alloca that SROA could not split until the loops
+  // indexing them were unrolled, so every scalar member and the references to a and sm stayed in
+  // memory through the early optimisations; the PTX came out different and ptxas spilled 12 bytes
+  // at d64 block_n 128 with three consumers.
+  struct Regs {
+    float (&o)[D / 2];
+    float (&m)[2], (&l)[2], (&alpha)[2];
+    float (&sacc)[BN / 2];
+    uint32_t (&pa)[BN / 16][4];
+  };
+  float (&o)[D / 2];
+  float (&m)[2], (&l)[2], (&alpha)[2];
   bool grew = true;     // the last softmax moved an offset: O needs `alpha` before its next P V
   bool settled = false; // warp-uniform
-  float sacc[BN / 2];
-  uint32_t pa[BN / 16][4];
+  float (&sacc)[BN / 2];
+  uint32_t (&pa)[BN / 16][4];
   FA3_TRACE_ONLY(ConsumerTrace tr;)
 
-  __device__ __forceinline__ Consumer(const KernelArgs &args, const Smem<D, BN> &smem, int w)
-      : a(args), sm(smem), wg(w), lane(threadIdx.x % 32), causal(causal_of<MODE>(args)),
-        pp(args.pingpong != 0), sl2(args.scale_log2), my_turn(turn_bar(w)),
-        other_turn(next_turn_bar(w, args.consumers)),
-        lazy(kSettledLoop || args.rescale_slack > 0.f),
-        p_bound(lazy ? exp2f(args.rescale_slack) : 0.f) FA3_TRACE_ONLY(, tr(w)) {}
+  __device__ __forceinline__ Consumer(const KernelArgs &args, const Smem<D, BN> &smem, int w,
+                                      const Regs &regs)
+      : a(args), sm(smem), wg(w), lane(threadIdx.x % 32), sq(args.seqlen_q), skv(args.seqlen_kv),
+        causal(causal_of<MODE>(args)), pp(args.pingpong != 0), sl2(args.scale_log2),
+        my_turn(turn_bar(w)), other_turn(next_turn_bar(w, args.consumers)), o(regs.o), m(regs.m),
+        l(regs.l), alpha(regs.alpha), sacc(regs.sacc), pa(regs.pa) FA3_TRACE_ONLY(, tr(w)) {
+    // The last consumer opens consumer 0's first turn, before the rescale slack is read: read in
+    // the initialiser list, its parameter load moved above the arrive in the PTX.
+    if (pp && wg == args.consumers - 1)
+      named_arrive(kBarTurn0, 256);
+    lazy = kSettledLoop || args.rescale_slack > 0.f;
+    p_bound = lazy ? exp2f(args.rescale_slack) : 0.f;
+  }
 
   __device__ __forceinline__ void qk_turn_begin() const {
     if (pp)
@@ -263,7 +284,7 @@ template <class T, int D, int BN, int MODE> struct Consumer {
   __device__ __forceinline__ bool mask_tile(const TileCtx &c, int j) {
     if (j < c.first_mask)
       return false;
-    apply_mask<BN>(sacc, c.row0, j * BN, lane, a.seqlen_q, a.seqlen_kv, causal);
+    apply_mask<BN>(sacc, c.row0, j * BN, lane, sq, skv, causal);
     return half_diag_tile<BN, MODE>(a, c, wg, j);
   }
   // The softmax of K/V tile j, optimistic where `optimistic` (the warp is settled), else exact.
@@ -460,9 +481,9 @@ template <class T, int D, int BN, int MODE> struct Consumer {
 // whatever the scheduler.
 template <class T, int D, int BN, bool OVERLAP, int MODE>
 __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BN> &sm, int wg) {
-  Consumer<T, D, BN, MODE> cs(a, sm, wg);
-  if (cs.pp && wg == a.consumers - 1)
-    named_arrive(kBarTurn0, 256); // consumer 0 takes the first turn
+  float o[D / 2], m[2], l[2], alpha[2], sacc[BN / 2];
+  uint32_t pa[BN / 16][4];
+  Consumer<T, D, BN, MODE> cs(a, sm, wg, {o, m, l, alpha, sacc, pa}); // opens the first turn
   int q_use = 0; // Q slot uses (work tiles, empty ones included) before the current tile
   RingPos r;     // K/V tile j of the current work tile
   TileCtx c;

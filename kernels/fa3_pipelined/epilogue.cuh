@@ -50,9 +50,9 @@ __device__ __forceinline__ void finish_tile(const KernelArgs &a, const Smem<D, B
     // O through shared memory and TMA stores (o_staged): the staging buffer holds the CTA's rows,
     // this warpgroup's from row wg * 64 of each column chunk.
     const int q0 = tile_q0(c, wg);
-    store_tile_tma<T, D>(&a.tm_o, sm.o + uint32_t(wg * kRowsPerWarpgroup) * 128, sm.q_chunk_bytes(),
-                         kBarEpi0 + wg, q0 + wg * kRowsPerWarpgroup, c.w.h(), c.w.b(), o,
-                         inv FA3_TRACE_ONLY(, [&](int k) {
+    store_tile_tma<T, D>(&a.tm_o, sm.o, sm.q_chunk_bytes(), kBarEpi0 + wg,
+                         q0 + wg * kRowsPerWarpgroup, c.w.h(), c.w.b(), o, inv,
+                         wg * kRowsPerWarpgroup FA3_TRACE_ONLY(, [&](int k) {
                            if (threadIdx.x % 128 == 0)
                              c.tf[k] = trace_now();
                          }));

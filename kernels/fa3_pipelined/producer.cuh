@@ -113,7 +113,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BN> 
       }
       int next = -1;
       produce_tile<D, BN, MODE>(a, sm, w, kv_base, q_use, [&] {
-        if (sched.ends_claim(t, w.n_tiles)) {
+        if (sched.whole(t) || sched.ends_chunk(t + w.n_tiles)) {
           next = sched.next(t);
           FA3_TRACE_ONLY(trace_stamp(kTraceProducerLane, q_use + 2, 4);)
         }

@@ -66,11 +66,15 @@ template <int D, int BN, int MODE> struct TileScheduler {
     return w;
   }
   // Whether the item at cursor t (moved back to its tile's K/V tile 0), n_tiles long, is the last
-  // of its claim: a whole tile, or its chunk's last segment (the segment ending at the tail's K/V
-  // tile g_end ends its chunk). From the parameter bank, not a live predicate.
-  __device__ __forceinline__ bool ends_claim(int t, int n_tiles) const {
-    const int g_end = t + n_tiles - a.total_tiles;
-    return t < a.split.first || g_end == a.split.lo(a.split.chunk_of(g_end - 1) + 1);
+  // of its claim: a whole tile (whole), or its chunk's last segment (ends_chunk: the segment that
+  // ends at cursor t_end ends its chunk). From the parameter bank, not a live predicate. The caller
+  // writes `whole(t) || ends_chunk(t + n_tiles)` in its own condition: the same test returned as
+  // one bool from here came out in the PTX as a 16-bit bool carried to a second branch, with the
+  // sum computed ahead of the first, in the producer thread that has 24 registers.
+  __device__ __forceinline__ bool whole(int t) const { return t < a.split.first; }
+  __device__ __forceinline__ bool ends_chunk(int t_end) const {
+    const int g_end = t_end - a.total_tiles;
+    return g_end == a.split.lo(a.split.chunk_of(g_end - 1) + 1);
   }
   // Dynamic: this CTA made its last claim. The last CTA to get here resets both counters, so the
   // next launch finds them zero (LaunchArgs::semaphores); every other CTA's last claim came before

@@ -23,8 +23,11 @@ struct NoHook {
 // time at d128 N512 (ncu: SHFL and register reuse stalled behind 32 queued STG a thread). Before
 // rewriting the buffer, the issuing thread waits until its previous store has read it, and the
 // warpgroup's named barrier `bar` passes that on.
-//   buf, chunk_bytes: the warpgroup's 64 staging rows of 128 bytes of column chunk 0; chunk c
-//     starts c * chunk_bytes further.
+//   buf, chunk_bytes: the staging buffer's column chunk 0 (rows of 128 bytes); chunk c starts
+//     c * chunk_bytes further. The warpgroup's 64 rows start at row buf_row of each chunk.
+//     (buf_row rather than a buf moved by it: with the offset folded into buf, fa3_pipelined's
+//     PTX kept the moved base live across the stmatrix stores and differed from the code that was
+//     measured.)
 //   o, inv: the accumulator (acc[4i + e] = row 16 warp + lane / 4 + 8 (e / 2), column 8i +
 //     2 (lane % 4) + e % 2) and 1 / l of the thread's two rows.
 //   (row, h, b): the output map's coordinates of the tile's first row.
@@ -33,7 +36,7 @@ struct NoHook {
 template <class T, int D, class Hook = NoHook>
 __device__ __forceinline__ void
 store_tile_tma(const void *tmap, uint32_t buf, uint32_t chunk_bytes, int bar, int row, int h, int b,
-               const float (&o)[D / 2], const float (&inv)[2], Hook hook = {}) {
+               const float (&o)[D / 2], const float (&inv)[2], int buf_row = 0, Hook hook = {}) {
   using Pack = fb::kernels::Mma<T>;
   const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
   if (t == 0)
@@ -41,7 +44,7 @@ store_tile_tma(const void *tmap, uint32_t buf, uint32_t chunk_bytes, int bar, in
   named_sync(bar, 128);
   // Lane 8j + r addresses row r of matrix j: j % 2 = row half, j / 2 = second column block.
   const int mtx = lane / 8, r = lane % 8;
-  const uint32_t row_addr = buf + uint32_t(16 * warp + 8 * (mtx % 2) + r) * 128;
+  const uint32_t row_addr = buf + uint32_t(buf_row + 16 * warp + 8 * (mtx % 2) + r) * 128;
 #pragma unroll
   for (int i = 0; i < D / 8; i += 2) {
     const int ii = i + mtx / 2; // column block (8 columns) this lane addresses
@@ -59,7 +62,8 @@ store_tile_tma(const void *tmap, uint32_t buf, uint32_t chunk_bytes, int bar, in
     const uint64_t evict_first = l2_policy_evict_first();
 #pragma unroll
     for (int c = 0; c < D / 64; ++c)
-      tma_store_4d(tmap, buf + uint32_t(c) * chunk_bytes, c * 64, row, h, b, evict_first);
+      tma_store_4d(tmap, buf + uint32_t(c) * chunk_bytes + uint32_t(buf_row) * 128, c * 64, row, h,
+                   b, evict_first);
     bulk_commit();
   }
 }
