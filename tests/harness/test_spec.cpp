@@ -177,7 +177,7 @@ variants:
   EXPECT_EQ(naive, 3u);
   EXPECT_EQ(fdec, 1u);
   try {
-    parse_spec("problems:\n  - {name: a, seqlen: 64, head_dim: 64}\nvariants:\n  naive: {problems: [b]}\n",
+    parse_spec("problems:\n  - {name: a, heads: 2, seqlen: 64, head_dim: 64}\nvariants:\n  naive: {problems: [b]}\n",
                "u.yaml");
     ADD_FAILURE() << "an unknown entry name must be refused";
   } catch (const UserError &e) {
