@@ -325,6 +325,7 @@ TEST(Tuner, CommandWritesTableCachesAndFeedsConfigsTuned) {
   const fs::path d = test_dir("cmd");
   // The dry run below looks up the table of the GPU it plans for: the real one where there is a GPU.
   const std::string table = (device_count() > 0 ? query_device(0).slug() : nominal_device().slug()) + ".json";
+  fs::create_directories(d / "tuning"); // tune checks its output's folder before measuring
   std::ofstream(d / "t.yaml") << "name: t\nproblems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096], "
                                  "head_dim: 128, causal: true}\nvariants: [fa2_q_outer]\n";
   const std::string args = "tune " + (d / "t.yaml").string() + " --fake-worker --strategy halving -o " +
