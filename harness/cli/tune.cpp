@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <vector>
@@ -64,9 +65,18 @@ int tune(const TuneArgs &a, const Globals &g) {
     check_output_path(tuning_path_for(a.fake ? nominal_device() : query_device(t.gpus.front())),
                       "the tuning table (default path)", true, "");
   // Several specs tune into the same table, one after another (each with its own timing policy).
+  // With several, each spec's report goes to --report's name with the spec's name before the
+  // extension (tune.json -> tune-table-prefill.json).
   int code = 0;
-  for (const auto &spec : specs)
-    code = std::max(code, run_tune(spec, t, std::cout));
+  for (const auto &spec : specs) {
+    TuneOptions ts = t;
+    if (specs.size() > 1 && !t.report_path.empty()) {
+      const std::filesystem::path r(t.report_path);
+      ts.report_path = (r.parent_path() / (r.stem().string() + "-" + spec.name + r.extension().string()))
+                           .string();
+    }
+    code = std::max(code, run_tune(spec, ts, std::cout));
+  }
   return code;
 }
 
@@ -98,7 +108,8 @@ Command add_tune(CLI::App &app, const Globals &g) {
       "measurement cache (default $FLASHBENCH_CACHE_DIR or ~/.cache/flashbench/tune-cache.jsonl)");
   sub->add_flag("--no-cache", a->no_cache, "measure everything again and record nothing");
   sub->add_option("--report", a->report,
-                  "also write every measurement and the search's cost as JSON");
+                  "also write every measurement and the search's cost as JSON (several specs: one "
+                  "report each, the spec's name added to the file name)");
   sub->add_option("--gpus", a->gpus_csv, "one worker per GPU, e.g. --gpus 0,1");
   sub->add_option("--point-timeout", a->point_timeout, "per-measurement deadline in seconds");
   sub->add_flag("--fake-worker", a->fake, "workers simulate points without CUDA (tests)")

@@ -227,7 +227,8 @@ TuningTable tuning_table_from_json(const nlohmann::json& j, const std::string& p
 
 TuningTable load_tuning_table(const std::string& path) {
   std::ifstream is(path);
-  if (!is) throw UserError(path + ": cannot open tuning table");
+  if (!is)
+    throw UserError(path + ": cannot open tuning table; check the path (tables live in tuning/<gpu-slug>.json)");
   nlohmann::json j;
   try {
     is >> j;

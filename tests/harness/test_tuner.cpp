@@ -325,6 +325,7 @@ TEST(Tuner, CommandWritesTableCachesAndFeedsConfigsTuned) {
   const fs::path d = test_dir("cmd");
   // The dry run below looks up the table of the GPU it plans for: the real one where there is a GPU.
   const std::string table = (device_count() > 0 ? query_device(0).slug() : nominal_device().slug()) + ".json";
+  fs::create_directories(d / "tuning"); // tune checks its output's folder before measuring
   std::ofstream(d / "t.yaml") << "name: t\nproblems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096], "
                                  "head_dim: 128, causal: true}\nvariants: [fa2_q_outer]\n";
   const std::string args = "tune " + (d / "t.yaml").string() + " --fake-worker --strategy halving -o " +
@@ -554,10 +555,13 @@ TEST(Tuner, TableSpecsCoverWhatAutoPicksAndTheAcceptanceShapes) {
     const auto& ps = tuned[variant];
     return std::find(ps.begin(), ps.end(), p) != ps.end();
   };
-  for (const auto& [spec, variant] : std::vector<std::pair<std::string, std::string>>{
-           {"fa3-accept.yaml", "fa3_pipelined"}, {"fa2-accept.yaml", "fa2_q_outer"},
-           {"decode-accept.yaml", "flash_decoding"}})
-    for (const auto& p : load_spec(dir + spec).problems) EXPECT_TRUE(covers(variant, p)) << spec << ": " << key(p);
+  // The acceptance specs: sweeps/accept/<name>.yaml, or sweeps/<name>-accept.yaml in a tree not grouped by job.
+  for (const auto& [name, variant] : std::vector<std::pair<std::string, std::string>>{
+           {"fa3", "fa3_pipelined"}, {"fa2", "fa2_q_outer"}, {"decode", "flash_decoding"}}) {
+    const std::string grouped = dir + "accept/" + name + ".yaml", flat = dir + name + "-accept.yaml";
+    const std::string spec = fs::exists(grouped) ? grouped : flat;
+    for (const auto& p : load_spec(spec).problems) EXPECT_TRUE(covers(variant, p)) << spec << ": " << key(p);
+  }
   // The acceptance's long GQA decode shapes, the presets' shapes and each head_dim.
   AttentionProblem d;
   d.batch = 16, d.heads_q = 32, d.heads_kv = 8, d.seqlen_q = 1, d.seqlen_kv = 20000, d.head_dim = 128;

@@ -21,10 +21,22 @@ TEST(Dispatch, AttentionForwardMatchesTheReference) {
       {"prefill_f16", 1, 4, 4, 200, 257, 64, false, DType::f16},
       {"decode", 4, 8, 2, 1, 1000, 128, false, DType::bf16},
       {"fp32", 1, 2, 2, 77, 131, 64, true, DType::f32},
+      // The defaults that follow the problem (ConfigSpace::default_config(p, dev)): fa3_pipelined's block_n 64 at
+      // d256 and 3 consumer warpgroups at d64, where the table has no entry.
+      {"prefill_d256_causal_gqa", 2, 6, 2, 333, 333, 256, true, DType::bf16},
+      {"prefill_d64", 1, 6, 3, 500, 700, 64, false, DType::bf16},
+  };
+  // A named variant where it runs at all (its default for the problem is supported wherever any config is):
+  // fa3_pipelined and fa2_q_outer take no fp32, fa3_pipelined needs sm_90.
+  const auto runs = [](const std::string& name, const AttentionProblem& p) {
+    if (name == "auto") return true;
+    const Variant& v = catalog().get(name);
+    return v.supports(p, v.space().default_config(p, test_device()), test_device()).ok;
   };
   for (const Shape& s : shapes)
-    for (const char* variant : {"auto", "naive"}) {
+    for (const char* variant : {"auto", "naive", "fa3_pipelined", "fa2_q_outer"}) {
       const AttentionProblem p = s.problem();
+      if (!runs(variant, p)) continue;
       Case c(p);
       const KernelChoice choice = choose_kernel(p, test_device(), variant);
       DeviceBuffer o(size_t(p.q_elems() * dtype_bytes(p.dtype))), lse(size_t(p.lse_elems()) * sizeof(float));
