@@ -38,9 +38,10 @@ int tune(const TuneArgs &a, const Globals &g) {
   if (a.point_timeout > 0)
     spec.timing.point_timeout_s = a.point_timeout;
   // Outputs before any measurement. The tuning table is updated in place (other buckets' entries
-  // are kept), so an existing one is expected; the report is replaced.
+  // are kept), so an existing one is expected, and the tuner makes its directory; the report is
+  // replaced.
   if (!t.output_path.empty())
-    check_output_path(t.output_path, "-o", true, "");
+    check_output_path(t.output_path, "-o", true, "", true);
   if (!t.report_path.empty())
     check_output_path(t.report_path, "--report", true, "");
   if (!a.fake && device_count() <= t.gpus.front()) {
@@ -49,7 +50,7 @@ int tune(const TuneArgs &a, const Globals &g) {
   }
   if (t.output_path.empty())
     check_output_path(tuning_path_for(a.fake ? nominal_device() : query_device(t.gpus.front())),
-                      "the tuning table (default path)", true, "");
+                      "the tuning table (default path)", true, "", true);
   return run_tune(spec, t, std::cout);
 }
 
@@ -69,8 +70,7 @@ Command add_tune(CLI::App &app, const Globals &g) {
       ->check(CLI::IsMember({"exhaustive", "random", "halving"}));
   sub->add_option("--budget", a->budget,
                   "random/halving: evaluations per problem, in full-measurement units; < 1 means "
-                  "that fraction of "
-                  "the candidate configs");
+                  "that fraction of the candidate configs");
   sub->add_option("--seed", a->seed, "random strategy seed");
   sub->add_option(
       "--cache", a->cache,
