@@ -2,8 +2,7 @@
 // fixed and a static library cannot drop a variant at link time.
 #include "kernels/catalog.hpp"
 
-#include <cstdlib>
-#include <string>
+#include "flashbench/options.hpp"
 
 namespace fb {
 
@@ -15,7 +14,7 @@ void register_catalog(Registry &r) {
   register_fa3_pipelined(r);
   register_fa3_fp8(r);
   // Variants that fail on purpose, for the sweep engine's fault-isolation tests; never shown to users.
-  if (const char* t = std::getenv("FLASHBENCH_TEST_VARIANTS"); t && std::string(t) == "1") register_test_faults(r);
+  if (env_options().test_variants) register_test_faults(r);
 }
 
 const Registry &catalog() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fa3_pipelined and fa3_fp8 kernels' machine code, checked without a GPU (issue #7, point 3).
+"""The fa3_pipelined and fa3_fp8 kernels' machine code, checked without a GPU.
 
     scripts/check_sass.py OBJECT...
 
@@ -8,7 +8,7 @@ Disassembles each object with cuobjdump and, for every fa3 kernel in it, checks:
   - no local-memory traffic (STL/LDL: register spills; ptxas also fails the build on a spill);
   - `WARPGROUP.DEPBAR.LE gsb0, 0x0` (a wait for every wgmma in flight) appears at most 3 times. Every
     instantiation has 2 (intra_wg_overlap off) or 3 (on); when ptxas cannot prove the wgmma pipeline safe it
-    serialises every HGMMA with such a wait (53 at d128, session 17) and prints nothing.
+    serialises every HGMMA with such a wait (53 at d128 when it happened) and prints nothing.
 Prints one line per kernel; exit 1 on a failed check, 0 otherwise. Without cuobjdump (on PATH, in
 /usr/local/cuda/bin, or from `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`) it prints
 "check_sass: SKIPPED" and exits 0.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # flash-decoding (issue #8) on one GPU, with flashbench already built at $FB_BUILD (scripts/env.sh; e.g.
 # FLASHBENCH_BUILD_DIR=build-gpu): the decode GPU tests, `flashbench check --variant flash_decoding`, the 7
-# acceptance shapes x the candidate configs of sweeps/decode-accept.yaml (--no-counters, short timing) and
+# acceptance shapes x the candidate configs of sweeps/accept/decode.yaml (--no-counters, short timing) and
 # the torch SDPA cuDNN / flash peers on the same shapes, then a compact table. About 3-4 minutes.
 #   scripts/decode-gpu.sh OUTDIR     ->  OUTDIR/log.txt (summaries + table), OUTDIR/results.tgz (JSON + logs)
 set -uo pipefail
@@ -24,11 +24,11 @@ main() {
   timeout ${FB_CHECK_S:-50} "$fb" check --variant flash_decoding >"$work/check.log" 2>&1
   echo "check rc=$?"; grep -i "fail" "$work/check.log" | head -5; tail -1 "$work/check.log"
   stamp sweep
-  timeout ${FB_SWEEP_S:-70} "$fb" run sweeps/decode-accept.yaml --no-counters -o "$work/ours.json" \
+  timeout ${FB_SWEEP_S:-70} "$fb" run sweeps/accept/decode.yaml --no-counters -o "$work/ours.json" \
     >"$work/sweep.log" 2>&1
   echo "sweep rc=$?"; tail -2 "$work/sweep.log"
   stamp peers
-  "$fb" plan sweeps/decode-accept.yaml >"$work/plan.json" 2>>"$work/peers.log"
+  "$fb" plan sweeps/accept/decode.yaml >"$work/plan.json" 2>>"$work/peers.log"
   PYTHONUNBUFFERED=1 timeout ${FB_PEERS_S:-45} python3 scripts/peers.py --problems "$work/plan.json" \
     --peers torch_cudnn,torch_flash --no-verify --min-samples 10 --min-time 0.1 --max-noise 0.03 --timeout 1 \
     -o "$work/peers.json" >>"$work/peers.log" 2>&1

@@ -6,10 +6,11 @@ FB_JOBS="${FLASHBENCH_JOBS:-$(nproc)}"
 # FLASHBENCH_SOURCE_SHA names the source's commit where the tree's own .git cannot (a copy of the tree carrying
 # another checkout's .git, e.g. the GPU machine's); scripts/peers.py reads the same variable.
 # Unset, the cache forgets an earlier one, so that a build folder kept between runs does not name a stale commit.
+# Arguments are more cmake options (before FLASHBENCH_CMAKE_ARGS, which wins).
 fb_configure() {
   local sha="-UFLASHBENCH_SOURCE_SHA"
   [ -n "${FLASHBENCH_SOURCE_SHA:-}" ] && sha="-DFLASHBENCH_SOURCE_SHA=$FLASHBENCH_SOURCE_SHA"
-  cmake -S "$FB_ROOT" -B "$FB_BUILD" -DCMAKE_BUILD_TYPE=Release "$sha" ${FLASHBENCH_CMAKE_ARGS:-} >/dev/null
+  cmake -S "$FB_ROOT" -B "$FB_BUILD" -DCMAKE_BUILD_TYPE=Release "$sha" "$@" ${FLASHBENCH_CMAKE_ARGS:-} >/dev/null
 }
 fb_build() {
   cmake --build "$FB_BUILD" -j "$FB_JOBS" "$@"

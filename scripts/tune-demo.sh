@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The autotuner on a GPU (builds nothing; uses $FB_BUILD/flashbench).
 #   scripts/tune-demo.sh OUTDIR [SPEC]
-# Tunes the six shapes of SPEC (default sweeps/tune-fa2.yaml; with fa1_kv_outer instead when fa2_q_outer is not in
+# Tunes the six shapes of SPEC (default sweeps/tune/fa2.yaml; with fa1_kv_outer instead when fa2_q_outer is not in
 # the catalog) with the exhaustive strategy and with successive halving (budget 30% of the candidates, counted in
 # full-fidelity measurements), and a seeded random search at the same budget for reference. For every shape it
 # prints the exhaustive best, the halving winner's time *as measured by the exhaustive run* (same measurement, so
@@ -11,7 +11,7 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 out=${1:?usage: scripts/tune-demo.sh OUTDIR [SPEC]}
-spec=${2:-$FB_ROOT/sweeps/tune-fa2.yaml}
+spec=${2:-$FB_ROOT/sweeps/tune/fa2.yaml}
 fb="$FB_BUILD/flashbench"
 extra=(${TUNE_DEMO_ARGS:-}) # e.g. --fake-worker to try the script without a GPU
 [ -x "$fb" ] || { echo "tune-demo: $fb not found; build first"; exit 2; }

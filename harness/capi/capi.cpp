@@ -5,6 +5,7 @@
 #include "flashbench/buffers.hpp"
 #include "flashbench/check.hpp"
 #include "flashbench/config.hpp"
+#include "flashbench/dispatch.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/variant.hpp"
 
@@ -19,6 +20,7 @@ struct fb_capi_launcher {
   fb::AttentionProblem problem;
   fb::Config config;
   std::string config_str;
+  std::string variant_name, choice; // fb_capi_variant, fb_capi_choice
   fb::DeviceBuffer workspace, semaphores, seqlens;
   const float* descales[3] = {nullptr, nullptr, nullptr}; // e4m3: Q, K, V (fb_capi_set_descales)
 };
@@ -27,11 +29,71 @@ namespace {
 
 thread_local std::string last_error;
 
-// "a=1,b=on" -> {a: 1, b: on}; "" and "default" -> {} (the variant's default).
+thread_local std::string last_choice; // fb_capi_choose's answer
+
+// "a=1,b=on" -> {a: 1, b: on}.
 std::map<std::string, std::string> parse_config(const std::string& text) {
-  if (text.empty() || text == "default") return {};
   const auto items = fb::parse_assignments(text, "config '" + text + "'", "block_m=128,block_n=128");
   return {items.begin(), items.end()};
+}
+
+fb::AttentionProblem parse_problem(const char* problem_json) {
+  fb::AttentionProblem p;
+  try {
+    p = nlohmann::json::parse(problem_json).get<fb::AttentionProblem>();
+  } catch (const nlohmann::json::exception& e) {
+    throw fb::UserError(std::string("problem_json: ") + e.what());
+  }
+  fb::validate(p);
+  if (p.paged())
+    throw fb::UserError("problem_json: paged KV caches are not offered through the C API (no page table "
+                        "argument); run them with `flashbench run`");
+  return p;
+}
+
+struct Choice {
+  const fb::Variant* variant = nullptr;
+  fb::Config config;
+  std::string source;
+};
+
+// VARIANT and CONFIG resolved for p on dev (capi.h, fb_capi_create): "auto" through the dispatcher, "" and
+// "default" to the variant's default for the problem, a partial config filled from that default. Refuses what the
+// variant does not support.
+// What can be said about VARIANT and CONFIG before the problem and the device: an unknown name, a config that does
+// not parse or names an unknown axis or value, a config given with "auto".
+void precheck(const std::string& name, const std::string& text) {
+  if (name == "auto") {
+    if (!text.empty() && text != "default" && text != "auto")
+      throw fb::UserError("config '" + text + "': variant auto picks the config too; pass \"\" or \"auto\"");
+    return;
+  }
+  const fb::Variant& v = fb::catalog().get(name);
+  if (!text.empty() && text != "default" && text != "auto") v.space().make(parse_config(text));
+}
+
+Choice resolve(const char* variant, const char* config, const fb::AttentionProblem& p, const fb::DeviceInfo& dev) {
+  const std::string name = variant, text = config ? config : "";
+  precheck(name, text);
+  Choice c;
+  if (name == "auto" || text == "auto") {
+    fb::KernelChoice k = fb::choose_kernel(p, dev, name);
+    c.variant = k.variant;
+    c.config = std::move(k.config);
+    c.source = std::move(k.source);
+  } else {
+    c.variant = &fb::catalog().get(name);
+    const fb::ConfigSpace& space = c.variant->space();
+    const fb::Config base = space.default_config(p, dev);
+    const bool given = !text.empty() && text != "default";
+    c.config = given ? space.make(parse_config(text), base) : base;
+    c.source = given ? "given (unnamed axes from the default for the problem)" : "the default for the problem";
+  }
+  const fb::ConfigSpace& space = c.variant->space();
+  if (const auto why = space.check(c.config)) throw fb::UserError("config " + space.to_string(c.config) + ": " + *why);
+  const fb::Support s = c.variant->supports(p, c.config, dev);
+  if (!s) throw fb::UserError(c.variant->name() + " [" + space.to_string(c.config) + "]: " + s.reason);
+  return c;
 }
 
 template <class F> auto guarded(F&& f, decltype(f()) on_error) -> decltype(f()) {
@@ -54,28 +116,17 @@ extern "C" fb_capi_launcher* fb_capi_create(const char* variant, const char* con
   return guarded(
       [&]() -> fb_capi_launcher* {
         if (!variant || !problem_json) throw fb::UserError("fb_capi_create: variant and problem_json are required");
+        precheck(variant, config ? config : ""); // what needs no device first
         auto l = std::make_unique<fb_capi_launcher>();
-        l->variant = &fb::catalog().get(variant);
-        nlohmann::json j;
-        try {
-          j = nlohmann::json::parse(problem_json);
-          l->problem = j.get<fb::AttentionProblem>();
-        } catch (const nlohmann::json::exception& e) {
-          throw fb::UserError(std::string("problem_json: ") + e.what());
-        }
-        fb::validate(l->problem);
-        if (l->problem.paged())
-          throw fb::UserError("problem_json: paged KV caches are not offered through the C API (no page table "
-                              "argument); run them with `flashbench run`");
-        const fb::ConfigSpace& space = l->variant->space();
-        l->config = space.make(parse_config(config ? config : ""));
-        if (const auto why = space.check(l->config)) throw fb::UserError("config " + space.to_string(l->config) +
-                                                                         ": " + *why);
-        l->config_str = space.to_string(l->config);
+        l->problem = parse_problem(problem_json);
         int device = 0;
         FB_CUDA_CHECK(cudaGetDevice(&device));
-        const fb::Support s = l->variant->supports(l->problem, l->config, fb::query_device(device));
-        if (!s) throw fb::UserError(std::string(variant) + " [" + l->config_str + "]: " + s.reason);
+        Choice c = resolve(variant, config, l->problem, fb::query_device(device));
+        l->variant = c.variant;
+        l->config = std::move(c.config);
+        l->config_str = l->variant->space().to_string(l->config);
+        l->variant_name = l->variant->name();
+        l->choice = std::move(c.source);
         if (const size_t b = l->variant->workspace_bytes(l->problem, l->config)) l->workspace = fb::DeviceBuffer(b);
         if (const size_t b = l->variant->semaphore_bytes(l->problem, l->config)) {
           l->semaphores = fb::DeviceBuffer(b);
@@ -89,6 +140,29 @@ extern "C" fb_capi_launcher* fb_capi_create(const char* variant, const char* con
       },
       nullptr);
 }
+
+extern "C" const char* fb_capi_choose(const char* variant, const char* config, const char* problem_json) {
+  return guarded(
+      [&]() -> const char* {
+        if (!variant || !problem_json) throw fb::UserError("fb_capi_choose: variant and problem_json are required");
+        const fb::AttentionProblem p = parse_problem(problem_json);
+        fb::DeviceInfo dev = fb::nominal_device();
+        if (int device = 0; fb::device_count() > 0 && cudaGetDevice(&device) == cudaSuccess)
+          dev = fb::query_device(device);
+        const Choice c = resolve(variant, config, p, dev);
+        last_choice = nlohmann::json{{"variant", c.variant->name()},
+                                     {"config", c.variant->space().to_string(c.config)},
+                                     {"source", c.source},
+                                     {"device", dev.name}}
+                          .dump();
+        return last_choice.c_str();
+      },
+      nullptr);
+}
+
+extern "C" const char* fb_capi_variant(const fb_capi_launcher* l) { return l ? l->variant_name.c_str() : ""; }
+
+extern "C" const char* fb_capi_choice(const fb_capi_launcher* l) { return l ? l->choice.c_str() : ""; }
 
 extern "C" const char* fb_capi_config_string(const fb_capi_launcher* l) { return l ? l->config_str.c_str() : ""; }
 

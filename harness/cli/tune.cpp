@@ -7,22 +7,32 @@
 #include "flashbench/tuner.hpp"
 #include "options.hpp"
 
+#include "flashbench/errors.hpp"
+
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <vector>
 
 namespace fb::cli {
 
 namespace {
 
 struct TuneArgs {
-  std::string spec, strategy = "halving", cache, report, gpus_csv, output;
+  std::vector<std::string> specs; // with --check: the tables
+  std::string strategy = "halving", cache, report, gpus_csv, output;
   double budget = 0.3, point_timeout = -1;
   uint64_t seed = 0;
-  bool no_cache = false, fake = false;
+  bool no_cache = false, fake = false, check = false;
 };
 
 int tune(const TuneArgs &a, const Globals &g) {
+  if (a.check)
+    return check_tuning_tables(a.specs, std::cout);
+  if (a.specs.empty())
+    throw UserError(
+        "tune: give a sweep spec (e.g. sweeps/tune/table-prefill.yaml), or --check [TABLE...]");
   TuneOptions t;
   t.strategy = a.strategy;
   t.budget = a.budget;
@@ -34,9 +44,12 @@ int tune(const TuneArgs &a, const Globals &g) {
   if (t.gpus.empty())
     t.gpus = {g.device};
   t.fake_worker = a.fake;
-  SweepSpec spec = load_spec(a.spec);
-  if (a.point_timeout > 0)
-    spec.timing.point_timeout_s = a.point_timeout;
+  std::vector<SweepSpec> specs; // every spec parsed before anything is measured
+  for (const auto &path : a.specs) {
+    specs.push_back(load_spec(path));
+    if (a.point_timeout > 0)
+      specs.back().timing.point_timeout_s = a.point_timeout;
+  }
   // Outputs before any measurement. The tuning table is updated in place (other buckets' entries
   // are kept), so an existing one is expected, and the tuner makes its directory; the report is
   // replaced.
@@ -51,7 +64,11 @@ int tune(const TuneArgs &a, const Globals &g) {
   if (t.output_path.empty())
     check_output_path(tuning_path_for(a.fake ? nominal_device() : query_device(t.gpus.front())),
                       "the tuning table (default path)", true, "", true);
-  return run_tune(spec, t, std::cout);
+  // Several specs tune into the same table, one after another (each with its own timing policy).
+  int code = 0;
+  for (const auto &spec : specs)
+    code = std::max(code, run_tune(spec, t, std::cout));
+  return code;
 }
 
 } // namespace
@@ -60,8 +77,12 @@ Command add_tune(CLI::App &app, const Globals &g) {
   auto *sub = app.add_subcommand(
       "tune", "search each variant's config space per problem; write a tuning table");
   auto a = std::make_shared<TuneArgs>();
-  sub->add_option("spec", a->spec, "sweep spec (problems and variants; configs are searched)")
-      ->required();
+  sub->add_option("spec", a->specs,
+                  "sweep specs (problems and variants; configs are searched), tuned one after "
+                  "another into one table; with --check, the tables to check");
+  sub->add_flag("--check", a->check,
+                "list the entries of the given tables (default: every tuning/*.json) whose "
+                "variant's sources changed since they were tuned; exit 1 if any, 0 if none");
   sub->add_option(
       "-o,--output", a->output,
       "tuning table (default tuning/<gpu-slug>.json in the source tree); entries for other buckets "

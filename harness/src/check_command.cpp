@@ -39,6 +39,7 @@ std::vector<AttentionProblem> awkward_shapes() {
   v.push_back(P(1, 2, 2, 1, 300, 128, true, DType::bf16));  // decode-like: one query over many keys
   v.push_back(P(1, 3, 3, 257, 257, 64, true, DType::bf16, Layout::bhsd));
   v.push_back(P(1, 2, 1, 200, 200, 256, false, DType::f16)); // head_dim 256 where supported
+  v.push_back(P(2, 6, 2, 300, 300, 256, true, DType::bf16)); // d256 causal GQA: its own default tile
   v.push_back(P(1, 2, 2, 33, 47, 96, true, DType::bf16));   // an unusual head_dim
   // Decode-style (variants without kv_lens / paging skip these with a reason): GQA 32/8 over mixed lengths with
   // an empty entry; the same paged (16-token pages, shuffled); speculative decoding, causal per entry.
@@ -55,7 +56,7 @@ std::vector<AttentionProblem> awkward_shapes() {
   return v;
 }
 
-int run_check(int device, const std::vector<std::string>& only, std::ostream& os) {
+int run_check(int device, const std::vector<std::string>& only, std::ostream& os, bool defaults_only) {
   FB_CUDA_CHECK(cudaSetDevice(device));
   const DeviceInfo dev = query_device(device);
   cudaStream_t stream;
@@ -67,7 +68,14 @@ int run_check(int device, const std::vector<std::string>& only, std::ostream& os
     // Test-only variants (FLASHBENCH_TEST_VARIANTS=1) fail on purpose: only when named.
     if (only.empty() && v->name().rfind("test_", 0) == 0) continue;
     for (const auto& p : awkward_shapes()) {
-      for (const auto& entry : v->space().expand()) {
+      std::vector<ConfigSpace::Entry> entries;
+      if (defaults_only) {
+        const Config d = v->space().default_config(p, dev);
+        entries.push_back({d, v->space().check(d)});
+      } else {
+        entries = v->space().expand();
+      }
+      for (const auto& entry : entries) {
         const std::string label = v->name() + "/" + v->space().to_string(entry.config) + "/" + key(p);
         if (entry.invalid_reason) {
           ++skipped;

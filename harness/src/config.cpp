@@ -49,8 +49,14 @@ int64_t Config::get_or(const std::string& name, int64_t fallback) const {
   return it == params_.end() ? fallback : it->second;
 }
 
-ConfigSpace::ConfigSpace(std::vector<Axis> axes, Config default_config, Constraint constraint)
-    : axes_(std::move(axes)), default_(std::move(default_config)), constraint_(std::move(constraint)) {}
+ConfigSpace::ConfigSpace(std::vector<Axis> axes, Config default_config, Constraint constraint,
+                         DefaultRule default_rule)
+    : axes_(std::move(axes)), default_(std::move(default_config)), constraint_(std::move(constraint)),
+      default_rule_(std::move(default_rule)) {}
+
+Config ConfigSpace::default_config(const AttentionProblem& p, const DeviceInfo& dev) const {
+  return default_rule_ ? default_rule_(default_, p, dev) : default_;
+}
 
 const Axis* ConfigSpace::axis(const std::string& name) const {
   for (const auto& a : axes_)
@@ -86,8 +92,10 @@ std::optional<std::string> ConfigSpace::check(const Config& c) const {
   return constraint_ ? constraint_(c) : std::nullopt;
 }
 
-Config ConfigSpace::make(const std::map<std::string, std::string>& given) const {
-  Config c = default_;
+Config ConfigSpace::make(const std::map<std::string, std::string>& given) const { return make(given, default_); }
+
+Config ConfigSpace::make(const std::map<std::string, std::string>& given, const Config& base) const {
+  Config c = base;
   for (const auto& [name, text] : given) {
     const Axis* a = axis(name);
     if (!a) {

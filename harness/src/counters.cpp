@@ -2,6 +2,7 @@
 
 #include "flashbench/check.hpp"
 #include "flashbench/errors.hpp"
+#include "flashbench/options.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -253,8 +254,8 @@ struct CounterSession::Impl {
 
 CounterSession::CounterSession(const DeviceInfo& dev, std::vector<std::string> metrics)
     : impl_(std::make_unique<Impl>()), metrics_(std::move(metrics)) {
-  if (const char* sim = std::getenv("FLASHBENCH_SIMULATE_CUPTI_FAILURE")) {
-    reason_ = std::string("simulated: ") + sim;
+  if (const std::string& sim = env_options().simulate_cupti_failure; !sim.empty()) {
+    reason_ = "simulated: " + sim;
     return;
   }
   if (!dev.present) {

@@ -4,6 +4,7 @@
 #include "flashbench/check.hpp"
 #include "flashbench/errors.hpp"
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,9 +17,10 @@ namespace {
 // Variants "auto" never picks: they exist to test the harness.
 bool test_only(const std::string& name) { return name.rfind("test_", 0) == 0; }
 
-// The variant's default config when it supports p, else its first valid config that does.
+// The variant's default config for p when it supports p, else its first valid config that does (the defaults are
+// tested to support every problem that any config supports: tests/kernels/test_default_configs.cpp).
 std::optional<Config> supported_config(const Variant& v, const AttentionProblem& p, const DeviceInfo& dev) {
-  const Config d = v.space().default_config();
+  const Config d = v.space().default_config(p, dev);
   if (!v.space().check(d) && v.supports(p, d, dev)) return d;
   for (const auto& e : v.space().expand())
     if (!e.invalid_reason && v.supports(p, e.config, dev)) return e.config;
@@ -27,9 +29,10 @@ std::optional<Config> supported_config(const Variant& v, const AttentionProblem&
 
 std::vector<std::string> preference(const AttentionProblem& p) {
   std::vector<std::string> order;
+  if (p.dtype == DType::e4m3) order.push_back("fa3_fp8"); // the one variant that takes e4m3 (sm_90)
   if (p.seqlen_q <= 16) order.push_back("flash_decoding");
   // fa3_pipelined first: on Hopper it passes every GPU test and check and runs 1.4-1.9x fa2_q_outer on every
-  // acceptance shape (reports/baselines/nvidia-h200/NOTES.md); elsewhere its supports() says "needs sm_90a" and
+  // acceptance shape (kernels/fa3_pipelined/DESIGN.md); elsewhere its supports() says "needs sm_90a" and
   // fa2_q_outer is next.
   for (const char* n : {"fa3_pipelined", "fa2_q_outer", "fa1_kv_outer", "naive"}) order.push_back(n);
   return order;
@@ -53,23 +56,25 @@ KernelChoice choose_kernel(const AttentionProblem& p, const DeviceInfo& dev, con
     const TuningEntry* best = nullptr;
     const Variant* best_v = nullptr;
     bool best_exact = false;
+    double best_d = 0;
     for (const Variant* v : candidates) {
       bool exact = false;
-      const TuningEntry* e = table->lookup(v->name(), p, &exact);
+      double d = 0;
+      const TuningEntry* e = table->lookup(v->name(), p, &exact, &d);
       if (!e || v->space().check(e->config) || !v->supports(p, e->config, dev)) continue;
-      // An exact bucket beats a nearby one; among equals, the higher measured TFLOPs.
-      if (!best || (exact && !best_exact) || (exact == best_exact && e->tflops > best->tflops)) {
+      // The nearer entry (exact: distance 0); at equal distance the higher measured TFLOPs.
+      if (!best || d < best_d - 1e-9 || (std::abs(d - best_d) <= 1e-9 && e->tflops > best->tflops)) {
         best = e;
         best_v = v;
         best_exact = exact;
+        best_d = d;
       }
     }
     if (best)
       return {best_v, best->config,
               std::string("table ") + table->gpu.value("slug", "") + ": " + (best_exact ? "" : "nearest ") +
-                  "bucket sq<=" + std::to_string(best->seqlen_q_bucket) + " skv<=" +
-                  std::to_string(best->seqlen_kv_bucket) + " b*h<=" + std::to_string(best->bh_bucket) + ", " +
-                  std::to_string(static_cast<int>(best->tflops)) + " TFLOP/s measured"};
+                  describe_bucket(*best) + ", " + std::to_string(static_cast<int>(best->tflops)) +
+                  " TFLOP/s measured"};
   }
 
   // 2. The documented heuristic.

@@ -1,4 +1,4 @@
-// The read floor's kernel, in a header so that the standalone probe scripts/dev/read_probe.cu (which cannot link
+// The read floor's kernel, in a header so that the standalone probe tools/dev/read_probe.cu (which cannot link
 // libflashbench_core) times the very same code as `flashbench probe --read-floor` (probe.cu).
 #pragma once
 

@@ -451,12 +451,24 @@ VariantSelection parse_selection(const Ctx& c, const std::string& name, const YA
   s.where = c.where(key);
   YAML::Node configs = v;
   if (v.IsMap()) {
-    for (const auto& kv : v)
-      if (kv.first.as<std::string>() != "configs")
-        c.fail(kv.first, "unknown field '" + kv.first.as<std::string>() + "' for variant " + name +
-                             "; only 'configs' (all | default | tuned | a list of configs)");
+    for (const auto& kv : v) {
+      const std::string f = kv.first.as<std::string>();
+      if (f != "configs" && f != "problems")
+        c.fail(kv.first, "unknown field '" + f + "' for variant " + name +
+                             "; known: configs (all | default | tuned | a list of configs), problems (entry names)");
+    }
+    if (const YAML::Node only = v["problems"]) {
+      if (only.IsScalar()) s.problems.push_back(only.Scalar());
+      else if (only.IsSequence() && only.size() > 0)
+        for (const auto& e : only) {
+          if (!e.IsScalar()) c.fail(e, "problems: a list of problem entry names");
+          s.problems.push_back(e.Scalar());
+        }
+      else c.fail(only, "problems: a problem entry name or a non-empty list of them");
+    }
     configs = v["configs"];
-    if (!configs) c.fail(v, "variant " + name + ": add 'configs: all | default | [ {param: value}, ... ]'");
+    if (!configs && s.problems.empty())
+      c.fail(v, "variant " + name + ": add 'configs: all | default | [ {param: value}, ... ]'");
   }
   if (!configs || configs.IsNull()) {
     s.mode = VariantSelection::Mode::default_config;
@@ -510,7 +522,26 @@ SweepSpec parse_spec(const std::string& text, const std::string& path) {
   const YAML::Node problems = root["problems"];
   if (!problems || !problems.IsSequence() || problems.size() == 0)
     throw UserError(path + ": 'problems' must be a non-empty list of problem entries");
-  for (const auto& e : problems) expand_problem_entry(c, e, s.problems);
+  std::set<std::string> entry_names;
+  for (const auto& e : problems) {
+    // Each entry's problems carry the entry's name (its 'name', else its preset's), so that a variant can be
+    // limited to some entries ('problems: [decode]'); a problem two entries produce is kept once, with both names.
+    std::vector<AttentionProblem> expanded;
+    expand_problem_entry(c, e, expanded);
+    std::string entry_name;
+    if (e.IsMap() && e["name"] && e["name"].IsScalar()) entry_name = e["name"].Scalar();
+    else if (e.IsMap() && e["preset"] && e["preset"].IsScalar()) entry_name = e["preset"].Scalar();
+    if (!entry_name.empty()) entry_names.insert(entry_name);
+    for (auto& p : expanded) {
+      const auto it = std::find(s.problems.begin(), s.problems.end(), p);
+      const size_t i = static_cast<size_t>(it - s.problems.begin());
+      if (it == s.problems.end()) {
+        s.problems.push_back(std::move(p));
+        s.problem_entries.emplace_back();
+      }
+      if (!entry_name.empty()) s.problem_entries[i].insert(entry_name);
+    }
+  }
   const YAML::Node variants = root["variants"];
   if (!variants || variants.size() == 0)
     throw UserError(path + ": 'variants' must name at least one variant (see 'flashbench list')");
@@ -525,6 +556,12 @@ SweepSpec parse_spec(const std::string& text, const std::string& path) {
   } else {
     c.fail(variants, "'variants' must be a list of names or a map name -> configs");
   }
+  for (const auto& sel : s.variants)
+    for (const auto& want : sel.problems)
+      if (!entry_names.count(want))
+        throw UserError(sel.where + ": variant " + sel.variant + " names problem entry '" + want +
+                        "', which no entry of 'problems' has; give that entry 'name: " + want +
+                        "' or fix the name");
   return s;
 }
 
@@ -552,10 +589,8 @@ std::vector<PlannedPoint> plan(const SweepSpec& spec, const Registry& registry, 
     case VariantSelection::Mode::all:
       for (auto& e : v->space().expand()) configs.emplace_back(e.config, e.invalid_reason);
       break;
-    case VariantSelection::Mode::default_config:
-      configs.emplace_back(v->space().default_config(), std::nullopt);
-      break;
-    case VariantSelection::Mode::tuned: // per problem, below
+    case VariantSelection::Mode::default_config: // per problem, below
+    case VariantSelection::Mode::tuned:
       break;
     case VariantSelection::Mode::list:
       for (const auto& m : sel.configs) {
@@ -568,12 +603,19 @@ std::vector<PlannedPoint> plan(const SweepSpec& spec, const Registry& registry, 
       }
       break;
     }
-    for (const auto& p : spec.problems) {
+    for (size_t pi = 0; pi < spec.problems.size(); ++pi) {
+      const AttentionProblem& p = spec.problems[pi];
+      if (!sel.problems.empty() && pi < spec.problem_entries.size() &&
+          std::none_of(sel.problems.begin(), sel.problems.end(),
+                       [&](const std::string& n) { return spec.problem_entries[pi].count(n) > 0; }))
+        continue; // the spec runs this variant on its named entries only
       std::string source;
       if (sel.mode == VariantSelection::Mode::tuned) {
         auto [cfg, why] = tuned_config(*v, p, dev);
         configs.assign(1, {cfg, std::nullopt});
         source = why;
+      } else if (sel.mode == VariantSelection::Mode::default_config) {
+        configs.assign(1, {v->space().default_config(p, dev), std::nullopt}); // depends on head_dim, dtype, ...
       }
       for (const auto& [cfg, invalid] : configs) {
         PlannedPoint pt{v, cfg, p, invalid, {}, v->model_bytes(p, cfg, dev)};

@@ -4,7 +4,9 @@
 #include "flashbench/check.hpp"
 #include "flashbench/counters.hpp"
 #include "flashbench/errors.hpp"
+#include "flashbench/machine.hpp"
 #include "flashbench/nvtx.hpp"
+#include "flashbench/options.hpp"
 #include "flashbench/probe.hpp"
 #include "flashbench/results.hpp"
 #include "supervisor.hpp"
@@ -62,6 +64,7 @@ nlohmann::json base_context(const SweepSpec& spec, const DeviceInfo& dev) {
   c["device"] = dev;
   c["timing_policy"] = spec.timing;
   c["ceilings"] = nullptr;
+  c["options"] = env_options();
   return c;
 }
 
@@ -250,6 +253,9 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
                 end == begin ? begin : end - 1, points.size());
 
   nlohmann::json context = base_context(spec, dev);
+  // The machine at the start; its clocks and temperature are read again when the last point is in.
+  MachineIdentity machine = query_machine(dev);
+  context["machine"] = machine;
   context["plan_hash"] = plan_hash(spec, points);
   context["build_id"] = build_id();
   context["build"] = build_identity();
@@ -381,6 +387,8 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts) {
 
   std::vector<nlohmann::json> out;
   for (size_t i = begin; i < end; ++i) out.push_back(*records[i]);
+  machine.end = query_machine_state(machine.pci_bus_id);
+  context["machine"] = machine;
   write_results_file(opts.output_path, context, out);
   std::filesystem::remove(log.path());
   print_summary(out);

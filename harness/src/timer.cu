@@ -1,6 +1,7 @@
 // The GPU half of the timing method in timing.hpp: L2 flush, the stream-holding kernel, CUDA events.
 #include "flashbench/check.hpp"
 #include "flashbench/nvtx.hpp"
+#include "flashbench/options.hpp"
 #include "flashbench/timing.hpp"
 
 #include <algorithm>
@@ -37,6 +38,12 @@ __global__ void hold_stream(const volatile int* release, unsigned long long time
 
 __global__ void empty_kernel() {}
 
+__global__ void spin_kernel(unsigned long long ns) {
+  const unsigned long long start = global_timer_ns();
+  while (global_timer_ns() - start < ns) {
+  }
+}
+
 // The "read" flush: every thread streams 16-byte words of the buffer. The sum is stored only if it equals a value
 // the buffer cannot produce (the buffer is all 0x01 bytes), so the loads stay and nothing is written.
 __global__ void read_flush(const uint4* buf, size_t n, unsigned* sink) {
@@ -51,9 +58,9 @@ __global__ void read_flush(const uint4* buf, size_t n, unsigned* sink) {
 // Under Nsight Compute (and other tools that serialise launches) a launch blocks the host until the kernel has run,
 // so a stream held by the spinning kernel would stall every sample until the hold's timeout. Probe it once: hold the
 // stream for at most 200 ms and see whether a following launch returns at once. FLASHBENCH_NO_STREAM_HOLD=1 forces
-// the hold off.
+// the hold off (flashbench/options.hpp).
 bool launches_are_asynchronous(cudaStream_t stream, int* device_flags, volatile int* host_flags) {
-  if (const char* off = std::getenv("FLASHBENCH_NO_STREAM_HOLD"); off && std::string(off) == "1") return false;
+  if (env_options().no_stream_hold) return false;
   host_flags[0] = 0;
   host_flags[1] = 0;
   std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -75,6 +82,11 @@ double now_s() {
 }
 
 } // namespace
+
+void gpu_spin(cudaStream_t stream, double ns) {
+  spin_kernel<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(ns > 0 ? ns : 0));
+  FB_CHECK_LAUNCH();
+}
 
 struct Timer::Impl {
   DeviceInfo dev;

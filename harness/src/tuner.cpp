@@ -1,6 +1,8 @@
 #include "flashbench/tuner.hpp"
 
 #include "flashbench/errors.hpp"
+#include "flashbench/machine.hpp"
+#include "flashbench/options.hpp"
 #include "flashbench/sweep.hpp"
 #include "supervisor.hpp"
 #include "worker.hpp"
@@ -8,6 +10,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -37,8 +41,6 @@ int64_t bucket_of(int64_t n) {
 }
 
 namespace {
-int log2_of(int64_t pow2) { return pow2 <= 1 ? 0 : 63 - __builtin_clzll(static_cast<unsigned long long>(pow2)); }
-
 std::string iso_now() {
   const std::time_t t = std::time(nullptr);
   char buf[64];
@@ -80,22 +82,69 @@ TuningEntry make_entry_key(const std::string& variant, const AttentionProblem& p
   return e;
 }
 
-const TuningEntry* TuningTable::lookup(const std::string& variant, const AttentionProblem& p, bool* exact) const {
+namespace {
+
+// The four dimensions the buckets cut (seqlen_q, seqlen_kv, batch*heads_q, heads_q/heads_kv), as the entry's
+// measured problem has them when it recorded one of its own bucket, else as the bucket's upper edges.
+std::array<double, 4> entry_dims(const TuningEntry& e) {
+  if (make_entry_key(e.variant, e.problem).same_key(e)) {
+    const AttentionProblem& q = e.problem;
+    return {double(q.seqlen_q), double(q.seqlen_kv), double(q.batch * q.heads_q),
+            double(std::max<int64_t>(1, q.group_size()))};
+  }
+  return {double(e.seqlen_q_bucket), double(e.seqlen_kv_bucket), double(e.bh_bucket), double(e.group_bucket)};
+}
+
+std::array<double, 4> problem_dims(const AttentionProblem& p) {
+  return {double(p.seqlen_q), double(p.seqlen_kv), double(p.batch * p.heads_q),
+          double(std::max<int64_t>(1, p.group_size()))};
+}
+
+// log2(entry / problem) per dimension: positive where the entry's problem is the larger.
+std::array<double, 4> log_ratios(const TuningEntry& e, const AttentionProblem& p) {
+  const auto a = entry_dims(e), b = problem_dims(p);
+  std::array<double, 4> r{};
+  for (size_t i = 0; i < r.size(); ++i) r[i] = std::log2(std::max(a[i], 1.0) / std::max(b[i], 1.0));
+  return r;
+}
+
+} // namespace
+
+double bucket_distance(const TuningEntry& e, const AttentionProblem& p) {
+  double d = 0;
+  for (double x : log_ratios(e, p)) d += std::abs(x);
+  return d;
+}
+
+const TuningEntry* TuningTable::lookup(const std::string& variant, const AttentionProblem& p, bool* exact,
+                                       double* distance) const {
   const TuningEntry k = make_entry_key(variant, p);
   const TuningEntry* best = nullptr;
-  int best_d = 0;
+  // (distance, its length part, minus the signed size difference): smaller is nearer. Equal within 1e-9.
+  std::array<double, 3> best_rank{};
   for (const auto& e : entries) {
     if (e.variant != k.variant || e.dtype != k.dtype || e.head_dim != k.head_dim || e.causal != k.causal) continue;
-    const int d = std::abs(log2_of(e.seqlen_q_bucket) - log2_of(k.seqlen_q_bucket)) +
-                  std::abs(log2_of(e.seqlen_kv_bucket) - log2_of(k.seqlen_kv_bucket)) +
-                  std::abs(log2_of(e.bh_bucket) - log2_of(k.bh_bucket)) +
-                  std::abs(log2_of(e.group_bucket) - log2_of(k.group_bucket));
-    if (!best || d < best_d) {
+    if (e.same_key(k)) {
+      if (exact) *exact = true;
+      if (distance) *distance = 0;
+      return &e;
+    }
+    const auto r = log_ratios(e, p);
+    const std::array<double, 3> rank = {std::abs(r[0]) + std::abs(r[1]) + std::abs(r[2]) + std::abs(r[3]),
+                                        std::abs(r[0]) + std::abs(r[1]), -(r[0] + r[1] + r[2] + r[3])};
+    bool nearer = !best;
+    for (size_t i = 0; best && i < rank.size(); ++i) {
+      if (std::abs(rank[i] - best_rank[i]) <= 1e-9) continue;
+      nearer = rank[i] < best_rank[i];
+      break;
+    }
+    if (nearer && rank[0] <= kMaxBucketDistance + 1e-9) {
       best = &e;
-      best_d = d;
+      best_rank = rank;
     }
   }
-  if (exact) *exact = best && best_d == 0;
+  if (exact) *exact = false;
+  if (distance) *distance = best ? best_rank[0] : 0;
   return best;
 }
 
@@ -132,6 +181,7 @@ nlohmann::json to_json(const TuningTable& t) {
                             {"margin", e.margin},
                             {"clock_spread", e.clock_spread},
                             {"problem", e.problem},
+                            {"source_hash", e.source_hash},
                             {"strategy", e.strategy},
                             {"evaluations", e.evaluations},
                             {"candidates", e.candidates}});
@@ -163,6 +213,7 @@ TuningTable tuning_table_from_json(const nlohmann::json& j, const std::string& p
       e.margin = x.value("margin", 0.0);
       e.clock_spread = x.value("clock_spread", 0.0);
       if (x.contains("problem")) e.problem = x["problem"].get<AttentionProblem>();
+      e.source_hash = x.value("source_hash", "");
       e.strategy = x.value("strategy", "");
       e.evaluations = x.value("evaluations", 0.0);
       e.candidates = x.value("candidates", 0);
@@ -189,11 +240,79 @@ TuningTable load_tuning_table(const std::string& path) {
 void save_tuning_table(const std::string& path, const TuningTable& t) { write_atomically(path, to_json(t).dump(1) + "\n"); }
 
 std::string tuning_dir() {
-  if (const char* d = std::getenv("FLASHBENCH_TUNING_DIR"); d && *d) return d;
+  if (const std::string& d = env_options().tuning_dir; !d.empty()) return d;
   return FLASHBENCH_TUNING_DEFAULT_DIR;
 }
 
 std::string tuning_path_for(const DeviceInfo& dev) { return (fs::path(tuning_dir()) / (dev.slug() + ".json")).string(); }
+
+std::string describe_bucket(const TuningEntry& e) {
+  return "bucket sq<=" + std::to_string(e.seqlen_q_bucket) + " skv<=" + std::to_string(e.seqlen_kv_bucket) +
+         " b*h<=" + std::to_string(e.bh_bucket) + " group<=" + std::to_string(e.group_bucket);
+}
+
+std::string stale_reason(const TuningEntry& e) {
+  const auto& hashes = variant_source_hashes();
+  const auto it = hashes.find(e.variant);
+  if (it == hashes.end()) return "this build has no variant " + e.variant;
+  if (e.source_hash.empty()) return "no source hash recorded (tuned by a build that did not record them)";
+  if (e.source_hash != it->second)
+    return e.variant + "'s sources changed since (tuned at " + e.source_hash + ", this build " + it->second + ")";
+  return "";
+}
+
+namespace {
+
+// One line for the first load of a table with stale entries.
+void warn_if_stale(const TuningTable& t, const std::string& path) {
+  size_t stale = 0;
+  std::set<std::string> variants;
+  for (const auto& e : t.entries)
+    if (!stale_reason(e).empty()) {
+      ++stale;
+      variants.insert(e.variant);
+    }
+  if (!stale) return;
+  std::string names;
+  for (const auto& v : variants) names += (names.empty() ? "" : ", ") + v;
+  std::fprintf(stderr,
+               "flashbench: warning: %s: %zu of %zu entries were tuned on other sources of their variant (%s); "
+               "their configs are still used, but may no longer be the best: `flashbench tune --check %s` lists "
+               "them, docs/tuning.md says how to re-tune\n",
+               path.c_str(), stale, t.entries.size(), names.c_str(), path.c_str());
+}
+
+} // namespace
+
+int check_tuning_tables(const std::vector<std::string>& given, std::ostream& os) {
+  std::vector<std::string> paths = given;
+  if (paths.empty()) {
+    const std::string dir = tuning_dir();
+    if (fs::is_directory(dir))
+      for (const auto& f : fs::directory_iterator(dir))
+        if (f.path().extension() == ".json") paths.push_back(f.path().string());
+    std::sort(paths.begin(), paths.end());
+    if (paths.empty())
+      throw UserError("tune --check: no tuning tables (*.json) in " + dir + "; name the tables to check");
+  }
+  std::vector<TuningTable> tables;
+  for (const auto& p : paths) tables.push_back(load_tuning_table(p)); // every table readable before any output
+  size_t stale_total = 0;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    size_t stale = 0;
+    for (const auto& e : tables[i].entries) {
+      const std::string why = stale_reason(e);
+      if (why.empty()) continue;
+      ++stale;
+      os << paths[i] << ": stale: " << e.variant << " " << to_string(e.dtype) << " d" << e.head_dim
+         << (e.causal ? " causal " : " ") << describe_bucket(e) << ": " << why << "\n";
+    }
+    os << paths[i] << ": " << tables[i].entries.size() - stale << " fresh, " << stale << " stale"
+       << (stale ? "; re-tune it (docs/tuning.md)" : "") << "\n";
+    stale_total += stale;
+  }
+  return stale_total ? 1 : 0;
+}
 
 const TuningTable* tuning_table_for(const DeviceInfo& dev) {
   static std::mutex mu;
@@ -203,14 +322,17 @@ const TuningTable* tuning_table_for(const DeviceInfo& dev) {
   auto it = loaded.find(path);
   if (it == loaded.end()) {
     std::unique_ptr<TuningTable> t;
-    if (fs::exists(path)) t = std::make_unique<TuningTable>(load_tuning_table(path));
+    if (fs::exists(path)) {
+      t = std::make_unique<TuningTable>(load_tuning_table(path));
+      warn_if_stale(*t, path);
+    }
     it = loaded.emplace(path, std::move(t)).first;
   }
   return it->second.get();
 }
 
 std::pair<Config, std::string> tuned_config(const Variant& v, const AttentionProblem& p, const DeviceInfo& dev) {
-  const Config fallback = v.space().default_config();
+  const Config fallback = v.space().default_config(p, dev);
   const TuningTable* t = tuning_table_for(dev);
   if (!t) return {fallback, "default: no tuning table " + tuning_path_for(dev)};
   bool exact = false;
@@ -221,10 +343,8 @@ std::pair<Config, std::string> tuned_config(const Variant& v, const AttentionPro
   if (auto why = v.space().check(e->config)) return {fallback, "default: tuned config invalid (" + *why + ")"};
   if (Support s = v.supports(p, e->config, dev); !s.ok)
     return {fallback, "default: tuned config unsupported here (" + s.reason + ")"};
-  return {e->config, std::string("tuned: ") + (exact ? "" : "nearest ") + "bucket sq<=" +
-                         std::to_string(e->seqlen_q_bucket) + " skv<=" + std::to_string(e->seqlen_kv_bucket) +
-                         " b*h<=" + std::to_string(e->bh_bucket) + " group<=" + std::to_string(e->group_bucket) +
-                         " of " + tuning_path_for(dev)};
+  return {e->config, std::string("tuned: ") + (exact ? "" : "nearest ") + describe_bucket(*e) + " of " +
+                         tuning_path_for(dev)};
 }
 
 // ---- search ----
@@ -364,7 +484,7 @@ SearchResult search_configs(const ConfigSpace& space, const std::vector<Config>&
 // ---- cache ----
 
 std::string default_cache_path() {
-  if (const char* d = std::getenv("FLASHBENCH_CACHE_DIR"); d && *d) return (fs::path(d) / "tune-cache.jsonl").string();
+  if (const std::string& d = env_options().cache_dir; !d.empty()) return (fs::path(d) / "tune-cache.jsonl").string();
   const char* home = std::getenv("HOME");
   return (fs::path(home && *home ? home : "/tmp") / ".cache" / "flashbench" / "tune-cache.jsonl").string();
 }
@@ -441,6 +561,7 @@ std::string fmt(const char* f, double x) {
 // ---- the command ----
 
 int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
+  const auto started = std::chrono::steady_clock::now();
   const DeviceInfo dev = o.fake_worker ? nominal_device() : query_device(o.gpus.front());
   const std::string out_path = o.output_path.empty() ? tuning_path_for(dev) : o.output_path;
   TuningTable table;
@@ -459,12 +580,15 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
                {"runtime_version", dev.runtime_version}};
   table.build_id = build_id();
   TuneCache cache(o.cache_path);
-  const nlohmann::json identity = {{"gpu", dev.name},
+  nlohmann::json identity = {{"gpu", dev.name},
                                    {"sm_count", dev.sm_count},
                                    {"driver", dev.driver_version},
                                    {"runtime", dev.runtime_version},
                                    {"build", build_id()},
                                    {"fake", o.fake_worker}};
+  // Options that change what a sample measures (a test slowdown, the stream hold) key the cache too, so that a
+  // measurement taken under one is never served to a run without it. Absent when none is set: older keys stay.
+  if (const std::string opt = timing_options_key(env_options()); !opt.empty()) identity["options"] = opt;
 
   SupervisorOptions so;
   so.devices = o.gpus;
@@ -479,6 +603,8 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
 
   nlohmann::json report = {{"strategy", o.strategy}, {"budget", o.budget}, {"seed", o.seed},
                            {"device", dev},          {"build_id", build_id()}, {"results", nlohmann::json::array()}};
+  report["machine"] = query_machine(dev);
+  report["options"] = env_options();
   int measured = 0, from_cache = 0, without_winner = 0, clock_flagged = 0;
   double measure_s = 0;
   char line[512];
@@ -611,6 +737,8 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
           e.margin = ru.median_us / w.median_us - 1;
           e.clock_spread = clock_spread(w, ru);
         }
+        if (const auto h = variant_source_hashes().find(v->name()); h != variant_source_hashes().end())
+          e.source_hash = h->second;
         e.strategy = o.strategy;
         e.evaluations = sr.evaluations;
         e.candidates = sr.candidates;
@@ -639,11 +767,16 @@ int run_tune(const SweepSpec& spec, const TuneOptions& o, std::ostream& os) {
   if (!table.entries.empty()) save_tuning_table(out_path, table);
   os << measured << " measurements made (" << fmt("%.1f", measure_s) << " s of sampling), " << from_cache
      << " served from the cache" << (cache.enabled() ? " " + o.cache_path : std::string(" (cache off)")) << "\n";
-  os << "tuning table: " << out_path << " (" << table.entries.size() << " entries)\n";
+  os << "tuning table: " << out_path << " (" << table.entries.size() << " entries), "
+     << fmt("%.0f", std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count())
+     << " s in all\n";
   report["measurements_made"] = measured;
+  report["workers_started"] = supervisor ? supervisor->workers_started() : 0;
+  report["wall_seconds"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   report["served_from_cache"] = from_cache;
   report["measure_seconds"] = measure_s;
   report["table"] = out_path;
+  report["machine"]["end"] = query_machine_state(dev.pci_bus_id);
   if (!o.report_path.empty()) write_atomically(o.report_path, report.dump(1) + "\n");
   return without_winner ? 1 : 0;
 }

@@ -17,7 +17,7 @@ Tolerance tolerance_for(DType t) {
   // e4m3: the reference runs on the dequantized inputs, so what is left is the kernel's own rounding, and the
   // largest part of it is P rounded to e4m3 for P V (3 mantissa bits: up to 2^-4 relative; the kernel scales P by
   // 2^8 first, so that P down to 2^-14 is in e4m3's normal range). The other part is the scores: Hopper's fp8 MMA
-  // keeps about 14 bits while it accumulates (DeepSeek-V3's report; c167 on an H100: LSE off by up to 7e-4
+  // keeps about 14 bits while it accumulates (DeepSeek-V3's report; measured on an H100: LSE off by up to 7e-4
   // relative, 2^-10.5, mostly low, as truncation), which moves P by ~1% more. An element of O is then within
   // p_round = 2^-4 + 0.0125 of the softmax-weighted mean of |V| (the reference over |V|) on top of bf16's bound
   // for O, and LSE within 5e-3 + 2^-10 |LSE|. Over the whole of O the errors average out: the norm bound (rel_l2

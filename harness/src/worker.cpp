@@ -4,6 +4,7 @@
 #include "flashbench/counters.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/nvtx.hpp"
+#include "flashbench/options.hpp"
 #include "flashbench/probe.hpp"
 #include "flashbench/sweep.hpp"
 #include "point_runner.hpp"
@@ -111,15 +112,34 @@ struct PointContext {
   std::function<void(const char*)> phase;
 };
 
-// FLASHBENCH_TEST_SLOWDOWN=VARIANT[:N] launches VARIANT N times (default 2) per timed sample: a deliberate,
-// known slowdown for testing the nightly regression gate end to end. Verification and counters are untouched.
-int test_slowdown_repeats(const std::string& variant) {
-  const char* env = std::getenv("FLASHBENCH_TEST_SLOWDOWN");
-  if (!env) return 1;
-  const std::string spec = env;
-  const auto colon = spec.find(':');
-  if (spec.substr(0, colon) != variant) return 1;
-  return colon == std::string::npos ? 2 : std::max(1, std::atoi(spec.c_str() + colon + 1));
+// FLASHBENCH_TEST_SLOWDOWN=VARIANT:FRACTION (flashbench/options.hpp): each timed sample of VARIANT gets a GPU spin
+// queued after the launch, sized so that the sample takes (1 + FRACTION) x as long: a known, small slowdown (a few
+// percent, not a doubling) for testing a regression gate end to end. Calibrated per point from a few samples with
+// and without an empty spin, so that the spin's own launch gap counts towards the fraction. Returns the record's
+// "test_slowdown" object; the spin to add is in *spin_ns.
+nlohmann::json calibrate_test_slowdown(Timer& timer, const std::function<void(cudaStream_t)>& launch,
+                                       double fraction, bool cold, double* spin_ns) {
+  constexpr int kSamples = 7;
+  auto median_of = [&](const std::function<void(cudaStream_t)>& f) {
+    std::vector<double> v;
+    for (int i = 0; i < 3 * kSamples && static_cast<int>(v.size()) < kSamples; ++i)
+      if (const double us = timer.sample_us(f, cold); us > 0) v.push_back(us);
+    if (v.empty()) return 0.0;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  const double base_us = median_of(launch);
+  const double with_empty_spin_us = median_of([&](cudaStream_t s) {
+    launch(s);
+    gpu_spin(s, 0);
+  });
+  const double overhead_us = std::max(0.0, with_empty_spin_us - base_us);
+  *spin_ns = slowdown_spin_ns(base_us, overhead_us, fraction);
+  return {{"fraction", fraction},
+          {"calibration_base_us", base_us},
+          {"spin_overhead_us", overhead_us},
+          {"spin_ns", *spin_ns},
+          {"expected_fraction", base_us > 0 ? (overhead_us + *spin_ns * 1e-3) / base_us : 0.0}};
 }
 
 // The profile pass: CUPTI counters over one cold launch (a pass of its own, after timing), and the theoretical
@@ -138,7 +158,7 @@ void measure_counters_and_occupancy(Result& r, const PlannedPoint& pt, const Lau
 // Measures one point: verify, then time, then counters. Fills r (status, reason, verification, timing, counters).
 // Returns true when the CUDA context can no longer be trusted (sticky error, hung launch): the worker must exit.
 bool measure_point(Result& r, const PlannedPoint& pt, const TimingPolicy& timing, double launch_deadline_s,
-                   PointContext& ctx) {
+                   PointContext& ctx, nlohmann::json& extra) {
   ScopedRange point_range{nvtx_name(r).c_str()};
   try {
     ctx.phase("prepare");
@@ -154,12 +174,17 @@ bool measure_point(Result& r, const PlannedPoint& pt, const TimingPolicy& timing
     }
     ctx.phase("time");
     const LaunchArgs args = ctx.runner.args();
-    const int repeats = test_slowdown_repeats(pt.variant->name());
-    TimingStats t = ctx.timer.measure(
-        [&](cudaStream_t s) {
-          for (int i = 0; i < repeats; ++i) pt.variant->launch(pt.problem, pt.config, args, s);
-        },
-        timing);
+    const auto launch = [&](cudaStream_t s) { pt.variant->launch(pt.problem, pt.config, args, s); };
+    double spin_ns = 0;
+    if (const double f = env_options().slowdown_for(pt.variant->name()); f > 0)
+      extra["test_slowdown"] = calibrate_test_slowdown(ctx.timer, launch, f, timing.cold, &spin_ns);
+    TimingStats t = spin_ns > 0 ? ctx.timer.measure(
+                                      [&](cudaStream_t s) {
+                                        launch(s);
+                                        gpu_spin(s, spin_ns);
+                                      },
+                                      timing)
+                                : ctx.timer.measure(launch, timing);
     r.timing = t;
     r.status = Status::ok;
     if (t.noisy) r.reason = "noise target not met: cv " + std::to_string(t.cv * 100) + "%";
@@ -312,6 +337,7 @@ int run_worker(const WorkerOptions& o) {
     const TimingPolicy timing = timing_from_json(task.value("timing", nlohmann::json::object()));
     const double deadline = task.value("launch_deadline_s", 120.0);
     Result r = make_result(pt);
+    nlohmann::json extra = nlohmann::json::object(); // record fields beyond Result's
     bool lost = false;
     if (o.fake) {
       lost = fake_measure(r, pt, o.fake_delay_ms, ch, id, counters.get());
@@ -323,7 +349,7 @@ int run_worker(const WorkerOptions& o) {
       // JSON conventions hold; the point itself is measured by measure_point().
       benchmark::RegisterBenchmark(r.name().c_str(), [&](benchmark::State& state) {
         for (auto _ : state) {
-          lost = measure_point(r, pt, timing, deadline, ctx);
+          lost = measure_point(r, pt, timing, deadline, ctx, extra);
           if (r.status != Status::ok || !r.timing) {
             state.SkipWithError((std::string(to_string(r.status)) + ": " + r.reason).c_str());
             break;
@@ -341,7 +367,9 @@ int run_worker(const WorkerOptions& o) {
       benchmark::RunSpecifiedBenchmarks(&console);
       benchmark::ClearRegisteredBenchmarks();
     }
-    ch.send({{"type", "result"}, {"id", id}, {"record", to_json(r)}, {"exiting", lost}});
+    nlohmann::json rec = to_json(r);
+    rec.update(extra);
+    ch.send({{"type", "result"}, {"id", id}, {"record", rec}, {"exiting", lost}});
     if (lost) {
       // Nothing more can run in this context; tearing it down could hang too, so leave at once.
       std::fflush(nullptr);

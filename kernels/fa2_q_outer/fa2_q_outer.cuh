@@ -336,7 +336,7 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
     constexpr int R = BM / W, MT = R / 16, NT = BN / 8, DT = D / 8;
     const int row_w = warp * R;
     // d64 128x128x4 (255 registers) is the one shape where the shorter exp2 changes ptxas's schedule into an 80-byte
-    // spill (sm_90); it keeps exp2f (NOTES.md, version 3).
+    // spill (sm_90); it keeps exp2f (HISTORY.md, version 3).
     constexpr bool kFastExp = !(D == 64 && BM == 128 && BN == 128 && W == 4);
     // Version 4's register diet (traits.hpp, lean_loop; d128 128x64x4 only): row sums in shared memory (2·MT floats
     // per thread, read and written once per K/V tile), int mask bounds and thread coordinates re-derived where

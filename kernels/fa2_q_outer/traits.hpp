@@ -74,6 +74,8 @@ inline Params params_of(const Config& c) {
                 static_cast<int>(c.get_or("warp_layout", d.warp_layout))};
 }
 
+Config default_for(Config base, const AttentionProblem& p, const DeviceInfo& dev);
+
 inline ConfigSpace make_space() {
   const Params d;
   return ConfigSpace(
@@ -88,7 +90,7 @@ inline ConfigSpace make_space() {
               {"warps", d.warps},
               {"stages", d.stages},
               {"warp_layout", d.warp_layout}}),
-      [](const Config& c) { return config_problem(params_of(c)); });
+      [](const Config& c) { return config_problem(params_of(c)); }, default_for);
 }
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
@@ -99,7 +101,7 @@ constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; 
 // the cp.async chunks each thread issues per K/V tile (their addresses stay live across the unrolled copy), and
 // the P·V partial of one column chunk, with split_k's O share counted twice (it is live across the whole chunk
 // loop next to the partial). Not a register count: a score calibrated against ptxas 13.0 -Xptxas -v for sm_90
-// (NOTES.md lists every shape): every shape at or under kRegisterBudget compiled with zero spills, every shape
+// (HISTORY.md lists every shape): every shape at or under kRegisterBudget compiled with zero spills, every shape
 // over it spilled. Shapes over it are skipped with this reason instead of compiled.
 constexpr int kRegisterAllowance = 40;
 constexpr int kRegisterBudget = 212;
@@ -130,7 +132,7 @@ constexpr bool lean_loop(int head_dim, int block_m, int block_n, int warps) {
   return head_dim == 128 && block_m == 128 && block_n == 64 && warps == 4;
 }
 // The register score of a lean_loop shape (216 at d128 128x64x4) overstates it by the row sums and the mask
-// bounds that the diet takes out of the loop; it compiles spill-free on sm_90 (NOTES.md, version 4).
+// bounds that the diet takes out of the loop; it compiles spill-free on sm_90 (HISTORY.md, version 4).
 constexpr bool tile_instantiated(int head_dim, int block_m, int block_n, int warps, bool sq) {
   return register_estimate(head_dim, block_m, block_n, warps, sq) <= kRegisterBudget ||
          (sq && lean_loop(head_dim, block_m, block_n, warps));
@@ -147,6 +149,29 @@ constexpr int64_t smem_bytes(int64_t head_dim, const Params& c) {
     bytes += 4 * int64_t(c.warps) * c.block_m * splitk_red_stride(c.block_m, c.warps) +
              2 * 4 * int64_t(c.warps) * c.block_m;
   return bytes;
+}
+
+// The default config of a problem (ConfigSpace::default_config(p, dev)). The base default (Params{}: 128 x 64,
+// 8 warps, 2 stages, split_q) compiles spill-free at every head_dim on 8.x and 9.0. From it:
+//  - compute capability 9.0 (or no device: planning assumes an H100), head_dim 64 and 128: 4 warps (32 query rows
+//    a warp), the winner at all six shapes of tuning/nvidia-h200.json. On 8.x d128 128 x 64 x 4 spills (sm90_only).
+//  - where the device allows less shared memory per block than the tiles need (d256 on an A100: 192 KB at 2
+//    stages, 163 KB allowed): block_n 32, then 1 stage.
+// dtype, causality and length keep the base.
+inline Config default_for(Config base, const AttentionProblem& p, const DeviceInfo& dev) {
+  const bool sm90 = !dev.present || dev.cc() >= 90;
+  const int d = static_cast<int>(p.head_dim);
+  if (sm90 && (d == 64 || d == 128)) {
+    Params q = params_of(base);
+    q.warps = 4;
+    if (!config_problem(q) && tile_instantiated(d, q.block_m, q.block_n, q.warps, split_q(q)))
+      base.set("warps", q.warps);
+  }
+  if (dev.smem_per_block_optin > 0 && head_dim_ok(p.head_dim)) {
+    if (smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin) base.set("block_n", 32);
+    if (smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin) base.set("stages", 1);
+  }
+  return base;
 }
 
 inline int64_t num_q_tiles(const AttentionProblem& p, const Params& c) {

@@ -1,61 +1,83 @@
-// FP8 (e4m3) forward for Hopper (sm_90a), with per-block scaling: Q and K carry one float32 descale per (batch,
-// head, 128 tokens), V one per (batch, kv head); O comes out in bf16, LSE in fp32.
+// FP8 (e4m3) forward for Hopper (sm_90a), with per-block scaling: Q and K carry one float32 descale
+// per (batch, head, 128 tokens), V one per (batch, kv head); O comes out in bf16, LSE in fp32.
 //
-// What it changes relative to fa3_pipelined (the bf16/fp16 kernel it takes its roles, TMA loads, mbarrier ring and
-// WGMMA descriptors from; kernels/fa3_pipelined/hopper.cuh), and why:
-//  - Both GEMMs are e4m3 x e4m3 -> fp32 WGMMA (k32 per instruction, twice the bf16 rate; wgmma_fp8.cuh).
-//  - fp8 WGMMA takes K-major shared-memory operands only, and V arrives [key][head_dim] (head_dim contiguous: the
-//    MN-major B of P V). The producer warpgroup, idle in fa3_pipelined but for one thread, transposes each V tile
-//    in shared memory into V^T [head_dim][key] (transpose_v) and hands it on through its own ring (vt_full,
-//    vt_empty). The TMA brings V into a two-deep raw ring (vraw_full), released by the transposers' named barrier.
-//  - P leaves the S accumulators as e4m3 A fragments with no shuffle: the k32 A fragment wants keys 4c..4c+3 in
-//    one register, the accumulator holds keys 2c, 2c+1, 8+2c, 9+2c. The transposer writes V^T's keys in that same
-//    order (transpose_v), so the product pairs each P with its own V row. (FA3 permutes the same way.)
-//  - Descales: block_m = block_n = 128, one Q descale per work item and one K descale per K/V tile, folded into
-//    the one multiply per score the softmax already makes (scale_log2 * q_descale * k_descale); V's descale folds
-//    into 1/l.
-//  - P is rounded to e4m3 for P V, scaled by 2^8 first (kPShift, folded into the exp2 offset, and out again through
-//    l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts at 2^-6, so unscaled, every P below
-//    1/64 would keep 0-2 mantissa bits (c167: elements of O off by 2.5x the 2^-4 rounding bound on rows that spread
-//    over many keys); scaled, P down to 2^-14 keeps all 3, and the largest, 256, is under e4m3's 448.
-//  - intra_wg_overlap (v2; on by default with q_in_regs): tile j's Q K^T goes out with tile j-1's P V, and tile
-//    j's softmax runs while that P V still holds the tensor cores (FA3's two-stage pipelining in a warpgroup). P is
-//    16 registers in e4m3, so this costs no register set beyond v1's (S, O and P).
+// What it changes relative to fa3_pipelined (the bf16/fp16 kernel it takes its roles, TMA loads,
+// mbarrier ring and WGMMA descriptors from; kernels/common/hopper/), and why:
+//  - Both GEMMs are e4m3 x e4m3 -> fp32 WGMMA (k32 per instruction, twice the bf16 rate;
+//  wgmma_fp8.cuh).
+//  - fp8 WGMMA takes K-major shared-memory operands only, and V arrives [key][head_dim] (head_dim
+//  contiguous: the
+//    MN-major B of P V). The producer warpgroup, idle in fa3_pipelined but for one thread,
+//    transposes each V tile in shared memory into V^T [head_dim][key] (transpose_v) and hands it on
+//    through its own ring (vt_full, vt_empty). The TMA brings V into a two-deep raw ring
+//    (vraw_full), released by the transposers' named barrier.
+//  - P leaves the S accumulators as e4m3 A fragments with no shuffle: the k32 A fragment wants keys
+//  4c..4c+3 in
+//    one register, the accumulator holds keys 2c, 2c+1, 8+2c, 9+2c. The transposer writes V^T's
+//    keys in that same order (transpose_v), so the product pairs each P with its own V row. (FA3
+//    permutes the same way.)
+//  - Descales: block_m = block_n = 128, one Q descale per work item and one K descale per K/V tile,
+//  folded into
+//    the one multiply per score the softmax already makes (scale_log2 * q_descale * k_descale); V's
+//    descale folds into 1/l.
+//  - P is rounded to e4m3 for P V, scaled by 2^8 first (kPShift, folded into the exp2 offset, and
+//  out again through
+//    l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts at 2^-6, so
+//    unscaled, every P below 1/64 would keep 0-2 mantissa bits (measured on an H100: elements of O
+//    off by 2.5x the 2^-4 rounding bound on rows that spread over many keys); scaled, P down to
+//    2^-14 keeps all 3, and the largest, 256, is under e4m3's 448.
+//  - intra_wg_overlap (on by default with q_in_regs): tile j's Q K^T goes out with tile j-1's P V,
+//  and tile j's
+//    softmax runs while that P V still holds the tensor cores (FA3's two-stage pipelining in a
+//    warpgroup). P is 16 registers in e4m3, so this costs no register set beyond S, O and P.
 //  - One tile shape (block_m 128, block_n 128, head_dim 128).
-//  - pingpong (v2, off by default: slower at every N since v5, c181): the two consumer warpgroups take turns
-//    to issue their GEMMs (named barriers, Turns).
-//  - v3: the overlapped softmax pinned above P V's wait (pin_softmax; ptxas had sunk it below). v4: the row offset
-//    moves only when a row's max passes it by more than kRescaleSlack, so most tiles skip O's 64 multiplies, and
-//    the row max and sum are 4-chain trees: c170 had shown the kernel bound by the consumer warps' instruction
-//    latency (tensor pipe 35% busy under ncu, issue slots 47%), not by the tensor cores.
-//  - v5, fewer instructions: V transposed by ldmatrix.trans + PRMT + stmatrix (~80 instructions a producer warp a
-//    tile, from 254), ring slots and phases stepped instead of divided out (the consumer's loop head 79
-//    instructions, from 139), and e4m3 packing without a PRMT where ptxas can merge.
-//  - v6, q_in_regs: Q K^T as RS wgmma from Q fragments loaded once (load_q_regs); needs intra_wg_overlap (ptxas).
-//  - v7, scheduler=persistent: one CTA an SM over work items (tile_of, Cursor), rings carried from item to item, two
-//    Q buffers loaded one item ahead (q_full/q_empty), so an item's fill and drain pass under its neighbours.
-//  - v8: descales loaded early (KDescales, ldg_early). v9, o_store=tma: O through shared memory and TMA stores.
-//    NOTES.md has each version's prediction and outcome.
+//  - pingpong (off by default: slower at every N once the instruction count came down): the two
+//  consumer
+//    warpgroups take turns to issue their GEMMs (named barriers, Turns).
+//  - The overlapped softmax is pinned above P V's wait (pin_softmax; ptxas had sunk it below). The
+//  row offset
+//    moves only when a row's max passes it by more than kRescaleSlack, so most tiles skip O's 64
+//    multiplies, and the row max and sum are 4-chain trees: ncu had shown the kernel bound by the
+//    consumer warps' instruction latency (tensor pipe 35% busy, issue slots 47%), not by the tensor
+//    cores.
+//  - Few instructions: V transposed by ldmatrix.trans + PRMT + stmatrix (~80 instructions a
+//  producer warp a tile,
+//    against 254 with 8-byte moves and byte permutes), ring slots and phases stepped instead of
+//    divided out (the consumer's loop head 79 instructions, from 139), and e4m3 packing without a
+//    PRMT where ptxas can merge.
+//  - q_in_regs: Q K^T as RS wgmma from Q fragments loaded once (load_q_regs); needs
+//  intra_wg_overlap (ptxas).
+//  - scheduler=persistent: one CTA an SM over work items (tile_of, Cursor), rings carried from item
+//  to item, two Q
+//    buffers loaded one item ahead (q_full/q_empty), so an item's fill and drain pass under its
+//    neighbours.
+//  - Descales loaded early (KDescales, ldg_early); o_store=tma: O through shared memory and TMA
+//  stores.
+//    The variant's history has each change's prediction and outcome.
 //
-// Roles: warpgroup 0 is the producer (thread 0 issues every TMA load; all 128 threads transpose V), warpgroups 1
-// and 2 are consumers of 64 query rows each of every work item. Tile j below counts the K/V tiles of all of the
-// CTA's work items in order.
-// Barriers (count; who arrives):
-//   q_full[b]       1 + Q bytes; thread 0's expect_tx. The n-th work item with a K/V tile uses buffer b = n % 2.
-//   q_empty[b]      8: lane 0 of every consumer warp once the item's last Q K^T retired.
-//   k_full[s]       1 + K tile bytes; K/V tile j uses slot s = j % stages, its n-th use has parity n & 1.
-//   k_empty[s]      8: lane 0 of every consumer warp once its Q K^T retired.
+// Roles: warpgroup 0 is the producer (thread 0 issues every TMA load; all 128 threads transpose V),
+// warpgroups 1 and 2 are consumers of 64 query rows each of every work item. Tile j below counts
+// the K/V tiles of all of the CTA's work items in order. Barriers (count; who arrives):
+//   q_full[b]       1 + Q bytes; thread 0's expect_tx. The n-th work item with a K/V tile uses
+//   buffer b = n % 2. q_empty[b]      8: lane 0 of every consumer warp once the item's last Q K^T
+//   retired. k_full[s]       1 + K tile bytes; K/V tile j uses slot s = j % stages, its n-th use
+//   has parity n & 1. k_empty[s]      8: lane 0 of every consumer warp once its Q K^T retired.
 //   vraw_full[r]    1 + V tile bytes; tile j's raw V in slot r = j % 2.
-//   vt_full[s]      128: every producer thread after its part of V^T (each fences its writes to the async proxy).
-//   vt_empty[s]     8: lane 0 of every consumer warp once its P V retired.
-//   named barrier 1 (128 producer threads): the raw slot has been read; thread 0 may refill it.
-//   named barriers 2, 3 (pingpong turns) and 4, 5 (each consumer warpgroup's O staging buffer, store_o_tma).
+//   vt_full[s]      128: every producer thread after its part of V^T (each fences its writes to the
+//   async proxy). vt_empty[s]     8: lane 0 of every consumer warp once its P V retired. named
+//   barrier 1 (128 producer threads): the raw slot has been read; thread 0 may refill it. named
+//   barriers 2, 3 (pingpong turns) and 4, 5 (each consumer warpgroup's O staging buffer,
+//   store_tile_tma).
+#include "kernels/common/hopper/epilogue.cuh"
+#include "kernels/common/hopper/sync.cuh"
+#include "kernels/common/hopper/tensor_map.hpp"
+#include "kernels/common/hopper/tma.cuh"
+#include "kernels/common/hopper/warpgroup.cuh"
+#include "kernels/common/hopper/wgmma.cuh"
+#include "kernels/common/hopper/wgmma_fp8.cuh"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/sm_count.hpp"
 #include "kernels/fa3_fp8/launch.hpp"
-#include "kernels/fa3_fp8/wgmma_fp8.cuh"
-#include "kernels/fa3_pipelined/hopper.cuh"
-#include "kernels/fa3_pipelined/tensor_map.hpp"
 
 #include "flashbench/check.hpp"
 
@@ -73,96 +95,116 @@
 namespace fb::fa3fp8 {
 namespace detail {
 
-using namespace fb::fa3::detail; // hopper.cuh: mbarriers, TMA, descriptors, setmaxnreg, named barriers
+using namespace fb::hopper; // mbarriers, TMA, descriptors, setmaxnreg, named barriers, wgmma
 
 struct KernelArgs {
   CUtensorMap tm_q, tm_k, tm_v; // e4m3, 128 x 128-byte boxes, 128B swizzle
-  CUtensorMap tm_o;             // bf16 O, 64 x 64-column boxes, 128B swizzle: the TMA store epilogue (o_store=tma)
+  CUtensorMap
+      tm_o; // bf16 O, 64 x 64-column boxes, 128B swizzle: the TMA store epilogue (o_store=tma)
   __nv_bfloat16 *o;
   float *lse;
   const float *q_descale, *k_descale, *v_descale;
   int64_t o_batch, o_seq, o_head; // O's element strides (Q's)
   int seqlen_q, seqlen_kv, heads_q, group;
   int n_q_tiles, n_k_blocks; // Q descales per (batch, head), K descales per (batch, kv head)
-  int total_tiles;           // work items: n_q_tiles x heads_q x batch; CTA c takes c, c + gridDim.x, ...
-  float scale_log2;          // softmax scale * log2(e)
+  int total_tiles;  // work items: n_q_tiles x heads_q x batch; CTA c takes c, c + gridDim.x, ...
+  float scale_log2; // softmax scale * log2(e)
   int causal, stages;
-  int q_bufs; // Q buffers: 2 on the persistent grid (the next item's Q loads early), else 1
-  int o_tma;  // O leaves through shared memory and TMA stores (v9), else 4-byte stores from registers
+  int q_bufs;   // Q buffers: 2 on the persistent grid (the next item's Q loads early), else 1
+  int o_tma;    // O leaves through shared memory and TMA stores, else 4-byte stores from registers
   int pingpong; // the two consumer warpgroups take turns to issue their GEMMs (Turns)
 };
 
-constexpr int kProducerRegs = 72;  // the transposer: 16 words of V, 8 of V^T, 8 addresses (56 and 64 spilled)
-constexpr int kConsumerRegs = 216; // O (64) + S (64) + P (16) and the row state; 128 x 72 + 256 x 216 <= 64K
+constexpr int kProducerRegs =
+    72; // the transposer: 16 words of V, 8 of V^T, 8 addresses (56 and 64 spilled)
+constexpr int kConsumerRegs =
+    216; // O (64) + S (64) + P (16) and the row state; 128 x 72 + 256 x 216 <= 64K
 constexpr int kBarProducer = 1;
 constexpr int kBarTurn0 = 2; // 2, 3: consumer warpgroup 0's and 1's turn to issue (pingpong)
-constexpr int kBarEpi0 = 4;  // 4, 5: consumer warpgroup 0's and 1's O staging buffer (store_o_tma)
-constexpr uint32_t kOChunkBytes = 64 * 128; // one warpgroup's 64 rows x 64 bf16 columns (a 128B-swizzle row)
+constexpr int kBarEpi0 =
+    4; // 4, 5: consumer warpgroup 0's and 1's O staging buffer (store_tile_tma)
+constexpr uint32_t kOChunkBytes =
+    64 * 128; // one warpgroup's 64 rows x 64 bf16 columns (a 128B-swizzle row)
 constexpr float kLn2 = 0.69314718055994531f;
 constexpr float kPShift = 8.f; // log2 of P's scale before its e4m3 rounding (see the file comment)
-// v4: how far (log2 units) a row's max may pass its offset before the offset moves: P stays <= 2^(8 + 0.75) = 431,
-// under e4m3's largest finite value 448 (so satfinite never clips a P).
+// How far (log2 units) a row's max may pass its offset before the offset moves: P stays <= 2^(8 +
+// 0.75) = 431, under e4m3's largest finite value 448 (so satfinite never clips a P).
 constexpr float kRescaleSlack = 0.75f;
 
-// Shared memory (byte addresses, 1024-aligned tiles: the 128B swizzle pattern repeats every 1024 bytes).
+// Shared memory (byte addresses, 1024-aligned tiles: the 128B swizzle pattern repeats every 1024
+// bytes).
 struct Smem {
   uint32_t q, k, vraw, vt, o, bars;
   __device__ __forceinline__ Smem(uint32_t base, int stages, int q_bufs, int o_tma) {
-    q = base; // v7, persistent grid: two Q buffers, the next work item's Q loads while this one's last tiles run
+    q = base; // persistent grid: two Q buffers, the next work item's Q loads while this one's last
+              // tiles run
     k = q + uint32_t(q_bufs) * kTileBytes;
     vraw = k + uint32_t(stages) * kTileBytes;
     vt = vraw + 2u * kTileBytes;
-    o = vt + uint32_t(stages) * kTileBytes; // o_store=tma: 2 warpgroups x 2 chunks (launch sizes it)
+    o = vt +
+        uint32_t(stages) * kTileBytes; // o_store=tma: 2 warpgroups x 2 chunks (launch sizes it)
     bars = o + (o_tma ? 4u * kOChunkBytes : 0u);
   }
   __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kTileBytes; }
-  __device__ __forceinline__ uint32_t vraw_tile(int r) const { return vraw + uint32_t(r) * kTileBytes; }
+  __device__ __forceinline__ uint32_t vraw_tile(int r) const {
+    return vraw + uint32_t(r) * kTileBytes;
+  }
   __device__ __forceinline__ uint32_t vt_tile(int s) const { return vt + uint32_t(s) * kTileBytes; }
   __device__ __forceinline__ uint32_t q_tile(int b) const { return q + uint32_t(b) * kTileBytes; }
   __device__ __forceinline__ uint32_t q_full(int b) const { return bars + 8 * b; }
   __device__ __forceinline__ uint32_t q_empty(int b) const { return bars + 8 * (2 + b); }
   __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (4 + s); }
-  __device__ __forceinline__ uint32_t k_empty(int s) const { return bars + 8 * (4 + kMaxStages + s); }
-  __device__ __forceinline__ uint32_t vt_full(int s) const { return bars + 8 * (4 + 2 * kMaxStages + s); }
-  __device__ __forceinline__ uint32_t vt_empty(int s) const { return bars + 8 * (4 + 3 * kMaxStages + s); }
-  __device__ __forceinline__ uint32_t vraw_full(int r) const { return bars + 8 * (4 + 4 * kMaxStages + r); }
-  // One 4-byte slot per consumer thread (threads 128..383), written and never read (pin_softmax, hopper.cuh).
-  __device__ __forceinline__ uint32_t pin_slot() const { return bars + 256 + 4 * (uint32_t(threadIdx.x) - 128); }
+  __device__ __forceinline__ uint32_t k_empty(int s) const {
+    return bars + 8 * (4 + kMaxStages + s);
+  }
+  __device__ __forceinline__ uint32_t vt_full(int s) const {
+    return bars + 8 * (4 + 2 * kMaxStages + s);
+  }
+  __device__ __forceinline__ uint32_t vt_empty(int s) const {
+    return bars + 8 * (4 + 3 * kMaxStages + s);
+  }
+  __device__ __forceinline__ uint32_t vraw_full(int r) const {
+    return bars + 8 * (4 + 4 * kMaxStages + r);
+  }
+  // One 4-byte slot per consumer thread (threads 128..383), written and never read (pin_softmax,
+  // kernels/common/hopper/wgmma.cuh).
+  __device__ __forceinline__ uint32_t pin_slot() const {
+    return bars + 256 + 4 * (uint32_t(threadIdx.x) - 128);
+  }
 };
 
-// Byte offset of (row, byte) in a tile of 128-byte rows as TMA's 128B swizzle lays it out (and WGMMA reads it):
-// the 16-byte chunk c of row r sits at chunk c ^ (r % 8).
-__device__ __forceinline__ uint32_t swz(uint32_t row, uint32_t byte) {
-  return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
-}
-
-// V (raw tile: row = key, 128 bytes of head_dim) -> V^T (row = head_dim index, 128 bytes of keys), v5: by
-// ldmatrix.trans and stmatrix, 8 of each a thread a tile (v1-v4 moved 8 x 8-byte blocks with LDS.64/STS.64 and
-// transposed bytes with 8 PRMT per 4 words: 254 instructions a producer warp a tile in the SASS).
-// Position p of V^T's key axis holds key 16 (p / 16) + 8 (b >> 1) + 2c + (b & 1), with c = (p % 16) / 4 and
-// b = p % 4: the P fragment's order (see the file comment). That order falls out of the 16-bit transpose:
-//  - Unit (g, dg) = keys 16g..16g+15 x head_dim bytes 32dg..32dg+31. One ldmatrix.x4.trans loads its four 8x8
-//    16-bit matrices (keys 0-7 / 8-15 of the group x the two 16-byte chunks); lane t gets, per matrix, head_dim
-//    pair d2 = t / 4 of keys 2c and 2c + 1 (c = t % 4): bytes [V[2c][2 d2], V[2c][2 d2 + 1], V[2c + 1][2 d2],
-//    V[2c + 1][2 d2 + 1]].
-//  - Two PRMTs of the keys 0-7 and 8-15 words give V^T rows 2 d2 (bytes 0, 2, 4, 6) and 2 d2 + 1 (1, 3, 5, 7),
+// V (raw tile: row = key, 128 bytes of head_dim) -> V^T (row = head_dim index, 128 bytes of keys),
+// by ldmatrix.trans and stmatrix, 8 of each a thread a tile (moving 8 x 8-byte blocks with
+// LDS.64/STS.64 and transposing bytes with 8 PRMT per 4 words took 254 instructions a producer warp
+// a tile in the SASS). Position p of V^T's key axis holds key 16 (p / 16) + 8 (b >> 1) + 2c + (b &
+// 1), with c = (p % 16) / 4 and b = p % 4: the P fragment's order (see the file comment). That
+// order falls out of the 16-bit transpose:
+//  - Unit (g, dg) = keys 16g..16g+15 x head_dim bytes 32dg..32dg+31. One ldmatrix.x4.trans loads
+//  its four 8x8
+//    16-bit matrices (keys 0-7 / 8-15 of the group x the two 16-byte chunks); lane t gets, per
+//    matrix, head_dim pair d2 = t / 4 of keys 2c and 2c + 1 (c = t % 4): bytes [V[2c][2 d2],
+//    V[2c][2 d2 + 1], V[2c + 1][2 d2], V[2c + 1][2 d2 + 1]].
+//  - Two PRMTs of the keys 0-7 and 8-15 words give V^T rows 2 d2 (bytes 0, 2, 4, 6) and 2 d2 + 1
+//  (1, 3, 5, 7),
 //    positions 4c..4c+3 = keys 2c, 2c + 1, 8 + 2c, 9 + 2c: the order above, with no shuffle.
-//  - One stmatrix.x4 stores the four words (32 rows x 16 bytes). Lanes 16-31 swap their two words (the PRMT
-//    selectors are per lane), so each stored matrix's rows are 2i (i < 4) and 2i + 1 (i >= 4), eight different
-//    rows mod 8: eight different 16-byte chunks under the swizzle, conflict-free; the loads' rows are eight
-//    consecutive keys, conflict-free too.
-// Warp w takes key groups 2w, 2w + 1 and all four head_dim groups. The lane offsets do not depend on the tile:
-// TransposeLanes computes them once.
+//  - One stmatrix.x4 stores the four words (32 rows x 16 bytes). Lanes 16-31 swap their two words
+//  (the PRMT
+//    selectors are per lane), so each stored matrix's rows are 2i (i < 4) and 2i + 1 (i >= 4),
+//    eight different rows mod 8: eight different 16-byte chunks under the swizzle, conflict-free;
+//    the loads' rows are eight consecutive keys, conflict-free too.
+// Warp w takes key groups 2w, 2w + 1 and all four head_dim groups. The lane offsets do not depend
+// on the tile: TransposeLanes computes them once.
 struct TransposeLanes {
   uint32_t ld[4], st[2], sel_a, sel_b; // ld: per head_dim group; st: per key group of the warp
   __device__ __forceinline__ explicit TransposeLanes(int u) {
     const uint32_t w = uint32_t(u) >> 5, t = uint32_t(u) & 31u, m = t >> 3, i = t & 7u;
 #pragma unroll
     for (uint32_t dg = 0; dg < 4; ++dg)
-      ld[dg] = swz(16u * (2u * w) + 8u * (m & 1u) + i, 16u * (2u * dg + (m >> 1)));
+      ld[dg] = swizzle_128b(16u * (2u * w) + 8u * (m & 1u) + i, 16u * (2u * dg + (m >> 1)));
     const uint32_t row = 16u * (m >> 1) + 2u * i + ((m & 1u) ^ (i >> 2));
 #pragma unroll
-    for (uint32_t k = 0; k < 2; ++k) st[k] = swz(row, 16u * (2u * w + k));
+    for (uint32_t k = 0; k < 2; ++k)
+      st[k] = swizzle_128b(row, 16u * (2u * w + k));
     const bool hi = t >= 16;
     sel_a = hi ? 0x7531u : 0x6420u;
     sel_b = hi ? 0x6420u : 0x7531u;
@@ -176,8 +218,9 @@ __device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, const Tr
     for (uint32_t dg = 0; dg < 4; ++dg) { // head_dim group: 32 rows of V^T = 4096 bytes
       uint32_t r[4];
       fb::kernels::ldmatrix_x4_trans(r, src + l.ld[dg] + 2048u * k);
-      stmatrix_x4(dst + l.st[k] + 4096u * dg, __byte_perm(r[0], r[1], l.sel_a), __byte_perm(r[0], r[1], l.sel_b),
-                  __byte_perm(r[2], r[3], l.sel_a), __byte_perm(r[2], r[3], l.sel_b));
+      stmatrix_x4(dst + l.st[k] + 4096u * dg, __byte_perm(r[0], r[1], l.sel_a),
+                  __byte_perm(r[0], r[1], l.sel_b), __byte_perm(r[2], r[3], l.sel_a),
+                  __byte_perm(r[2], r[3], l.sel_b));
     }
 }
 
@@ -185,9 +228,9 @@ __device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, const Tr
 using fb::kernels::fast_exp2;
 using fb::kernels::quad_max;
 using fb::kernels::quad_sum;
-// Four fp32 -> four e4m3 in one register, x0 in the lowest byte (round to nearest, saturating at 448). v5: the
-// two halves joined by mov.b32 {lo, hi}, which ptxas folds into the second F2FP (PACK_AB_MERGE_C); v1-v4 joined
-// them in C++ and paid a PRMT a register.
+// Four fp32 -> four e4m3 in one register, x0 in the lowest byte (round to nearest, saturating at
+// 448). The two halves joined by mov.b32 {lo, hi}, which ptxas folds into the second F2FP
+// (PACK_AB_MERGE_C); joined in C++, they cost a PRMT a register.
 __device__ __forceinline__ uint32_t pack_e4m3(float x0, float x1, float x2, float x3) {
   uint32_t r;
   asm("{\n.reg .b16 lo, hi;\n"
@@ -199,10 +242,12 @@ __device__ __forceinline__ uint32_t pack_e4m3(float x0, float x1, float x2, floa
   return r;
 }
 
-// K/V tiles a CTA visits: all, or (causal) up to the last key its last row sees (bottom-right alignment).
+// K/V tiles a CTA visits: all, or (causal) up to the last key its last row sees (bottom-right
+// alignment).
 __device__ __forceinline__ int kv_tiles(const KernelArgs &a, int q0) {
   const int all = (a.seqlen_kv + kBlockN - 1) / kBlockN;
-  if (!a.causal) return all;
+  if (!a.causal)
+    return all;
   const int last_key = min(q0 + kBlockM, a.seqlen_q) - 1 + (a.seqlen_kv - a.seqlen_q);
   return last_key < 0 ? 0 : min(all, last_key / kBlockN + 1);
 }
@@ -210,10 +255,11 @@ __device__ __forceinline__ int kv_tiles(const KernelArgs &a, int q0) {
 struct TileId {
   int qt, q0, h, b, hk;
 };
-// Work item `lin` (v7): Q tile rank lin / (heads x batch), so that every head's tile of one rank comes before the
-// next rank (causal: the longest tiles first), and heads of one GQA group in neighbouring items (their K/V shared
-// in L2). One-shot grid: one item a CTA. Persistent grid (scheduler=persistent): CTA c takes c, c + G, ... with
-// G = min(items, SMs), and its producer loads the next item's Q and first K/V tiles under this item's last ones.
+// Work item `lin`: Q tile rank lin / (heads x batch), so that every head's tile of one rank comes
+// before the next rank (causal: the longest tiles first), and heads of one GQA group in
+// neighbouring items (their K/V shared in L2). One-shot grid: one item a CTA. Persistent grid
+// (scheduler=persistent): CTA c takes c, c + G, ... with G = min(items, SMs), and its producer
+// loads the next item's Q and first K/V tiles under this item's last ones.
 __device__ __forceinline__ TileId tile_of(const KernelArgs &a, int lin) {
   const int hb = a.total_tiles / a.n_q_tiles, rank = lin / hb, x = lin - rank * hb;
   TileId t;
@@ -225,18 +271,21 @@ __device__ __forceinline__ TileId tile_of(const KernelArgs &a, int lin) {
   return t;
 }
 
-// A position in this CTA's stream of K/V tiles: work item `lin`, its tile j of n. Items with no K/V tile (causal
-// rows before every key) are stepped over: they need no Q and no loads, and the consumers write 0 / -inf for them.
+// A position in this CTA's stream of K/V tiles: work item `lin`, its tile j of n. Items with no K/V
+// tile (causal rows before every key) are stepped over: they need no Q and no loads, and the
+// consumers write 0 / -inf for them.
 struct Cursor {
   int lin, j, n;
   TileId t;
   __device__ __forceinline__ bool valid(const KernelArgs &a) const { return lin < a.total_tiles; }
-  __device__ __forceinline__ void seek(const KernelArgs &a) { // from item lin on, the first with a K/V tile
+  __device__ __forceinline__ void
+  seek(const KernelArgs &a) { // from item lin on, the first with a K/V tile
     j = 0;
     for (; lin < a.total_tiles; lin += int(gridDim.x)) {
       t = tile_of(a, lin);
       n = kv_tiles(a, t.q0);
-      if (n > 0) return;
+      if (n > 0)
+        return;
     }
   }
   __device__ __forceinline__ void next(const KernelArgs &a) {
@@ -252,8 +301,8 @@ struct Cursor {
   }
 };
 
-// Slot and phase parity of a ring of `stages` slots, stepped once a tile (v5: no division by the runtime stage
-// count in the loops; the consumer's loop head had ~60 instructions of it).
+// Slot and phase parity of a ring of `stages` slots, stepped once a tile (no division by the
+// runtime stage count in the loops; the consumer's loop head had ~60 instructions of it).
 struct Ring {
   int slot = 0;
   uint32_t phase = 0;
@@ -265,40 +314,48 @@ struct Ring {
   }
 };
 
-// Thread 0 issues every TMA load, from three cursors that run ahead of the transposers: K `stages` tiles ahead,
-// raw V 2 ahead, Q one work item ahead (into the other Q buffer, once that buffer's previous item has released it:
-// the consumers do so after the item's last Q K^T, which needs nothing the transposers have not already made).
-__device__ __forceinline__ void load_k(const KernelArgs &a, const Smem &sm, const Cursor &c, int s) {
+// Thread 0 issues every TMA load, from three cursors that run ahead of the transposers: K `stages`
+// tiles ahead, raw V 2 ahead, Q one work item ahead (into the other Q buffer, once that buffer's
+// previous item has released it: the consumers do so after the item's last Q K^T, which needs
+// nothing the transposers have not already made).
+__device__ __forceinline__ void load_k(const KernelArgs &a, const Smem &sm, const Cursor &c,
+                                       int s) {
   mbar_arrive_expect_tx(sm.k_full(s), kTileBytes);
   tma_load_4d(sm.k_tile(s), &a.tm_k, sm.k_full(s), 0, c.j * kBlockN, c.t.hk, c.t.b);
 }
-__device__ __forceinline__ void load_v(const KernelArgs &a, const Smem &sm, const Cursor &c, int r) {
+__device__ __forceinline__ void load_v(const KernelArgs &a, const Smem &sm, const Cursor &c,
+                                       int r) {
   mbar_arrive_expect_tx(sm.vraw_full(r), kTileBytes);
   tma_load_4d(sm.vraw_tile(r), &a.tm_v, sm.vraw_full(r), 0, c.j * kBlockN, c.t.hk, c.t.b);
 }
-__device__ __forceinline__ void load_q(const KernelArgs &a, const Smem &sm, const Cursor &c, int b) {
+__device__ __forceinline__ void load_q(const KernelArgs &a, const Smem &sm, const Cursor &c,
+                                       int b) {
   mbar_arrive_expect_tx(sm.q_full(b), kTileBytes);
   tma_load_4d(sm.q_tile(b), &a.tm_q, sm.q_full(b), 0, c.t.q0, c.t.h, c.t.b);
 }
 
 __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm) {
   const int u = int(threadIdx.x);
-  Cursor vt = Cursor::first(a); // the tile being transposed; all 128 threads step it
+  Cursor vt = Cursor::first(a);     // the tile being transposed; all 128 threads step it
   Cursor kc = vt, vc = vt, qc = vt; // thread 0's load cursors
   int qn = 0;                       // Q loads issued before qc's
   if (u == 0 && vt.valid(a)) {
     load_q(a, sm, qc, 0);
-    for (int i = 0; i < a.stages && kc.valid(a); ++i, kc.next(a)) load_k(a, sm, kc, i);
-    for (int i = 0; i < 2 && vc.valid(a); ++i, vc.next(a)) load_v(a, sm, vc, i);
+    for (int i = 0; i < a.stages && kc.valid(a); ++i, kc.next(a))
+      load_k(a, sm, kc, i);
+    for (int i = 0; i < 2 && vc.valid(a); ++i, vc.next(a))
+      load_v(a, sm, vc, i);
   }
   const TransposeLanes lanes(u);
   Ring ring; // global tile g's K and V^T slot
   for (int g = 0; vt.valid(a); ++g, vt.next(a), ring.next(a.stages)) {
     const int s = ring.slot, r = g & 1;
     mbar_wait(sm.vraw_full(r), uint32_t(g >> 1) & 1u);
-    if (g >= a.stages) mbar_wait(sm.vt_empty(s), ring.phase ^ 1u); // the slot's previous use, released
+    if (g >= a.stages)
+      mbar_wait(sm.vt_empty(s), ring.phase ^ 1u); // the slot's previous use, released
     transpose_v(sm.vraw_tile(r), sm.vt_tile(s), lanes);
-    fence_proxy_async_smem(); // this thread's V^T writes, visible to the consumers' WGMMA (the async proxy)
+    fence_proxy_async_smem(); // this thread's V^T writes, visible to the consumers' WGMMA (the
+                              // async proxy)
     mbar_arrive(sm.vt_full(s));
     named_sync(kBarProducer, 128); // every transposer has read raw slot r
     if (u == 0) {
@@ -316,7 +373,8 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm) {
         qc.seek(a);
         if (qc.valid(a)) {
           ++qn;
-          if (qn >= 2) mbar_wait(sm.q_empty(qn & 1), uint32_t((qn >> 1) - 1) & 1u);
+          if (qn >= 2)
+            mbar_wait(sm.q_empty(qn & 1), uint32_t((qn >> 1) - 1) & 1u);
           load_q(a, sm, qc, qn & 1);
         }
       }
@@ -324,21 +382,25 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm) {
   }
 }
 
-// pingpong: the consumer warpgroups issue their GEMMs in turn, so that one's softmax runs while the other's GEMMs
-// hold the tensor cores. Named barrier kBarTurn0 + w (256 threads) is warpgroup w's turn: w syncs on it before
-// each issue, the other arrives on it after each of its own. Warpgroup 1 opens warpgroup 0's first turn and skips
-// its arrival after its last issue, so each barrier sees as many arrivals as syncs (both issue equally often).
+// pingpong: the consumer warpgroups issue their GEMMs in turn, so that one's softmax runs while the
+// other's GEMMs hold the tensor cores. Named barrier kBarTurn0 + w (256 threads) is warpgroup w's
+// turn: w syncs on it before each issue, the other arrives on it after each of its own. Warpgroup 1
+// opens warpgroup 0's first turn and skips its arrival after its last issue, so each barrier sees
+// as many arrivals as syncs (both issue equally often).
 struct Turns {
   bool on;
   int wg;
   __device__ __forceinline__ void open(int n) const {
-    if (on && wg == 1 && n > 0) named_arrive(kBarTurn0, 256);
+    if (on && wg == 1 && n > 0)
+      named_arrive(kBarTurn0, 256);
   }
   __device__ __forceinline__ void begin() const {
-    if (on) named_sync(kBarTurn0 + wg, 256);
+    if (on)
+      named_sync(kBarTurn0 + wg, 256);
   }
   __device__ __forceinline__ void end(bool last) const {
-    if (on && !(wg == 1 && last)) named_arrive(kBarTurn0 + (wg ^ 1), 256);
+    if (on && !(wg == 1 && last))
+      named_arrive(kBarTurn0 + (wg ^ 1), 256);
   }
 };
 
@@ -346,75 +408,83 @@ struct Turns {
 struct ConsumerCtx {
   const KernelArgs &a;
   const Smem &sm;
-  DescBase dq;             // this warpgroup's 64 rows of Q
-  float q_scale;           // scale_log2 * the CTA's Q descale
-  const float *k_descale;  // this (batch, kv head)'s K descales, one per K/V tile
-  int row0, c, first_row;  // the thread's half-0 row, its lane % 4, the warpgroup's first row
+  DescBase dq;            // this warpgroup's 64 rows of Q
+  float q_scale;          // scale_log2 * the CTA's Q descale
+  const float *k_descale; // this (batch, kv head)'s K descales, one per K/V tile
+  int row0, c, first_row; // the thread's half-0 row, its lane % 4, the warpgroup's first row
 };
 
-// S = Q K^T for K slot s: 4 k-steps of 32 bytes inside the one 128-byte swizzle row (uncommitted). QREG: Q's A
-// fragments from registers (load_q_regs), else from shared memory.
+// S = Q K^T for K slot s: 4 k-steps of 32 bytes inside the one 128-byte swizzle row (uncommitted).
+// QREG: Q's A fragments from registers (load_q_regs), else from shared memory.
 template <bool QREG>
-__device__ __forceinline__ void issue_qk(float (&sacc)[64], const ConsumerCtx &x, const uint32_t (&qa)[4][4],
-                                         int s) {
+__device__ __forceinline__ void issue_qk(float (&sacc)[64], const ConsumerCtx &x,
+                                         const uint32_t (&qa)[4][4], int s) {
   const DescBase dk = desc_base(x.sm.k_tile(s), 16);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     if (QREG)
-      wgmma_rs(sacc, qa[kk], dk.at(kk * 32), kk > 0 ? 1 : 0, IntN<128>{});
+      wgmma_rs(sacc, qa[kk], dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<128>{});
     else
-      wgmma_ss(sacc, x.dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, IntN<128>{});
+      wgmma_ss(sacc, x.dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<128>{});
   }
 }
 
-// q_in_regs (v6): this warp's 16 rows of Q as the k32 A fragments of the 4 k-steps, once a CTA. Q K^T then reads
-// only K from shared memory: at the e4m3 rate an SS m64n128k32 reads 6 KB in ~64 cycles, ~96 of shared memory's
-// 128 bytes a cycle, before the TMA writes and the V transposes. ldmatrix (16-bit view, no transpose) gives lane
-// (g, c) the bytes 4c..4c+3 of row g of each 8 x 16-byte matrix: matrices (rows 0-7 / 8-15) x (bytes 0-15 /
-// 16-31) of k-step kk are a0..a3.
-__device__ __forceinline__ void load_q_regs(uint32_t (&qa)[4][4], uint32_t q_tile, int wg, int warp, int lane) {
-  const uint32_t m = uint32_t(lane) >> 3, row = 64u * uint32_t(wg) + 16u * uint32_t(warp) + 8u * (m & 1u) +
-                                                 (uint32_t(lane) & 7u);
+// q_in_regs: this warp's 16 rows of Q as the k32 A fragments of the 4 k-steps, once a CTA. Q K^T
+// then reads only K from shared memory: at the e4m3 rate an SS m64n128k32 reads 6 KB in ~64 cycles,
+// ~96 of shared memory's 128 bytes a cycle, before the TMA writes and the V transposes. ldmatrix
+// (16-bit view, no transpose) gives lane (g, c) the bytes 4c..4c+3 of row g of each 8 x 16-byte
+// matrix: matrices (rows 0-7 / 8-15) x (bytes 0-15 / 16-31) of k-step kk are a0..a3.
+__device__ __forceinline__ void load_q_regs(uint32_t (&qa)[4][4], uint32_t q_tile, int wg, int warp,
+                                            int lane) {
+  const uint32_t m = uint32_t(lane) >> 3, row = 64u * uint32_t(wg) + 16u * uint32_t(warp) +
+                                                8u * (m & 1u) + (uint32_t(lane) & 7u);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) fb::kernels::ldmatrix_x4(qa[kk], q_tile + swz(row, 32u * kk + 16u * (m >> 1)));
+  for (int kk = 0; kk < 4; ++kk)
+    fb::kernels::ldmatrix_x4(qa[kk], q_tile + swizzle_128b(row, 32u * kk + 16u * (m >> 1)));
 }
 
 // O += P V^T for V^T slot s: 4 k-steps of 32 keys (uncommitted).
-__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[4][4], const ConsumerCtx &x, int s) {
+__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[4][4],
+                                         const ConsumerCtx &x, int s) {
   const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
 #pragma unroll
-  for (int kt = 0; kt < 4; ++kt) wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, IntN<128>{});
+  for (int kt = 0; kt < 4; ++kt)
+    wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, E4m3Tag{}, IntC<128>{});
 }
 
-// A global load issued where it stands: asm volatile keeps it above the mbarrier waits (asm volatile too), so that
-// its L2 latency passes under them instead of in front of its first use (v8: c179's profile at N = 512 had the
-// V descale's load exposed in every work item's epilogue, ~8% of the samples, and the Q descale's at its start).
+// A global load issued where it stands: asm volatile keeps it above the mbarrier waits (asm
+// volatile too), so that its L2 latency passes under them instead of in front of its first use (a
+// profile at N = 512 had the V descale's load exposed in every work item's epilogue, ~8% of the
+// samples, and the Q descale's at its start).
 __device__ __forceinline__ float ldg_early(const float *p) {
   float v;
   asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
   return v;
 }
 
-// Tile j's K descale, loaded a tile ahead (v8): c178's SASS issued the load right after Q K^T's wait, so its L2
-// latency (the first tile of every work item misses L1) stood in front of the softmax's first use of it.
+// Tile j's K descale, loaded a tile ahead: issued where it is used, the load came right after Q
+// K^T's wait, so its L2 latency (the first tile of every work item misses L1) stood in front of the
+// softmax's first use of it.
 struct KDescales {
   const float *p;
   int n;
   float next;
-  __device__ __forceinline__ KDescales(const float *ptr, int tiles) : p(ptr), n(tiles), next(ldg_early(ptr)) {}
+  __device__ __forceinline__ KDescales(const float *ptr, int tiles)
+      : p(ptr), n(tiles), next(ldg_early(ptr)) {}
   __device__ __forceinline__ float take(int j) { // tile j's, and tile j + 1's on its way
     const float cur = next;
-    if (j + 1 < n) next = ldg_early(p + j + 1);
+    if (j + 1 < n)
+      next = ldg_early(p + j + 1);
     return cur;
   }
 };
 
-// K/V tile j's scores (sacc, retired) -> 2^8 P in place; m and l move on, corr is what O must be scaled by.
-// kd: the tile's K descale (KDescales).
-__device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x, int j, float kd, float (&m)[2],
-                                        float (&l)[2], float (&corr)[2]) {
+// K/V tile j's scores (sacc, retired) -> 2^8 P in place; m and l move on, corr is what O must be
+// scaled by. kd: the tile's K descale (KDescales).
+__device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x, int j, float kd,
+                                        float (&m)[2], float (&l)[2], float (&corr)[2]) {
   const KernelArgs &a = x.a;
-  const float f = x.q_scale * kd; // log2 units per raw score
+  const float f = x.q_scale * kd;                  // log2 units per raw score
   const int causal_off = a.seqlen_kv - a.seqlen_q; // row i sees keys <= i + causal_off
   // Mask keys past the end and (causal) right of the diagonal, only on tiles that reach them.
   const int key0 = j * kBlockN;
@@ -424,27 +494,32 @@ __device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x,
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key0 + 8 * i + 2 * x.c + (e & 1), row = x.row0 + 8 * (e >> 1);
-        if (key >= a.seqlen_kv || (a.causal && key > row + causal_off)) sacc[4 * i + e] = -INFINITY;
+        if (key >= a.seqlen_kv || (a.causal && key > row + causal_off))
+          sacc[4 * i + e] = -INFINITY;
       }
   }
-  // Online softmax in log2 units; a row that has seen no key keeps m = -inf and subtracts 0. m is the offset in
-  // use, moved only when the row's max passes it by more than kRescaleSlack (v4), so that most tiles leave O
-  // alone (rescale_and_pack skips the 64 multiplies when no row of the warp moved). The max and the sums are
-  // trees of 4 chains a row half (v4; one chain of 32 dependent instructions before).
+  // Online softmax in log2 units; a row that has seen no key keeps m = -inf and subtracts 0. m is
+  // the offset in use, moved only when the row's max passes it by more than kRescaleSlack, so that
+  // most tiles leave O alone (rescale_and_pack skips the 64 multiplies when no row of the warp
+  // moved). The max and the sums are trees of 4 chains a row half (one chain was 32 dependent
+  // instructions).
   float mx[2][4];
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
-    for (int k = 0; k < 4; ++k) mx[h][k] = fmaxf(sacc[4 * k + 2 * h], sacc[4 * k + 2 * h + 1]);
+    for (int k = 0; k < 4; ++k)
+      mx[h][k] = fmaxf(sacc[4 * k + 2 * h], sacc[4 * k + 2 * h + 1]);
 #pragma unroll
   for (int i = 4; i < 16; ++i)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) mx[e >> 1][i % 4] = fmaxf(mx[e >> 1][i % 4], sacc[4 * i + e]);
+    for (int e = 0; e < 4; ++e)
+      mx[e >> 1][i % 4] = fmaxf(mx[e >> 1][i % 4], sacc[4 * i + e]);
   float off[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const float row_max = quad_max(fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]))) * f;
-    const bool move = row_max > m[h] + kRescaleSlack; // false for a row that has seen no key (-inf > -inf)
+    const bool move =
+        row_max > m[h] + kRescaleSlack; // false for a row that has seen no key (-inf > -inf)
     const float m_new = move ? row_max : m[h];
     corr[h] = move ? fast_exp2(m[h] - m_new) : 1.f; // exp2(-inf) = 0 on the first tile a row sees
     m[h] = m_new;
@@ -460,18 +535,20 @@ __device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x,
       rs[e >> 1][i % 4] += p;
     }
 #pragma unroll
-  for (int h = 0; h < 2; ++h) l[h] = l[h] * corr[h] + ((rs[h][0] + rs[h][1]) + (rs[h][2] + rs[h][3]));
+  for (int h = 0; h < 2; ++h)
+    l[h] = l[h] * corr[h] + ((rs[h][0] + rs[h][1]) + (rs[h][2] + rs[h][3]));
 }
 
-// O *= corr (O retired; skipped when no row of the warp moved its offset), then P as e4m3 A fragments, in the
-// accumulator's own key order (transpose_v).
-__device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&corr)[2], const float (&sacc)[64],
-                                                 uint32_t (&pa)[4][4]) {
+// O *= corr (O retired; skipped when no row of the warp moved its offset), then P as e4m3 A
+// fragments, in the accumulator's own key order (transpose_v).
+__device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&corr)[2],
+                                                 const float (&sacc)[64], uint32_t (&pa)[4][4]) {
   if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
     for (int i = 0; i < 16; ++i)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) o[4 * i + e] *= corr[e >> 1];
+      for (int e = 0; e < 4; ++e)
+        o[4 * i + e] *= corr[e >> 1];
   }
 #pragma unroll
   for (int kt = 0; kt < 4; ++kt) {
@@ -483,63 +560,28 @@ __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&c
   }
 }
 
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t *>(&v);
-}
-
-// o_store=tma (v9): one warpgroup's 64 rows of O through its shared-memory staging buffer and two TMA stores (one
-// per 64 columns), as fa3_pipelined's v5 epilogue: stmatrix writes the normalised accumulators in the 128B-swizzled
-// layout of tm_o's boxes (8 rows of a matrix in 8 different 16-byte units: conflict-free), one thread issues the
-// stores, rows past seqlen_q are clipped by the map, and the warpgroup goes on to its next work item while the copy
-// engine writes. The 4-byte stores from registers (v1-v8) queued 32 STG a thread behind the LSU (c179 at N = 512:
-// `lg` stalls in every epilogue). Before rewriting the buffer, its issuing thread waits until the previous store
-// has read it, and the warpgroup barrier passes that on.
-__device__ __forceinline__ void store_o_tma(const KernelArgs &a, const Smem &sm, const TileId &t, int wg,
-                                            const float (&o)[64], const float (&inv)[2]) {
-  const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, mtx = lane / 8, r = lane % 8;
-  const uint32_t buf = sm.o + uint32_t(wg) * 2u * kOChunkBytes;
-  if (tid == 0) bulk_wait_read_all();
-  named_sync(kBarEpi0 + wg, 128);
-  // Lane 8j + r addresses row r of matrix j: j % 2 = row half, j / 2 = the second 8-column block.
-  const uint32_t row = uint32_t(16 * warp + 8 * (mtx % 2) + r);
-#pragma unroll
-  for (int i = 0; i < 16; i += 2) {
-    const int ii = i + mtx / 2;
-    const uint32_t addr = buf + uint32_t(ii / 8) * kOChunkBytes + row * 128 + uint32_t(((ii % 8) ^ r) * 16);
-    stmatrix_x4(addr, pack_bf16(o[4 * i + 0] * inv[0], o[4 * i + 1] * inv[0]),
-                pack_bf16(o[4 * i + 2] * inv[1], o[4 * i + 3] * inv[1]),
-                pack_bf16(o[4 * i + 4] * inv[0], o[4 * i + 5] * inv[0]),
-                pack_bf16(o[4 * i + 6] * inv[1], o[4 * i + 7] * inv[1]));
-  }
-  fence_proxy_async_smem(); // this thread's stmatrix writes, visible to the TMA (the async proxy)
-  named_sync(kBarEpi0 + wg, 128);
-  if (tid == 0) {
-    const uint64_t evict_first = l2_policy_evict_first();
-#pragma unroll
-    for (int ch = 0; ch < 2; ++ch)
-      tma_store_4d(&a.tm_o, buf + uint32_t(ch) * kOChunkBytes, ch * 64, t.q0 + 64 * wg, t.h, t.b, evict_first);
-    bulk_commit();
-  }
-}
-
-// OVERLAP (intra_wg_overlap on, v2): tile j's Q K^T and tile j-1's P V are issued together, and tile j's softmax
-// runs while P V still occupies the tensor cores; O's rescale and P's packing wait for P V. Off: each tile's two
-// GEMMs and its softmax in series (v1). One work item; kr and vr carry the K and V^T rings from item to item, and
-// Q sits in buffer qb (its qn-th item with a K/V tile: full phase (qn >> 1) & 1).
+// OVERLAP (intra_wg_overlap on): tile j's Q K^T and tile j-1's P V are issued together, and tile
+// j's softmax runs while P V still occupies the tensor cores; O's rescale and P's packing wait for
+// P V. Off: each tile's two GEMMs and its softmax in series. One work item; kr and vr carry the K
+// and V^T rings from item to item, and Q sits in buffer qb (its qn-th item with a K/V tile: full
+// phase (qn >> 1) & 1).
 template <bool OVERLAP, bool QREG>
-__device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &sm, const TileId &t, int n, int wg,
-                                              Ring &kr, Ring &vr, int qn) {
-  const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
+__device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &sm, const TileId &t,
+                                              int n, int wg, Ring &kr, Ring &vr, int qn) {
+  const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, g = lane / 4,
+            c = lane % 4;
   const int row0 = t.q0 + 64 * wg + 16 * warp + g; // this thread's half-0 row; half 1 is row0 + 8
   float o[64];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.f;
+  for (int i = 0; i < 64; ++i)
+    o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-  const float v_ds = ldg_early(a.v_descale + int64_t(t.b) * (a.heads_q / a.group) + t.hk); // for the epilogue
+  const float v_ds =
+      ldg_early(a.v_descale + int64_t(t.b) * (a.heads_q / a.group) + t.hk); // for the epilogue
   if (n > 0) {
     const int qb = qn & 1;
-    const float q_ds = ldg_early(a.q_descale + (int64_t(t.b) * a.heads_q + t.h) * a.n_q_tiles + t.qt);
+    const float q_ds =
+        ldg_early(a.q_descale + (int64_t(t.b) * a.heads_q + t.h) * a.n_q_tiles + t.qt);
     const ConsumerCtx x{a,
                         sm,
                         desc_base(sm.q_tile(qb) + uint32_t(wg) * 64 * 128, 16),
@@ -551,7 +593,8 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
     KDescales kds(x.k_descale, n);
     mbar_wait(sm.q_full(qb), uint32_t(qn >> 1) & 1u);
     uint32_t qa[4][4];
-    if (QREG) load_q_regs(qa, sm.q_tile(qb), wg, warp, lane);
+    if (QREG)
+      load_q_regs(qa, sm.q_tile(qb), wg, warp, lane);
     float sacc[64], corr[2];
     uint32_t pa[4][4];
     const Turns turn{a.pingpong != 0, wg};
@@ -567,7 +610,8 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
       fence_operands(sacc);
       if (lane == 0) {
         mbar_arrive(sm.k_empty(kr.slot));
-        if (n == 1) mbar_arrive(sm.q_empty(qb)); // the item's last Q K^T has retired
+        if (n == 1)
+          mbar_arrive(sm.q_empty(qb)); // the item's last Q K^T has retired
       }
       softmax(sacc, x, 0, kds.take(0), m, l, corr);
       rescale_and_pack(o, corr, sacc, pa);
@@ -584,19 +628,23 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
         issue_pv(o, pa, x, sp);
         wgmma_commit();
         turn.end(false);
-        wgmma_wait<1>(); // Q K^T of tile j retired (groups retire in order); P V of tile j-1 may still run
+        wgmma_wait<1>(); // Q K^T of tile j retired (groups retire in order); P V of tile j-1 may
+                         // still run
         fence_operands(sacc);
         if (lane == 0) {
           mbar_arrive(sm.k_empty(s));
-          if (j == n - 1) mbar_arrive(sm.q_empty(qb));
+          if (j == n - 1)
+            mbar_arrive(sm.q_empty(qb));
         }
         softmax(sacc, x, j, kd, m, l, corr);
-        // Without it ptxas put the whole softmax below the next wait (c170: every MUFU.EX2 after the DEPBAR).
+        // Without it ptxas put the whole softmax below the next wait (every MUFU.EX2 after the
+        // DEPBAR).
         pin_softmax(sm.pin_slot(), l, corr);
         wgmma_wait<0>();
         fence_operands(o);
         fence_operands(pa);
-        if (lane == 0) mbar_arrive(sm.vt_empty(sp));
+        if (lane == 0)
+          mbar_arrive(sm.vt_empty(sp));
         rescale_and_pack(o, corr, sacc, pa);
       }
       const int sl = vr.slot;
@@ -609,7 +657,8 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
       wgmma_wait<0>();
       fence_operands(o);
       fence_operands(pa);
-      if (lane == 0) mbar_arrive(sm.vt_empty(sl));
+      if (lane == 0)
+        mbar_arrive(sm.vt_empty(sl));
       vr.next(a.stages);
     } else { // issues: Q K^T(j) and P V(j) for each j; one ring (kr) for both
       for (int j = 0; j < n; ++j, kr.next(a.stages)) {
@@ -626,7 +675,8 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
         fence_operands(sacc);
         if (lane == 0) {
           mbar_arrive(sm.k_empty(s));
-          if (j == n - 1) mbar_arrive(sm.q_empty(qb));
+          if (j == n - 1)
+            mbar_arrive(sm.q_empty(qb));
         }
         softmax(sacc, x, j, kd, m, l, corr);
         rescale_and_pack(o, corr, sacc, pa);
@@ -639,32 +689,41 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
         wgmma_wait<0>();
         fence_operands(o);
         fence_operands(pa);
-        if (lane == 0) mbar_arrive(sm.vt_empty(s));
+        if (lane == 0)
+          mbar_arrive(sm.vt_empty(s));
       }
     }
   }
-  // O = acc * v_descale / l in bf16 (both carry P's 2^8); LSE = (m + log2 l - 8) ln 2, -inf for a row that saw no
-  // key.
+  // O = acc * v_descale / l in bf16 (both carry P's 2^8); LSE = (m + log2 l - 8) ln 2, -inf for a
+  // row that saw no key.
   float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
     const float lsum = quad_sum(l[h]);
-    const bool seen = m[h] != -INFINITY;            // the row saw a key
+    const bool seen = m[h] != -INFINITY;          // the row saw a key
     inv[h] = seen ? __fdividef(v_ds, lsum) : 0.f; // lsum in [2^8, 2^40]: no IEEE division path
     if (c == 0 && row < a.seqlen_q)
       a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
           seen ? (m[h] + __log2f(lsum) - kPShift) * kLn2 : -INFINITY;
   }
   if (a.o_tma) {
-    store_o_tma(a, sm, t, wg, o, inv);
+    // o_store=tma: as fa3_pipelined's epilogue (kernels/common/hopper/epilogue.cuh), each
+    // warpgroup with its own staging buffer of two 64-column chunks. The 4-byte stores from
+    // registers below queue 32 STG a thread behind the LSU (a profile at N = 512: `lg` stalls in
+    // every epilogue).
+    store_tile_tma<__nv_bfloat16, kHeadDim>(&a.tm_o, sm.o + uint32_t(wg) * 2u * kOChunkBytes,
+                                            kOChunkBytes, kBarEpi0 + wg, t.q0 + 64 * wg, t.h, t.b,
+                                            o, inv);
     return;
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int row = row0 + 8 * h;
-    if (row >= a.seqlen_q) continue;
-    __nv_bfloat16 *dst = a.o + int64_t(t.b) * a.o_batch + int64_t(row) * a.o_seq + int64_t(t.h) * a.o_head + 2 * c;
+    if (row >= a.seqlen_q)
+      continue;
+    __nv_bfloat16 *dst =
+        a.o + int64_t(t.b) * a.o_batch + int64_t(row) * a.o_seq + int64_t(t.h) * a.o_head + 2 * c;
 #pragma unroll
     for (int i = 0; i < 16; ++i)
       *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * i) =
@@ -680,13 +739,16 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, in
     const TileId t = tile_of(a, lin);
     const int n = kv_tiles(a, t.q0);
     consumer_item<OVERLAP, QREG>(a, sm, t, n, wg, kr, vr, qn);
-    if (n > 0) ++qn;
+    if (n > 0)
+      ++qn;
   }
-  if (a.o_tma && threadIdx.x % 128 == 0) bulk_wait_all(); // the last O store has left shared memory
+  if (a.o_tma && threadIdx.x % 128 == 0)
+    bulk_wait_all(); // the last O store has left shared memory
 }
 
 template <bool OVERLAP, bool QREG>
-__global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
+__global__ void __launch_bounds__(kThreads, 1)
+    fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
   const Smem sm(base, a.stages, a.q_bufs, a.o_tma);
@@ -701,7 +763,8 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_const
       mbar_init(sm.vt_full(s), 128);
       mbar_init(sm.vt_empty(s), 8);
     }
-    for (int r = 0; r < 2; ++r) mbar_init(sm.vraw_full(r), 1);
+    for (int r = 0; r < 2; ++r)
+      mbar_init(sm.vraw_full(r), 1);
     mbar_fence_init();
   }
   __syncthreads();
@@ -719,29 +782,34 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_fp8_kernel(const __grid_const
 
 namespace {
 using KernelFn = void (*)(detail::KernelArgs);
-// The instantiation for a config: intra_wg_overlap x q_in_regs (q_in_regs needs intra_wg_overlap, traits.hpp).
+// The instantiation for a config: intra_wg_overlap x q_in_regs (q_in_regs needs intra_wg_overlap,
+// traits.hpp).
 KernelFn pick(const Params &c) {
-  if (!c.overlap) return detail::fa3_fp8_kernel<false, false>;
+  if (!c.overlap)
+    return detail::fa3_fp8_kernel<false, false>;
   return c.q_in_regs ? detail::fa3_fp8_kernel<true, true> : detail::fa3_fp8_kernel<true, false>;
 }
 } // namespace
 
 const void *kernel_ptr(const Params &c) { return reinterpret_cast<const void *>(pick(c)); }
 
-void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, cudaStream_t stream) {
+void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
+            cudaStream_t stream) {
   if (p.dtype != DType::e4m3 || p.head_dim != kHeadDim || p.paged() || !p.kv_lens.empty())
     throw std::invalid_argument("fa3_fp8: unsupported problem " + key(p));
   if (!args.q_descale || !args.k_descale || !args.v_descale)
-    throw std::invalid_argument("fa3_fp8: e4m3 inputs need their descales (LaunchArgs::q_descale, ...)");
-  if (auto why = config_problem(c)) throw std::invalid_argument("fa3_fp8: " + *why);
+    throw std::invalid_argument(
+        "fa3_fp8: e4m3 inputs need their descales (LaunchArgs::q_descale, ...)");
+  if (auto why = config_problem(c))
+    throw std::invalid_argument("fa3_fp8: " + *why);
   detail::KernelArgs a{};
   const Strides qs = p.q_strides(), ks = p.kv_strides();
-  a.tm_q = fa3::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_q, p.heads_q, p.batch, qs,
-                         kHeadDim, kBlockM);
-  a.tm_k = fa3::make_map(args.k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv, p.heads_kv, p.batch, ks,
-                         kHeadDim, kBlockN);
-  a.tm_v = fa3::make_map(args.v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv, p.heads_kv, p.batch, ks,
-                         kHeadDim, kBlockN);
+  a.tm_q = hopper::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_q,
+                            p.heads_q, p.batch, qs, kHeadDim, kBlockM);
+  a.tm_k = hopper::make_map(args.k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv,
+                            p.heads_kv, p.batch, ks, kHeadDim, kBlockN);
+  a.tm_v = hopper::make_map(args.v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv,
+                            p.heads_kv, p.batch, ks, kHeadDim, kBlockN);
   a.o = static_cast<__nv_bfloat16 *>(args.o);
   a.lse = args.lse;
   a.q_descale = args.q_descale;
@@ -762,16 +830,22 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args, 
   a.pingpong = c.pingpong ? 1 : 0;
   a.q_bufs = q_buffers(c);
   a.o_tma = c.o_tma ? 1 : 0;
-  if (c.o_tma) a.tm_o = fa3::make_tile_map(args.o, DType::bf16, kHeadDim, p.seqlen_q, p.heads_q, p.batch, qs, 64);
+  if (c.o_tma)
+    a.tm_o = hopper::make_tile_map(args.o, DType::bf16, kHeadDim, p.seqlen_q, p.heads_q, p.batch,
+                                   qs, 64);
   const int64_t items = num_work_items(p);
-  if (items > INT_MAX) throw std::invalid_argument("fa3_fp8: over 2^31 work items (Q tiles x heads x batch)");
+  if (items > INT_MAX)
+    throw std::invalid_argument("fa3_fp8: over 2^31 work items (Q tiles x heads x batch)");
   a.total_tiles = int(items);
   const int64_t smem = smem_bytes(c);
   const KernelFn kernel = pick(c);
-  FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     static_cast<int>(smem)));
   int64_t grid = items;
-  // Persistent: one CTA an SM (the shared memory and registers allow no second), each over several items.
-  if (c.persistent) grid = std::min<int64_t>(items, kernels::sm_count());
+  // Persistent: one CTA an SM (the shared memory and registers allow no second), each over several
+  // items.
+  if (c.persistent)
+    grid = std::min<int64_t>(items, kernels::sm_count());
   kernel<<<static_cast<unsigned>(grid), kThreads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 }

@@ -9,10 +9,11 @@
 
 namespace fb::fa3fp8 {
 
-// Queues the forward pass (e4m3 Q, K, V with their descales; O bf16). Throws std::invalid_argument on a problem
-// supports() turns down, CudaError on a failed launch.
-void launch(const AttentionProblem& p, const Params& c, const LaunchArgs& args, cudaStream_t stream);
+// Queues the forward pass (e4m3 Q, K, V with their descales; O bf16). Throws std::invalid_argument
+// on a problem supports() turns down, CudaError on a failed launch.
+void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
+            cudaStream_t stream);
 // The __global__ function of config c, for the occupancy report.
-const void* kernel_ptr(const Params& c);
+const void *kernel_ptr(const Params &c);
 
 } // namespace fb::fa3fp8

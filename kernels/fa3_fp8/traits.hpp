@@ -24,23 +24,23 @@ constexpr int kThreads = 384; // producer warpgroup + 2 consumer warpgroups
 constexpr int64_t kSmemOptinHopper = 232448;
 static_assert(kBlockM == kFp8ScaleBlock && kBlockN == kFp8ScaleBlock, "one descale per Q tile and per K/V tile");
 
-// Defaults (the space's default config), from c181's ablation on an H100 (fastest samples): with O through TMA,
+// Defaults (the space's default config), from an ablation on an H100 (fastest samples): with O through TMA,
 // intra_wg_overlap with Q in registers is best or within 1% from N = 2048 (up to 6% over overlap off), 0-3% behind
 // it at N = 512-1024; stages 3; the persistent grid 4-20% faster up to N = 2048 (the one-shot grid is 0.6-4% faster
 // at N = 8192-16384); O through TMA 4-10% faster than from registers up to N = 2048, within +-4% above.
 struct Params {
   int stages = 3;      // K and V^T tiles in flight
   bool overlap = true; // intra_wg_overlap: the next Q K^T issued with this P V, the softmax under it
-  bool pingpong = false; // the two consumer warpgroups issue their GEMMs in turn (c181: slower at every N)
-  bool q_in_regs = true;  // Q K^T takes Q from registers (RS), not shared memory (v6)
-  bool persistent = true; // one CTA an SM over several work items, the next item's loads under this one's (v7)
-  bool o_tma = true;      // O through shared memory and TMA stores, not 4-byte stores from registers (v9)
+  bool pingpong = false; // the two consumer warpgroups issue their GEMMs in turn (slower at every N)
+  bool q_in_regs = true;  // Q K^T takes Q from registers (RS), not shared memory
+  bool persistent = true; // one CTA an SM over several work items, the next item's loads under this one's
+  bool o_tma = true;      // O through shared memory and TMA stores, not 4-byte stores from registers
 };
 
 // Combinations that cannot run, by construction.
 inline std::optional<std::string> config_problem(const Params& p) {
   if (p.stages < 2 || p.stages > kMaxStages) return "stages must be 2..4";
-  // c175: ptxas (CUDA 13.0) gave Q's fragment registers to P's packing after the first K/V tile in the loop without
+  // ptxas (CUDA 13.0) gave Q's fragment registers to P's packing after the first K/V tile in the loop without
   // overlap (its SASS reads P where the PTX reads Q; every shape with 2+ K/V tiles failed verification), and kept
   // them apart in the overlapped loop, which passes. Not instantiated until that compiles correctly.
   if (p.q_in_regs && !p.overlap) return "q_in_regs needs intra_wg_overlap on (ptxas reuses Q's registers without it)";

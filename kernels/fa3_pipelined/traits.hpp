@@ -23,23 +23,23 @@ constexpr int kRowsPerWarpgroup = 64;
 constexpr int kMaxStages = 4;
 constexpr int kSchedOneShot = 0;
 constexpr int kSchedPersistent = 1;
-// v7: persistent grid whose CTAs claim work tiles from a global counter (LaunchArgs::semaphores) as
+// Persistent grid whose CTAs claim work tiles from a global counter (LaunchArgs::semaphores) as
 // their producer gets to them, instead of the fixed round robin of kSchedPersistent. Causal work
 // tiles differ in length (the last Q tile visits every K/V tile, the first one or two), and a fixed
 // assignment leaves some CTAs with more work than others: simulated on the acceptance shapes, round
-// robin reaches 0.76-0.95 of the even share at d128 causal, claiming 0.98-0.99 (NOTES.md, v7).
+// robin reaches 0.76-0.95 of the even share at d128 causal, claiming 0.98-0.99.
 constexpr int kSchedDynamic = 2;
-// v15: persistent grid (one CTA per resident slot, as persistent) whose full waves of work tiles are
+// Persistent grid (one CTA per resident slot, as persistent) whose full waves of work tiles are
 // claimed as with dynamic and whose last, partial wave is shared out by K/V tiles instead
 // (stream-K): the R tiles left after the full waves hold R x iters K/V tiles, cut into `ctas`
 // chunks, chunk c = K/V tiles [c, c + 1) x R x iters / ctas of them, which cuts a tile into
-// segments in neighbouring chunks. v15b: the chunks are claimed from the same counter, last chunk
-// first (v15a gave CTA c chunk c after a round robin of the full waves, and the CTAs' arrival at
-// the tail spread: no gain at d128 N2048).
+// segments in neighbouring chunks. The chunks are claimed from the same counter, last chunk first
+// (giving CTA c chunk c after a round robin of the full waves spread the CTAs' arrival at the
+// tail: no gain at d128 N2048).
 // Non-causal only (every tile then has the same iters). Why: the acceptance shapes have 2048 work
 // tiles at d128 (16384 tokens x 16 heads / 128 rows), 15.5 waves on 132 SMs, so every persistent or
 // dynamic launch ran a 16th wave with 64 SMs idle (predicted 3% of the launch; cuDNN's persistent
-// kernel loses the same; v15a measured +1.6-2.4% at N >= 4096 and nothing at d128 N2048: NOTES.md).
+// kernel loses the same; measured +1.6-2.4% at N >= 4096 and nothing at d128 N2048).
 // A segment that does not start a tile writes its unnormalised O, its row offsets m and sums l to
 // the workspace slot of its chunk (at most one such segment a chunk: only the first of its range
 // can start mid-tile) and raises a flag; the segment that starts the tile (the last of its chunk,
@@ -47,13 +47,13 @@ constexpr int kSchedDynamic = 2;
 // and writes O and LSE. The waits only point at chunks claimed earlier, by CTAs that are resident
 // (persistent_grid), so they cannot deadlock.
 constexpr int kSchedStreamK = 3;
-// Compiled for head_dim 64 and 128: at 256 the producer's four TMA boxes a tile left no register for
-// the segment's start in its 24 (spilled), and no acceptance shape needs it there.
+// Compiled for head_dim 64 and 128: at 256 the producer's four TMA boxes a tile left no register
+// for the segment's start in its 24 (spilled), and no acceptance shape needs it there.
 constexpr bool split_compiled(int64_t head_dim) { return head_dim <= 128; }
 constexpr int kMaxSplitCtas = 256; // chunks of a tail (workspace slots); 8 bits of WorkTile::part
 // Shortest chunk of the tail, in K/V tiles: each segment costs a tile start and end
 // (Q K^T of its first tile and P V of its last exposed, the partial's write or fold) besides its
-// K/V tiles (experiment knob FLASHBENCH_FA3_SPLIT_MIN). Measured (NOTES.md, v15): 4 against 2,
+// K/V tiles. Measured: 4 against 2,
 // mean over the 1980-MHz pairs 1.009 against 1.004-1.005; at d128 N512 (4 K/V tiles a work tile,
 // no split at 4) 0.986 against 0.974-0.979 of dynamic.
 constexpr int kSplitMinIters = 4;
@@ -124,20 +124,20 @@ constexpr int64_t split_workspace_bytes(int64_t head_dim, int consumers) {
 constexpr size_t split_semaphore_bytes(int consumers) {
   return 2 * sizeof(int) + size_t(kMaxSplitCtas) * size_t(consumers) * sizeof(int);
 }
-// Bytes of LaunchArgs::semaphores the dynamic scheduler counts on: the claim counter and the count of
-// CTAs that have made their last claim (the last one resets both to zero).
+// Bytes of LaunchArgs::semaphores the dynamic scheduler counts on: the claim counter and the count
+// of CTAs that have made their last claim (the last one resets both to zero).
 constexpr size_t kDynamicSemaphoreBytes = 2 * sizeof(int);
-// How O leaves the CTA (v5): `auto` stages it in shared memory and writes it with TMA bulk stores
+// How O leaves the CTA: `auto` stages it in shared memory and writes it with TMA bulk stores
 // (one thread per warpgroup, asynchronous: the warpgroup moves on to its next work tile while the
 // copy engine writes) wherever the staging buffer fits next to the ring, else falls back to
-// `direct`: 4-byte stores straight from the accumulators (the v4 epilogue, kept for the ablation).
+// `direct`: 4-byte stores straight from the accumulators (auto is 1-6% faster where it stages).
 constexpr int kOStoreDirect = 0;
 constexpr int kOStoreAuto = 1;
 // Dynamic shared memory a Hopper block may opt in to (227 KB on H100 and H200).
 constexpr int64_t kSmemOptinHopper = 232448;
 // Register budgets after setmaxnreg (multiples of 8): the producer warpgroup only issues TMA from
 // one thread. 3 warpgroups x 128 threads: 24 x 128 + 240 x 256 = 64512 <= 65536. 4 warpgroups
-// (3 consumers, v3): 24 x 128 + 160 x 384 = 64512.
+// (3 consumers): 24 x 128 + 160 x 384 = 64512.
 constexpr int kProducerRegs = 24;
 constexpr int kConsumerRegs = 240;
 constexpr int kConsumerRegsWide = 160;
@@ -162,7 +162,7 @@ constexpr bool tile_compiled(int64_t head_dim, int block_n, bool wide) {
   return block_n == 64 || block_n == 128 || block_n == 192;
 }
 
-// What one kernel instantiation decides at compile time (v37). kModeAny is the v1-v36 kernel: causal
+// What one kernel instantiation decides at compile time. kModeAny is the all-paths kernel: causal
 // masking and stream-K's split tail are run-time branches, so every problem runs the code of all
 // three. The others compile only their own problem's paths: non-causal (plain), causal (masking,
 // the diagonal, the warpgroups' passes) and non-causal stream_k (the tail's partials and folds).
@@ -170,23 +170,23 @@ constexpr bool tile_compiled(int64_t head_dim, int block_n, bool wide) {
 // another problem's path (17 pieces a tile in the all-paths kernel, 9 in the non-causal one). ncu
 // at d128 N512 (bm128 bn128): 257 K instruction-cache misses against 96 K for a non-causal-only
 // build, cuDNN's kernel 19 K; the non-causal-only build +2.4-2.6% at d128 N512 and +4-7% at d64
-// N512 in the same call (NOTES.md, v37).
+// N512 in the same call.
 constexpr int kModeAny = 0, kModePlain = 1, kModeCausal = 2, kModeSplit = 3;
 // The tiles that get the per-problem kernels (every tile compiles the all-paths one too, for the
-// knobs that ask for it). d128 block_n 192 has the all-paths kernel only: without the causal
-// branches ptxas allocated it differently and spilled 84-92 bytes (the lean build of v37), and zero
-// spills is part of the kernel's contract.
+// problems kernel_mode gives it). d128 block_n 192 has the all-paths kernel only: without the
+// causal branches ptxas allocated it differently and spilled 84-92 bytes, and zero spills is part
+// of the kernel's contract.
 constexpr bool modes_compiled(int64_t head_dim, int block_n) {
   return !(head_dim == 128 && block_n == 192);
 }
 // Whether every row of a problem sees key 0: the non-causal ones, and the causal ones with no more
 // queries than keys (bottom-right alignment: row i sees keys 0 .. i + seqlen_kv - seqlen_q). Then a
 // warpgroup is settled after its work tile's first K/V tile, which the causal kernel (no stream-K
-// split) starts at key 0 (v38, v40).
+// split) starts at key 0.
 inline bool every_row_sees_key0(const AttentionProblem &p) {
   return !p.causal || p.seqlen_q <= p.seqlen_kv;
 }
-// The kernel a problem and scheduler run on a compiled tile. v40: the causal kernel's K/V loop
+// The kernel a problem and scheduler run on a compiled tile. The causal kernel's K/V loop
 // assumes the settled warp, so a causal problem with rows that see no key runs the all-paths one.
 inline int kernel_mode(int64_t head_dim, int block_n, const AttentionProblem &p, int scheduler) {
   if (!modes_compiled(head_dim, block_n) || !every_row_sees_key0(p))
@@ -211,7 +211,7 @@ struct Params {
   int consumers = 2;     // consumer warpgroups (each owns 64 rows of the Q tile)
   int pingpong = 1;      // consumer warpgroups take turns to issue S = Q K^T (named barriers)
   int intra_overlap = 1; // issue the next tile's Q K^T before this tile's softmax is done
-  int scheduler = kSchedDynamic; // v7: the fastest or within noise of it on every acceptance shape
+  int scheduler = kSchedDynamic; // the fastest or within noise of it on every acceptance shape
   int o_store = kOStoreAuto;
 };
 
@@ -252,6 +252,8 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("o_store", d.o_store))};
 }
 
+Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev);
+
 inline ConfigSpace make_space() {
   const Params d;
   return ConfigSpace(
@@ -273,13 +275,14 @@ inline ConfigSpace make_space() {
             {0, 1},
             {"off", "on"},
             "issue tile j+1's Q K^T and tile j's P V together, softmax j+1 while P V runs"},
-       Axis{"scheduler",
-            {kSchedOneShot, kSchedPersistent, kSchedDynamic, kSchedStreamK},
-            {"one_shot", "persistent", "dynamic", "stream_k"},
-            "one CTA per work tile; or one per resident slot walking the tiles (longest first) in a "
-            "fixed round robin (persistent), claiming each next tile from a counter (dynamic), or "
-            "round robin with the last partial wave shared out by K/V tiles (stream_k, "
-            "non-causal)"},
+       Axis{
+           "scheduler",
+           {kSchedOneShot, kSchedPersistent, kSchedDynamic, kSchedStreamK},
+           {"one_shot", "persistent", "dynamic", "stream_k"},
+           "one CTA per work tile; or one per resident slot walking the tiles (longest first) in a "
+           "fixed round robin (persistent), claiming each next tile from a counter (dynamic), or "
+           "round robin with the last partial wave shared out by K/V tiles (stream_k, "
+           "non-causal)"},
        Axis{"o_store",
             {kOStoreDirect, kOStoreAuto},
             {"direct", "auto"},
@@ -293,10 +296,31 @@ inline ConfigSpace make_space() {
               {"intra_wg_overlap", d.intra_overlap},
               {"scheduler", d.scheduler},
               {"o_store", d.o_store}}),
-      [](const Config &c) { return config_problem(params_of(c)); });
+      [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
+
+// The default config of a problem (ConfigSpace::default_config(p, dev)). The base default (Params{})
+// is head_dim 128's: 128 x 128, 2 stages, 2 consumer warpgroups with ping-pong and intra-warpgroup
+// overlap, the dynamic scheduler. By head_dim:
+//  - 256: block_n 64, the one K/V tile compiled there (tile_compiled: at block_n 128 two stages of
+//    K and V alone are 262 KB of shared memory); 2 stages at block_m 128 are 194.8 KB.
+//  - 64: block_m 192 with 3 consumer warpgroups (compiled for head_dim 64 only, block_n <= 128):
+//    the winner at both d64 shapes of tuning/nvidia-h200.json (causal N1024, non-causal N4096) and
+//    at every non-causal d64 shape of the short-N sweep (NOTES.md, "Short N").
+// dtype (bf16, fp16), causality and length keep the base: the same kernels serve them; the tuning
+// table refines per shape.
+inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &) {
+  if (p.head_dim == 256)
+    base.set("block_n", kBlockND256);
+  if (wide_ok(p.head_dim)) {
+    base.set("block_m", 3 * kRowsPerWarpgroup);
+    base.set("consumer_wgs", 3);
+    base.set("block_n", std::min<int64_t>(base.get("block_n"), kMaxWideBlockN));
+  }
+  return base;
+}
 
 // Dynamic shared memory: Q (block_m x D), `stages` K and V tiles (block_n x D each), all 16-bit,
 // plus slack. At d256 only block_n 64 with 2 stages fits block_m 128 (194.8 KB; 3 stages 258.8 KB);
@@ -311,10 +335,9 @@ constexpr int64_t o_stage_bytes(int64_t head_dim, const Params &c) {
 }
 // Whether O goes through shared memory and TMA: auto takes it where it fits.
 constexpr bool o_staged(int64_t head_dim, const Params &c, int64_t limit = kSmemOptinHopper) {
-  return c.o_store == kOStoreAuto &&
-         smem_bytes(head_dim, c) + o_stage_bytes(head_dim, c) <= limit;
+  return c.o_store == kOStoreAuto && smem_bytes(head_dim, c) + o_stage_bytes(head_dim, c) <= limit;
 }
-// Q buffers (v5): a persistent CTA loads the next work tile's Q into a second buffer while the
+// Q buffers: a persistent CTA loads the next work tile's Q into a second buffer while the
 // current one is in use, so that the next tile's first Q K^T can go out with this tile's last P V;
 // where the second buffer does not fit (after the O staging), one (the Q load then waits for the
 // last Q K^T of the tile before). A one-shot CTA has one tile: one buffer.
@@ -323,7 +346,8 @@ constexpr int q_buffers(int64_t head_dim, const Params &c, int64_t limit = kSmem
   if (!persistent_sched(c))
     return 1;
   const int64_t q = 2 * head_dim * int64_t(c.block_m);
-  const int64_t used = smem_bytes(head_dim, c) + (o_staged(head_dim, c, limit) ? o_stage_bytes(head_dim, c) : 0);
+  const int64_t used =
+      smem_bytes(head_dim, c) + (o_staged(head_dim, c, limit) ? o_stage_bytes(head_dim, c) : 0);
   return used + q <= limit ? 2 : 1;
 }
 // What the launch asks for: the ring (smem_bytes), the staging buffer when O is staged and the
@@ -343,23 +367,24 @@ inline int64_t total_work_tiles(const AttentionProblem &p, const Params &c) {
   return num_q_tiles(p, c) * p.heads_q * p.batch;
 }
 
-// The work order (v4, sections evened out in v7). A work tile is one (Q tile, head, batch). The
-// (b, h) pairs are cut into L2 sections of whole GQA groups, as many groups as keep their K/V within
-// half the L2, so the CTAs in flight share K/V through L2 instead of streaming every head's K/V from
-// DRAM at once. Inside a section the Q tiles go heaviest first (causal: the last Q tiles see the most
-// keys), the heads of the section interleaved. v7: the groups are spread evenly over the sections
-// (sizes differ by at most one group); v4 filled every section but the last, whose few heads then
-// started their heaviest tiles at the very end of the launch (simulated: 4-8% of a causal launch).
-// v12: a section also holds no more than section_tile_cap() work tiles (below), so that a head's
-// K/V is read from DRAM once (measured: Q + K + V once, where v11 read up to 2.5x that).
+// The work order. A work tile is one (Q tile, head, batch). The
+// (b, h) pairs are cut into L2 sections of whole GQA groups, as many groups as keep their K/V
+// within half the L2, so the CTAs in flight share K/V through L2 instead of streaming every head's
+// K/V from DRAM at once. Inside a section the Q tiles go heaviest first (causal: the last Q tiles
+// see the most keys), the heads of the section interleaved. The groups are spread evenly over the
+// sections (sizes differ by at most one group): filling every section but the last left its few
+// heads to start their heaviest tiles at the very end of the launch (simulated: 4-8% of a causal
+// launch). A section also holds no more than section_tile_cap() work tiles (below), so that a
+// head's K/V is read from DRAM once (measured: Q + K + V once, where the half-L2 rule alone read up
+// to 2.5x).
 struct TileOrder {
-  int num_q_tiles = 1;  // Q tiles per (b, h)
-  int groups = 1;       // (b, KV head) pairs: batch x heads_kv
-  int group = 1;        // query heads per KV head
-  int sections = 1;     // L2 sections, 1..groups
+  int num_q_tiles = 1; // Q tiles per (b, h)
+  int groups = 1;      // (b, KV head) pairs: batch x heads_kv
+  int group = 1;       // query heads per KV head
+  int sections = 1;    // L2 sections, 1..groups
   int64_t tiles() const { return int64_t(num_q_tiles) * groups * group; }
 };
-// max_section_tiles (v12, > 0): a section also holds no more groups than fit in that many work
+// max_section_tiles (> 0): a section also holds no more groups than fit in that many work
 // tiles (at least one group), so that every tile of a head is claimed within about that span.
 inline TileOrder tile_order(const AttentionProblem &p, int64_t block_m, int64_t head_dim,
                             int64_t l2_bytes, int64_t max_section_tiles = 0) {
@@ -368,21 +393,20 @@ inline TileOrder tile_order(const AttentionProblem &p, int64_t block_m, int64_t 
   o.group = static_cast<int>(p.group_size());
   o.groups = static_cast<int>(p.batch * p.heads_kv);
   const int64_t kv_per_group = 2 * p.seqlen_kv * head_dim * dtype_bytes(p.dtype);
-  int64_t per_section =
-      std::max<int64_t>(1, (l2_bytes / 2) / std::max<int64_t>(1, kv_per_group));
+  int64_t per_section = std::max<int64_t>(1, (l2_bytes / 2) / std::max<int64_t>(1, kv_per_group));
   if (max_section_tiles > 0)
-    per_section = std::min(per_section,
-                           std::max<int64_t>(1, max_section_tiles / (int64_t(o.num_q_tiles) * o.group)));
+    per_section = std::min(
+        per_section, std::max<int64_t>(1, max_section_tiles / (int64_t(o.num_q_tiles) * o.group)));
   o.sections = static_cast<int>((o.groups + per_section - 1) / per_section);
   return o;
 }
-// v12: the cap on a section's work tiles (tile_order's max_section_tiles) for a launch whose
+// The cap on a section's work tiles (tile_order's max_section_tiles) for a launch whose
 // resident CTAs number `resident`. Causal: two waves of tiles, heaviest first inside them, so the
-// launch still ends on light tiles (LPT) while every head's tiles are claimed within about two waves
-// (its K/V read from DRAM once). Non-causal tiles all cost the same, so nothing is gained by sorting:
-// one group per section, whose Q tiles then run side by side on neighbouring CTAs and read its K/V
-// together. Measured on the H200 against the half-L2 rule alone (NOTES.md, v12): d128 N512 +4%,
-// causal +4.5%; DRAM reads fall to Q + K + V once (201 MB at the acceptance shapes, from 250-500).
+// launch still ends on light tiles (LPT) while every head's tiles are claimed within about two
+// waves (its K/V read from DRAM once). Non-causal tiles all cost the same, so nothing is gained by
+// sorting: one group per section, whose Q tiles then run side by side on neighbouring CTAs and read
+// its K/V together. Measured on the H200 against the half-L2 rule alone: d128 N512 +4%, causal
+// +4.5%; DRAM reads fall to Q + K + V once (201 MB at the acceptance shapes, from 250-500).
 inline int64_t section_tile_cap(const AttentionProblem &p, int64_t resident) {
   return p.causal ? 2 * resident : 1;
 }
@@ -392,7 +416,7 @@ inline int64_t section_tile_cap(const AttentionProblem &p, int64_t resident) {
 struct TileCoord {
   int qt, bh;
 };
-// The order's divisors, fixed for a launch, as FastDivs (v17): the producer decodes every tile it
+// The order's divisors, fixed for a launch, as FastDivs: the producer decodes every tile it
 // claims, and with `/` that decode's conversions and reciprocals queued behind the consumers' exp2s
 // on the same pipe (~1.4 us a tile at d128 N512: the next tile's Q went out that much later).
 struct TileDecoder {
@@ -426,8 +450,21 @@ FB_HOST_DEVICE TileCoord tile_coord(const TileDecoder &o, int t) {
 
 // CTAs of a persistent launch: every resident slot of the device, never more than the tiles.
 inline int64_t persistent_grid(int64_t total_tiles, int64_t sms, int64_t ctas_per_sm) {
-  return std::max<int64_t>(1, std::min<int64_t>(total_tiles, sms * std::max<int64_t>(1, ctas_per_sm)));
+  return std::max<int64_t>(1,
+                           std::min<int64_t>(total_tiles, sms * std::max<int64_t>(1, ctas_per_sm)));
 }
+
+// What a launch is, given the device: its grid, its work order and its stream-K tail. `sms` and
+// `per_sm` (the CTAs of the instantiation resident on an SM at once) size the persistent grid,
+// whose resident CTAs cap the L2 sections (section_tile_cap); l2_bytes sizes the sections.
+struct LaunchPlan {
+  int64_t total_tiles = 0;
+  int64_t grid = 0;
+  TileOrder order;
+  TailSplit split; // ctas 0: every tile runs whole
+};
+LaunchPlan plan_launch(const AttentionProblem &p, const Params &c, int64_t head_dim, int64_t sms,
+                       int64_t per_sm, int64_t l2_bytes);
 
 // K/V tiles that rows up to last_row visit: up to its last visible key (0 when it sees none).
 FB_HOST_DEVICE int kv_tiles_to_row(int last_row, int block_n, int seqlen_q, int seqlen_kv,
@@ -460,8 +497,8 @@ inline double traffic_bytes(const AttentionProblem &p, const Params &c) {
 
 using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
                           cudaStream_t);
-// The __global__ function of the compiled instantiation that a problem runs with a scheduler (for the
-// occupancy report), or nullptr.
+// The __global__ function of the compiled instantiation that a problem runs with a scheduler (for
+// the occupancy report), or nullptr.
 using KernelFn = const void *(*)(const AttentionProblem &p, int scheduler);
 
 // Enqueues the kernel (register.cpp picks the compiled instantiation). Throws std::invalid_argument

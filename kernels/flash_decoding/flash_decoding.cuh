@@ -17,10 +17,10 @@
 //   * fused = 1 combines in the same launch: each CTA writes its partial, then takes a ticket on the
 //     group's arrival counter (one acq_rel atomic by one thread), and the last one to arrive merges
 //     the group. The counters live in the caller's semaphores (zero on entry); the last arrival
-//     resets its group's counter to 0, so no memset runs in front of the launch (v6; v4-v5 queued
-//     one, which cost a second graph node on every call). Version 2 had a per-launch tag in the
-//     counter instead, taken with an atomicCAS loop; when a group's 26-64 CTAs arrive together every
-//     failed CAS costs an L2 round trip, which serialised the arrivals (NOTES.md: ~10 us at B=1 L=8k).
+//     resets its group's counter to 0, so no memset runs in front of the launch (a memset node cost
+//     0.8-1.2 us a call). A per-launch tag in the counter, taken with an atomicCAS loop, was slower:
+//     when a group's 26-64 CTAs arrive together every failed CAS costs an L2 round trip, which
+//     serialised the arrivals (~10 us at B=1 L=8k).
 // A group whose keys fit one split writes its final O directly (no partials at all).
 //
 // Variable lengths (cache_seqlens) and causal alignment: row r of a group is query i = r / group of
@@ -41,13 +41,12 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 
 namespace fb::fdec {
 
-// Diagnostics (off unless FDEC_TRACE is defined, as scripts/dev/fdec_trace.cu does): thread 0 / lane 0
+// Diagnostics (off unless FDEC_TRACE is defined, as tools/dev/fdec_trace.cu does): thread 0 / lane 0
 // stamp %globaltimer at fixed points of every CTA's life into fdec_trace[cta][32], so a launch's start,
-// per-CTA progress, spread and combine tail can be read off one launch (NOTES.md, version 8). Slots:
+// per-CTA progress, spread and combine tail can be read off one launch. Slots:
 //   29 first instruction, 1 past the early exits, 30 before the first K/V copies, 0 the SM id,
 //   2-9 warp FDEC_TRACE_WARP (0) at each eighth of its sub-tiles (FDEC_TRACE_NOLOOP leaves them out:
 //   the stamps slow that warp's loop), 10+w warp w's loop end, 18 warps merged, 23 partial stored,
@@ -132,8 +131,8 @@ __device__ __forceinline__ void store4(T *dst, float x, float y, float z, float 
 //      over every P-th split, U = 16 (d 64: 8) partial loads in flight before the FMAs; a shuffle adds
 //      the P sums.
 // The partials do not depend on the weights, so each thread's first U are loaded before pass 1 and
-// their round trip overlaps the LSE pass's (v6): at 16 splits x 4 rows (B=1 GQA, 128 threads, P = 1)
-// the whole merge is one L2 round trip after the ticket, where v5 took three.
+// their round trip overlaps the LSE pass's: at 16 splits x 4 rows (B=1 GQA, 128 threads, P = 1) the
+// whole merge is one L2 round trip after the ticket, where loading them after it took three.
 template <class T, int D, int NTH>
 __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_active, int64_t grp,
                               float *wbuf) {
@@ -580,10 +579,10 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
 
   // ---- Fused combine: the last CTA of the group to arrive merges every split's partial.
   __shared__ int is_last;
-  // Release and acquire in one atomic by one thread (v8): the barrier orders every thread's partial
+  // Release and acquire in one atomic by one thread: the barrier orders every thread's partial
   // stores before thread 0's acq_rel atomic, whose release then covers them (cumulativity), and its
   // acquire covers the other CTAs' partials for the threads that read them after the next barrier.
-  // Until v7 every thread ran __threadfence() (fence.sc) first and the last CTA a second one.
+  // It replaces a __threadfence() (fence.sc) in every thread and a second one in the last CTA.
   __syncthreads(); // also: every thread is done with obuf/mbuf/lbuf, which wbuf overwrites
   if (threadIdx.x == 0) {
     FDEC_MARK(19, fdec_now());
@@ -717,14 +716,8 @@ template <class T>
 void launch_typed(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
                   const LaunchArgs &args, cudaStream_t stream) {
   const KArgs<T> a = make_args<T>(p, c, plan, args);
-  // The counters are zero on entry (LaunchArgs::semaphores). FLASHBENCH_FDEC_MEMSET=1 zeroes them again with
-  // a memset node in front of the launch, as v4-v5 did: the same-build A/B of what that node costs.
-  static const bool memset_first = [] {
-    const char *e = std::getenv("FLASHBENCH_FDEC_MEMSET");
-    return e && std::atoi(e) == 1;
-  }();
-  if (a.splits > 1 && a.fused && memset_first)
-    FB_CUDA_CHECK(cudaMemsetAsync(a.counters, 0, size_t(num_groups(p)) * sizeof(unsigned int), stream));
+  // The group counters are zero on entry (LaunchArgs::semaphores): the last arrival of a launch
+  // resets them, so no memset node runs in front of the kernel.
   switch (p.head_dim) {
   case 64: launch_d<T, 64>(a, p, c, stream); break;
   case 128: launch_d<T, 128>(a, p, c, stream); break;

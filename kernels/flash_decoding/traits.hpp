@@ -69,7 +69,7 @@ inline ConfigSpace make_space() {
        Axis{"num_splits",
             {0, 1, 2, 4, 8, 16, 32, 64},
             {},
-            "CTAs that share one KV sequence; 0 = heuristic (wave efficiency, see NOTES.md)"},
+            "CTAs that share one KV sequence; 0 = heuristic (wave efficiency)"},
        // One launch first: the tuner breaks 1% ties toward lower axis positions (fewer resources), and a
        // second kernel is not fewer (the first tune-decode run gave L=128k to two_kernels on a -1.0% tie;
        // re-measured in the same call it was 1.3% slower).
@@ -173,8 +173,8 @@ inline int ctas_per_sm(const AttentionProblem &p, const Params &c, const DeviceF
 // the per-CTA ramp, partial store and combine are paid for by >= 4 steps of streaming). Unlike
 // FlashAttention (which keeps 1 split once G >= 0.8 * SMs and accepts 85% of the best), a
 // half-empty last wave here is not hidden by the other CTAs' arithmetic.
-// Version 5: the target is one CTA per SM, not every resident slot. Measured on the H200 (NOTES.md,
-// decode-splits): at 2 resident CTAs per SM the old rule took twice the splits (B=1 GQA: 32, B=8:
+// The target is one CTA per SM, not every resident slot. Measured on the H200: at 2 resident CTAs
+// per SM, targeting every resident slot took twice the splits (B=1 GQA: 32, B=8:
 // 4, MHA B=1: 8) and each ran 2-8% slower than half as many (B=1 L=8k 19.5 -> 18.0 us, L=128k 130.0
 // -> 125.7 us): the stream is DRAM-bound with one CTA's rings per SM, and more CTAs only add
 // partials to combine and ragged finishes.

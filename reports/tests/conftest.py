@@ -16,3 +16,9 @@ def peers():
     """The package behind scripts/peers.py (flashbench_reports.peers), its API re-exported at the top."""
     import flashbench_reports.peers as mod
     return mod
+
+
+def pytest_addoption(parser):
+    parser.addoption("--screenshot-dir", default=None,
+                     help="write the headless-Chromium screenshots of the html, bring-up and history pages here "
+                          "(default: a temporary folder)")

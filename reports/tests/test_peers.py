@@ -51,6 +51,22 @@ def test_without_torch_prints_one_line_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+def test_ours_auto_needs_no_config(tmp_path):
+    # `--ours auto` (the library's own choice) passes the argument checks without --ours-config or --ours-best;
+    # without torch it then stops before loading anything.
+    try:
+        import torch  # noqa: F401
+        pytest.skip("torch is installed here; the run would go on to load the library")
+    except ImportError:
+        pass
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"problems": [{"seqlen_q": 128, "seqlen_kv": 128, "heads_q": 4}]}))
+    for extra in ([], ["--ours-config", "auto"]):
+        r = subprocess.run([sys.executable, PEERS, "--problems", str(plan), "-o", str(tmp_path / "o.json"),
+                            "--ours", "auto"] + extra, capture_output=True, text=True)
+        assert r.returncode == 0 and "torch" in r.stdout, r.stderr
+
+
 def test_bad_plan_is_a_user_error(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text('{"problems": [{"seqlen_q": 0}]}')
@@ -160,6 +176,8 @@ def test_rounds_time_every_peer_in_turn_the_order_reversed_each_round(peers, mon
     (["--ours-config", "default"], "need --ours"),
     (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-best", "x.json"], "one of"),
     (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-top", "2"], "--ours-top 2"),
+    (["--ours", "auto", "--ours-best", "x.json"], "--ours auto picks the config"),
+    (["--ours", "auto", "--ours-config", "block_m=64"], "--ours auto picks the config"),
     (["--rounds", "0"], "--rounds"),
     (["-o", "."], "is a directory"),
 ])

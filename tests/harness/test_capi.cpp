@@ -1,9 +1,15 @@
 // flashbench's C API (harness/capi/capi.cpp) without a GPU: every bad argument is a NULL launcher and one line that
-// says what was wrong, and nothing throws across the C boundary.
+// says what was wrong, nothing throws across the C boundary, and "auto" reports the dispatcher's choice.
 #include "flashbench/capi.h"
+#include "flashbench/tuner.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 namespace {
@@ -54,4 +60,94 @@ TEST(Capi, NullArgumentsAreErrorsNotCrashes) {
   EXPECT_EQ(fb_capi_launch(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), -1);
   EXPECT_NE(std::string(fb_capi_last_error()).find("null"), std::string::npos);
   EXPECT_STREQ(fb_capi_config_string(nullptr), "");
+}
+
+// fb_capi_choose: what fb_capi_create would run, "auto" included, on the CPU (against the nominal H100 where there is
+// no GPU). The tuning table is one this test writes, for this machine's GPU (or the nominal one).
+namespace {
+
+struct TableDir {
+  std::filesystem::path dir;
+  TableDir() {
+    dir = std::filesystem::temp_directory_path() / ("fb_capi_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    ::setenv("FLASHBENCH_TUNING_DIR", dir.c_str(), 1);
+  }
+  ~TableDir() {
+    ::unsetenv("FLASHBENCH_TUNING_DIR");
+    std::filesystem::remove_all(dir);
+  }
+};
+
+nlohmann::json choose(const char* variant, const char* config, const std::string& problem) {
+  const char* out = fb_capi_choose(variant, config, problem.c_str());
+  if (!out) {
+    ADD_FAILURE() << variant << " / " << (config ? config : "NULL") << ": " << fb_capi_last_error();
+    return nlohmann::json::object();
+  }
+  return nlohmann::json::parse(out);
+}
+
+} // namespace
+
+TEST(Capi, AutoReportsTheTablesChoiceAndTheHeuristicElsewhere) {
+  TableDir d;
+  const fb::DeviceInfo dev = fb::device_count() > 0 ? fb::query_device(0) : fb::nominal_device();
+  fb::AttentionProblem p;
+  p.batch = 4, p.heads_q = 32, p.heads_kv = 8, p.seqlen_q = p.seqlen_kv = 4096, p.head_dim = 128, p.causal = true;
+  const fb::Variant& fa2 = fb::catalog().get("fa2_q_outer");
+  fb::TuningTable t;
+  t.gpu = {{"name", dev.name}, {"slug", dev.slug()}};
+  fb::TuningEntry e = fb::make_entry_key("fa2_q_outer", p);
+  e.config = fa2.space().make({{"block_m", "64"}, {"block_n", "32"}, {"warps", "4"}, {"stages", "3"}});
+  e.config_str = fa2.space().to_string(e.config);
+  e.tflops = 123;
+  e.source_hash = fb::variant_source_hashes().at("fa2_q_outer");
+  t.upsert(e);
+  fb::save_tuning_table((d.dir / (dev.slug() + ".json")).string(), t);
+  const std::string pj = nlohmann::json(p).dump();
+
+  // The table's only entry: auto takes it, and so does config "auto" of the named variant.
+  nlohmann::json c = choose("auto", "", pj);
+  EXPECT_EQ(c["variant"], "fa2_q_outer") << c;
+  EXPECT_EQ(c["config"], e.config_str) << c;
+  EXPECT_EQ(c["source"].get<std::string>().rfind("table", 0), 0u) << c;
+  EXPECT_EQ(c["device"], dev.name);
+  EXPECT_EQ(choose("fa2_q_outer", "auto", pj)["config"], e.config_str);
+  // The named variant without a config: its default for the problem, not the table's.
+  c = choose("fa2_q_outer", "", pj);
+  EXPECT_EQ(c["config"], fa2.space().to_string(fa2.space().default_config(p, dev))) << c;
+  EXPECT_EQ(c["source"], "the default for the problem");
+  // A partial config takes the other axes from the default for the problem.
+  c = choose("fa2_q_outer", "stages=1", pj);
+  fb::Config want = fa2.space().default_config(p, dev);
+  want.set("stages", 1);
+  EXPECT_EQ(c["config"], fa2.space().to_string(want)) << c;
+
+  // Nothing in the table for decode: the heuristic's flash_decoding.
+  fb::AttentionProblem dec = p;
+  dec.seqlen_q = 1;
+  dec.causal = false;
+  c = choose("auto", nullptr, nlohmann::json(dec).dump());
+  EXPECT_EQ(c["variant"], "flash_decoding") << c;
+  EXPECT_EQ(c["source"].get<std::string>().rfind("heuristic", 0), 0u) << c;
+}
+
+TEST(Capi, DefaultIsValidAtHeadDim256) {
+  // fa3_pipelined's base default has block_n 128, which is not compiled at head_dim 256: "default" must take the
+  // problem's own default (block_n 64) rather than refuse.
+  const std::string pj = R"({"batch": 1, "heads_q": 8, "heads_kv": 8, "seqlen_q": 1024, "seqlen_kv": 1024,
+                             "head_dim": 256, "causal": true, "dtype": "bf16"})";
+  for (const char* config : {"", "default"}) {
+    const nlohmann::json c = choose("fa3_pipelined", config, pj);
+    EXPECT_NE(c.value("config", "").find("block_n=64"), std::string::npos) << c;
+  }
+}
+
+TEST(Capi, AutoTakesNoConfig) {
+  EXPECT_EQ(fb_capi_choose("auto", "block_m=64", kProblem), nullptr);
+  EXPECT_NE(std::string(fb_capi_last_error()).find("auto"), std::string::npos) << fb_capi_last_error();
+  EXPECT_NE(create_error("auto", "block_m=64", kProblem).find("auto"), std::string::npos);
+  EXPECT_STREQ(fb_capi_variant(nullptr), "");
+  EXPECT_STREQ(fb_capi_choice(nullptr), "");
 }

@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <regex>
+#include <vector>
 
 using namespace fb;
 
@@ -122,13 +125,64 @@ TEST(Spec, ErrorsNameFileLineAndWhatToDo) {
                R"(^t\.yaml:1:\d+: timing.queue must be 'round_trip' .* or 'back_to_back')");
 }
 
+// Every spec shipped under sweeps/ (any depth) parses and plans, so a new spec is covered without
+// listing it here.
 TEST(Spec, ShippedSpecsParse) {
-  for (const char* name :
-       {"quick.yaml", "tune-fa3.yaml", "fa3-v4.yaml", "decode-latency.yaml", "fa3-fp8.yaml"}) {
-    const std::string path = std::string(FLASHBENCH_SOURCE_DIR) + "/sweeps/" + name;
-    const SweepSpec s = load_spec(path);
-    EXPECT_FALSE(s.problems.empty()) << path;
-    EXPECT_FALSE(plan(s, catalog(), nominal_device()).empty()) << path;
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(FLASHBENCH_SOURCE_DIR) / "sweeps";
+  ASSERT_TRUE(fs::is_directory(root)) << root;
+  std::vector<fs::path> specs;
+  for (const auto &entry : fs::recursive_directory_iterator(root))
+    if (entry.is_regular_file() && entry.path().extension() == ".yaml")
+      specs.push_back(entry.path());
+  std::sort(specs.begin(), specs.end());
+  ASSERT_FALSE(specs.empty()) << "no .yaml spec found under " << root;
+  // The fixed entry points stay at the top level: scripts/run.sh, scripts/nightly.sh and
+  // scripts/bringup.sh name them.
+  for (const char *name : {"quick.yaml", "nightly.yaml", "bringup.yaml"})
+    EXPECT_TRUE(std::find(specs.begin(), specs.end(), root / name) != specs.end()) << name;
+  for (const auto &path : specs) {
+    SCOPED_TRACE(path.string());
+    try {
+      const SweepSpec s = load_spec(path.string());
+      EXPECT_FALSE(s.problems.empty());
+      EXPECT_FALSE(plan(s, catalog(), nominal_device()).empty());
+    } catch (const UserError &e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+}
+
+TEST(Spec, VariantLimitedToNamedEntries) {
+  const SweepSpec s = parse_spec(R"(
+problems:
+  - {name: prefill, heads_q: 8, seqlen: [256, 512], head_dim: 64}
+  - {name: decode, heads_q: 32, gqa: 4, seqlen_q: 1, seqlen_kv: 4096, head_dim: 128}
+  - {name: both, heads_q: 8, seqlen: 256, head_dim: 64}
+variants:
+  naive: default
+  flash_decoding: {configs: default, problems: [decode]}
+)",
+                                 "t.yaml");
+  ASSERT_EQ(s.problems.size(), 3u); // the 'both' entry repeats a prefill problem: kept once, with both names
+  EXPECT_EQ(s.problem_entries[0], (std::set<std::string>{"prefill", "both"}));
+  size_t naive = 0, fdec = 0;
+  for (const auto &pt : plan(s, catalog(), nominal_device())) {
+    if (pt.variant->name() == "naive") ++naive;
+    if (pt.variant->name() == "flash_decoding") {
+      ++fdec;
+      EXPECT_EQ(pt.problem.seqlen_q, 1);
+    }
+  }
+  EXPECT_EQ(naive, 3u);
+  EXPECT_EQ(fdec, 1u);
+  try {
+    parse_spec("problems:\n  - {name: a, seqlen: 64, head_dim: 64}\nvariants:\n  naive: {problems: [b]}\n",
+               "u.yaml");
+    ADD_FAILURE() << "an unknown entry name must be refused";
+  } catch (const UserError &e) {
+    EXPECT_NE(std::string(e.what()).find("u.yaml:4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'b'"), std::string::npos) << e.what();
   }
 }
 

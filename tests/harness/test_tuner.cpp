@@ -11,10 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 
@@ -169,7 +171,7 @@ TEST(Tuner, TiesWithinOnePercentGoToFewerResources) {
   EXPECT_FALSE(pick_winner(v.space(), partial));
 }
 
-// c157 (fa3 NOTES.md, session 31): at d128 N4096 the config fastest by median had been timed at 1980 MHz and the
+// c157 (fa3_pipelined/HISTORY.md, session 31): at d128 N4096 the config fastest by median had been timed at 1980 MHz and the
 // others at ~1700 MHz. Such a margin is flagged by the spread of the two points' clocks, kept in the table.
 TEST(Tuner, ClockSpreadFlagsMarginsBetweenPointsTimedAtDifferentClocks) {
   Measurement a, b;
@@ -355,4 +357,223 @@ TEST(Tuner, CommandWritesTableCachesAndFeedsConfigsTuned) {
   EXPECT_NE(r.out.find(t.entries[0].config_str), std::string::npos) << r.out;
   r = cli("run --dry-run " + (d / "run.yaml").string(), d, "FLASHBENCH_TUNING_DIR=" + (d / "none").string());
   EXPECT_NE(r.out.find("[default: no tuning table"), std::string::npos) << r.out;
+}
+
+namespace {
+AttentionProblem gqa_prefill(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t n) {
+  AttentionProblem p;
+  p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv, p.seqlen_q = p.seqlen_kv = n, p.head_dim = 128;
+  return p;
+}
+TuningEntry entry_for(const std::string& variant, const AttentionProblem& p, int64_t block_m) {
+  TuningEntry e = make_entry_key(variant, p);
+  e.config = Config({{"block_m", block_m}});
+  return e;
+}
+} // namespace
+
+TEST(Tuner, NearestBucketRule) {
+  // dispatch.hpp's example: N = 3000, batch 3, GQA 48/8 lies in no measured bucket (sq 4096, b*h 256, group 8).
+  const AttentionProblem p = gqa_prefill(3, 48, 8, 3000);
+  TuningTable t;
+  t.upsert(entry_for("fa2_q_outer", gqa_prefill(8, 32, 8, 2048), 1)); // 1.10 + 0.83 + 0.58 = 2.52
+  t.upsert(entry_for("fa2_q_outer", gqa_prefill(4, 32, 8, 4096), 2)); // 0.90 + 0.17 + 0.58 = 1.65
+  t.upsert(entry_for("fa2_q_outer", gqa_prefill(1, 64, 8, 4096), 3)); // 0.90 + 1.17 + 0.42 = 2.48
+  bool exact = true;
+  double d = 0;
+  const TuningEntry* e = t.lookup("fa2_q_outer", p, &exact, &d);
+  ASSERT_TRUE(e);
+  EXPECT_FALSE(exact);
+  EXPECT_EQ(e->config.get("block_m"), 2);
+  EXPECT_NEAR(d, 2 * std::log2(4096.0 / 3000) + std::log2(128.0 / 144) * -1 + std::log2(6.0 / 4), 1e-9);
+  EXPECT_NEAR(bucket_distance(*e, p), d, 1e-12);
+  // Other dtype, head_dim or causality never match, however near.
+  AttentionProblem other = p;
+  other.causal = true;
+  EXPECT_EQ(t.lookup("fa2_q_outer", other), nullptr);
+  // Its own bucket wins over any nearer-looking measured problem: N = 3000 and 4000 share bucket 4096.
+  t.upsert(entry_for("fa2_q_outer", gqa_prefill(3, 48, 8, 4000), 4));
+  EXPECT_EQ(t.lookup("fa2_q_outer", p, &exact)->config.get("block_m"), 4);
+  EXPECT_TRUE(exact);
+
+  // Ties: at equal distance the smaller length part wins; then the larger problem; then table order.
+  TuningTable ties;
+  const AttentionProblem q = gqa_prefill(4, 32, 8, 2048); // b*h 128, group 4
+  ties.upsert(entry_for("fa2_q_outer", gqa_prefill(8, 32, 8, 2048), 1)); // one doubling of b*h
+  ties.upsert(entry_for("fa2_q_outer", gqa_prefill(4, 32, 8, 1024), 2)); // one halving of both lengths: 2
+  ties.upsert(entry_for("fa2_q_outer", gqa_prefill(2, 32, 8, 2048), 3)); // one halving of b*h
+  EXPECT_EQ(ties.lookup("fa2_q_outer", q)->config.get("block_m"), 1); // 1 and 3 tie at 1, no length: larger
+  TuningTable ties2;
+  ties2.upsert(entry_for("fa2_q_outer", gqa_prefill(4, 16, 4, 2048), 5)); // b*h halved
+  ties2.upsert(entry_for("fa2_q_outer", gqa_prefill(4, 64, 16, 2048), 6)); // b*h doubled: larger wins
+  EXPECT_EQ(ties2.lookup("fa2_q_outer", q)->config.get("block_m"), 6);
+  TuningTable ties3;
+  AttentionProblem longer = gqa_prefill(2, 32, 8, 4096), wider = gqa_prefill(8, 32, 8, 1024);
+  ties3.upsert(entry_for("fa2_q_outer", wider, 7));  // lengths halved (2), b*h doubled (1): 3, length part 2
+  ties3.upsert(entry_for("fa2_q_outer", longer, 8)); // lengths doubled (2), b*h halved (1): 3, length part 2
+  EXPECT_EQ(ties3.lookup("fa2_q_outer", q)->config.get("block_m"), 8); // equal in all but size: the larger
+}
+
+TEST(Tuner, EntriesRecordTheirVariantsSourceHash) {
+  const auto& hashes = variant_source_hashes();
+  for (const auto& v : catalog().all()) {
+    ASSERT_TRUE(hashes.count(v->name())) << v->name();
+    EXPECT_EQ(hashes.at(v->name()).size(), 16u);
+  }
+  EXPECT_NE(hashes.at("fa2_q_outer"), hashes.at("fa3_pipelined"));
+  TuningEntry e = make_entry_key("fa2_q_outer", prefill(1024, 128, false));
+  EXPECT_NE(stale_reason(e).find("no source hash"), std::string::npos); // tables from before the hash
+  e.source_hash = hashes.at("fa2_q_outer");
+  EXPECT_EQ(stale_reason(e), "");
+  e.source_hash = "0123456789abcdef";
+  EXPECT_NE(stale_reason(e).find("changed"), std::string::npos);
+  e.variant = "fa9_gone";
+  EXPECT_NE(stale_reason(e).find("fa9_gone"), std::string::npos);
+  // The hash survives the round trip; a table without it loads.
+  TuningTable t;
+  e.variant = "fa2_q_outer";
+  e.source_hash = hashes.at("fa2_q_outer");
+  t.upsert(e);
+  nlohmann::json j = to_json(t);
+  EXPECT_EQ(tuning_table_from_json(j, "x.json").entries[0].source_hash, e.source_hash);
+  j["entries"][0].erase("source_hash");
+  EXPECT_EQ(tuning_table_from_json(j, "x.json").entries[0].source_hash, "");
+}
+
+TEST(Tuner, CheckReportsStaleEntriesAndExitCodes) {
+  const fs::path d = test_dir("check");
+  TuningTable fresh;
+  TuningEntry e = make_entry_key("fa2_q_outer", prefill(1024, 128, false));
+  e.config = Config({{"block_m", 64}});
+  e.source_hash = variant_source_hashes().at("fa2_q_outer");
+  fresh.upsert(e);
+  save_tuning_table((d / "fresh.json").string(), fresh);
+  TuningTable stale = fresh;
+  TuningEntry old = make_entry_key("fa3_pipelined", prefill(4096, 64, true)); // no hash: an old table's entry
+  old.config = Config({{"block_m", 192}});
+  stale.upsert(old);
+  save_tuning_table((d / "stale.json").string(), stale);
+
+  Cli r = cli("tune --check " + (d / "fresh.json").string(), d);
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("1 fresh, 0 stale"), std::string::npos) << r.out;
+  r = cli("tune --check " + (d / "fresh.json").string() + " " + (d / "stale.json").string(), d);
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("stale: fa3_pipelined bf16 d64 causal bucket sq<=4096"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1 fresh, 1 stale"), std::string::npos) << r.out;
+  // No tables named: every table of the tuning directory.
+  r = cli("tune --check", d, "FLASHBENCH_TUNING_DIR=" + d.string());
+  EXPECT_EQ(r.code, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("fresh.json: 1 fresh"), std::string::npos) << r.out;
+  // Bad input: exit 2, one line, nothing on stdout.
+  r = cli("tune --check " + (d / "fresh.json").string() + " " + (d / "missing.json").string(), d);
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("missing.json"), std::string::npos) << r.err;
+  std::ofstream(d / "bad.json") << "{";
+  EXPECT_EQ(cli("tune --check " + (d / "bad.json").string(), d).code, 2);
+  EXPECT_EQ(cli("tune", d).code, 2); // neither a spec nor --check
+
+  // The committed tables are listed too (the acceptance's `tune --check` on tuning/): this only checks that they
+  // load; whether they are fresh is for the GPU run that regenerates them.
+  r = cli("tune --check", d, "FLASHBENCH_TUNING_DIR=" + std::string(FLASHBENCH_SOURCE_DIR) + "/tuning");
+  EXPECT_TRUE(r.code == 0 || r.code == 1) << r.out << r.err;
+}
+
+TEST(Tuner, StaleTableWarnsOnceWhenLoaded) {
+  // In a child process (the table cache is per process): `run --dry-run` with configs: tuned loads the table.
+  const fs::path d = test_dir("warn");
+  const std::string slug = device_count() > 0 ? query_device(0).slug() : nominal_device().slug();
+  TuningTable t;
+  TuningEntry old = make_entry_key("fa2_q_outer", prefill(1024, 128, true)); // no source hash
+  old.config = catalog().get("fa2_q_outer").space().default_config();
+  t.upsert(old);
+  TuningEntry other = make_entry_key("fa2_q_outer", prefill(4096, 128, true));
+  other.config = old.config;
+  t.upsert(other);
+  save_tuning_table((d / (slug + ".json")).string(), t);
+  std::ofstream(d / "run.yaml") << "problems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096], head_dim: "
+                                   "128, causal: true}\nvariants:\n  fa2_q_outer: {configs: tuned}\n";
+  Cli r = cli("run --dry-run " + (d / "run.yaml").string(), d, "FLASHBENCH_TUNING_DIR=" + d.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const size_t first = r.err.find("warning: ");
+  ASSERT_NE(first, std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("2 of 2 entries"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("warning: ", first + 1), std::string::npos) << "more than one warning: " << r.err;
+}
+
+TEST(Tuner, SeveralGpusShareTheWorkAndGiveTheSameTable) {
+  // --gpus 0,1 with fake workers (no CUDA): two workers take the measurements, and the table equals one GPU's.
+  const fs::path d = test_dir("gpus");
+  std::ofstream(d / "t.yaml") << "name: t\nproblems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096], "
+                                 "head_dim: 128, causal: [false, true]}\nvariants: [fa2_q_outer]\n";
+  auto tune = [&](const std::string& gpus, const std::string& out) {
+    return cli("tune " + (d / "t.yaml").string() + " --fake-worker --no-cache --gpus " + gpus + " -o " +
+                   (d / out).string() + " --report " + (d / (out + ".report")).string(),
+               d);
+  };
+  Cli one = tune("0", "one.json"), two = tune("0,1", "two.json");
+  ASSERT_EQ(one.code, 0) << one.err << one.out;
+  ASSERT_EQ(two.code, 0) << two.err << two.out;
+  const TuningTable a = load_tuning_table((d / "one.json").string()), b = load_tuning_table((d / "two.json").string());
+  ASSERT_EQ(a.entries.size(), 4u);
+  ASSERT_EQ(b.entries.size(), a.entries.size());
+  for (size_t i = 0; i < a.entries.size(); ++i) {
+    EXPECT_EQ(a.entries[i].config, b.entries[i].config) << i;
+    EXPECT_EQ(b.entries[i].source_hash, variant_source_hashes().at("fa2_q_outer"));
+  }
+  nlohmann::json report;
+  std::ifstream(d / "two.json.report") >> report;
+  EXPECT_EQ(report["workers_started"].get<int>(), 2) << report;
+}
+
+TEST(Tuner, TableSpecsCoverWhatAutoPicksAndTheAcceptanceShapes) {
+  // sweeps/tune/table-*.yaml build a GPU's whole table in one `flashbench tune`: every variant `auto` picks, on the
+  // acceptance shapes and the Llama-3 presets, and every (variant, problem) has a candidate on an H100.
+  const std::string dir = std::string(FLASHBENCH_SOURCE_DIR) + "/sweeps/";
+  std::map<std::string, std::vector<AttentionProblem>> tuned; // variant -> problems
+  for (const char* f : {"tune/table-prefill.yaml", "tune/table-decode.yaml", "tune/table-fp8.yaml"}) {
+    const SweepSpec s = load_spec(dir + f);
+    for (const auto& sel : s.variants) {
+      const Variant& v = catalog().get(sel.variant);
+      ASSERT_EQ(sel.mode, VariantSelection::Mode::list) << f << ": a list keeps the search within the time budget";
+      for (const auto& p : s.problems) {
+        bool any = false;
+        for (const auto& m : sel.configs) {
+          const Config c = v.space().make(m);
+          any = any || (!v.space().check(c) && v.supports(p, c, nominal_device()).ok);
+        }
+        EXPECT_TRUE(any) << f << ": no candidate of " << sel.variant << " supports " << key(p);
+        tuned[sel.variant].push_back(p);
+      }
+    }
+  }
+  for (const char* v : {"fa3_pipelined", "fa2_q_outer", "flash_decoding", "fa3_fp8"})
+    EXPECT_FALSE(tuned[v].empty()) << v << " is never tuned";
+  auto covers = [&](const std::string& variant, const AttentionProblem& p) {
+    const auto& ps = tuned[variant];
+    return std::find(ps.begin(), ps.end(), p) != ps.end();
+  };
+  for (const auto& [spec, variant] : std::vector<std::pair<std::string, std::string>>{
+           {"fa3-accept.yaml", "fa3_pipelined"}, {"fa2-accept.yaml", "fa2_q_outer"},
+           {"decode-accept.yaml", "flash_decoding"}})
+    for (const auto& p : load_spec(dir + spec).problems) EXPECT_TRUE(covers(variant, p)) << spec << ": " << key(p);
+  // The acceptance's long GQA decode shapes, the presets' shapes and each head_dim.
+  AttentionProblem d;
+  d.batch = 16, d.heads_q = 32, d.heads_kv = 8, d.seqlen_q = 1, d.seqlen_kv = 20000, d.head_dim = 128;
+  EXPECT_TRUE(covers("flash_decoding", d));
+  d.batch = 4, d.heads_q = 64, d.seqlen_kv = 50000;
+  EXPECT_TRUE(covers("flash_decoding", d));
+  const SweepSpec presets = parse_spec("problems:\n  - {preset: llama3-8b-prefill}\n  - {preset: llama3-70b-prefill}\n"
+                                       "  - {preset: llama3-8b-decode}\n  - {preset: llama3-70b-decode}\n"
+                                       "variants: [naive]\n",
+                                       "presets");
+  for (const auto& p : presets.problems)
+    EXPECT_TRUE(covers(p.seqlen_q == 1 ? "flash_decoding" : "fa3_pipelined", p)) << key(p);
+  for (int64_t hd : {64, 128, 256}) {
+    const auto has = [&](const std::string& v) {
+      return std::any_of(tuned[v].begin(), tuned[v].end(), [&](const AttentionProblem& p) { return p.head_dim == hd; });
+    };
+    EXPECT_TRUE(has("fa3_pipelined") && has("fa2_q_outer") && has("flash_decoding")) << "d" << hd;
+  }
 }

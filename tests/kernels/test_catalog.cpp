@@ -107,7 +107,7 @@ TEST(FlashDecodingPlan, HeuristicFillsTheGpuWithoutAPartialWave) {
   EXPECT_GE(p8k.splits * 8, 120);
   EXPECT_LE(p8k.splits * 8, 132);
   // The target is one CTA per SM even where two fit (the default tile, 3 stages): B=1 GQA 16
-  // splits, B=8 2, MHA B=1 4 (not 32, 4 and 8: NOTES.md, version 5).
+  // splits, B=8 2, MHA B=1 4 (not 32, 4 and 8: one CTA per SM is the target).
   const fdec::Params dflt;
   EXPECT_EQ(fdec::split_plan(decode(1, 32, 8, 131072), dflt, h200).ctas_per_sm, 2);
   EXPECT_EQ(fdec::split_plan(decode(1, 32, 8, 131072), dflt, h200).splits, 16);

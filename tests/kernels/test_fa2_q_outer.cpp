@@ -51,7 +51,7 @@ const std::vector<Shape> kLongShapes = {
     {"causal_q300_kv300_d128", 1, 2, 2, 300, 300, 128, true, DType::bf16},
     {"causal_q257_kv513_d64_f16", 1, 2, 1, 257, 513, 64, true, DType::f16},
     {"q333_kv650_d64", 2, 2, 2, 333, 650, 64, false, DType::bf16},
-    // seqlen_kv > seqlen_q (diagonal shifted right by 577), GQA: the int mask bounds of d128 128x64x4 (version 4).
+    // seqlen_kv > seqlen_q (diagonal shifted right by 577), GQA: the int mask bounds of d128 128x64x4 (the lean loop).
     {"causal_q200_kv777_d128_gqa", 1, 4, 2, 200, 777, 128, true, DType::bf16},
     {"causal_q513_kv200_d128_bhsd", 1, 4, 2, 513, 200, 128, true, DType::f16, {}, 0, Layout::bhsd},
     {"causal_q190_kv190_d256", 1, 2, 2, 190, 190, 256, true, DType::bf16},
@@ -85,14 +85,14 @@ TEST(Fa2QOuter, UnsupportedCombinationsSayWhy) {
   const Config big = fa2().space().make(
       {{"block_m", "128"}, {"block_n", "128"}, {"warps", "4"}, {"warp_layout", "split_q"}});
   EXPECT_NE(fa2().supports(p, big, dev).reason.find("registers"), std::string::npos);
-  // Version 2 calibration (NOTES.md): d64 128x128x4 compiles spill-free for sm_90 (not for sm_80), d128 128x64x4
+  // The register score's calibration: d64 128x128x4 compiles spill-free for sm_90 (not for sm_80), d128 128x64x4
   // still spills and is skipped with the register reason.
   p.head_dim = 64;
   EXPECT_TRUE(fa2().supports(p, big, dev).ok) << fa2().supports(p, big, dev).reason;
   DeviceInfo ampere = dev;
   ampere.present = true, ampere.cc_major = 8, ampere.cc_minor = 0;
   EXPECT_NE(fa2().supports(p, big, ampere).reason.find("compute capability 8"), std::string::npos);
-  // Version 4: d128 128x64x4 (FA2's d128 shape) compiles spill-free for sm_90 with the lean loop (traits.hpp,
+  // d128 128x64x4 (FA2's d128 shape) compiles spill-free for sm_90 with the lean loop (traits.hpp,
   // lean_loop), not for sm_80; d128 128x128x4 still spills and is skipped with the register reason.
   p.head_dim = 128;
   const Config fa2_shape = fa2().space().make(

@@ -95,7 +95,7 @@ TEST(Fa3Fp8Host, OtherVariantsTurnDownE4m3) {
 }
 
 TEST(Fa3Fp8Host, QInRegsNeedsIntraWarpgroupOverlap) {
-  // c175: without intra_wg_overlap, ptxas reused Q's fragment registers for P; the space must not offer it.
+  // Without intra_wg_overlap, ptxas reused Q's fragment registers for P; the space must not offer it.
   int invalid = 0, valid_with_q = 0;
   for (const auto& e : fp8().space().expand()) {
     const fa3fp8::Params p = fa3fp8::params_of(e.config);

@@ -4,7 +4,7 @@
 //  diagnosis of where
 //    the error sits (S side vs P V side, which 64-column chunk, which rows) so that a wrong WGMMA
 //    descriptor, swizzle or fragment layout is named rather than just "incorrect".
-//    scripts/dev/fa3-gpu.sh runs it first.
+//    Run it first on a new build (--gtest_filter='*Fa3SelfCheck*').
 //  - Fa3AllConfigs: every valid config on the shared awkward shapes and on longer ones that wrap
 //  the TMA ring
 //    several times, cross the causal diagonal in several tiles, and mix GQA, bhsd and seqlen_q !=
@@ -197,10 +197,10 @@ INSTANTIATE_TEST_SUITE_P(
         SelfCheckCase{"d64_f16_bm128_pp", 64, 128, 128, DType::f16, 128, 128, 2, 1, 0},
         // Two K/V tiles: the online-softmax rescale and the intra-warpgroup overlap path.
         SelfCheckCase{"d128_two_tiles_overlap", 128, 64, 256, DType::bf16, 64, 128, 1, 0, 1},
-        // v2: block_n 192 (m64n192 S, 12 P V k-steps, V LBO = 192 x 128 B) with ping-pong and the
+        // block_n 192 (m64n192 S, 12 P V k-steps, V LBO = 192 x 128 B) with ping-pong and the
         // reordered overlap loop (O rescaled between the two issues), three K/V tiles.
         SelfCheckCase{"d128_bn192_pp_overlap", 128, 128, 576, DType::bf16, 128, 192, 2, 1, 1},
-        // v3: separate K/V release with a 4-deep ring wrapping twice (9 tiles), then 3 consumer
+        // Separate K/V release with a 4-deep ring wrapping twice (9 tiles), then 3 consumer
         // warpgroups (block_m 192, 512 threads, 160 registers, 3-way turn ring), ragged rows.
         SelfCheckCase{"d64_bn128_st4_pp_overlap", 64, 128, 1152, DType::bf16, 128, 128, 2, 1, 1, 4},
         SelfCheckCase{"d64_bm192_3wg_pp_overlap", 64, 192, 640, DType::bf16, 192, 128, 3, 1, 1, 4},
@@ -292,10 +292,10 @@ INSTANTIATE_TEST_SUITE_P(D256, Fa3AllConfigs, ::testing::ValuesIn(kD256Shapes),
                          fb::test::shape_name);
 
 // Keys whose spread grows along the sequence (Case's key_growth: 4 blocks with std 1, g, g^2, g^3).
-// v6, lazy rescale, x3: with unit keys a row's maximum settles in its first K/V tile, so the rescale
+// Lazy rescale, x3: with unit keys a row's maximum settles in its first K/V tile, so the rescale
 // after it never runs; x3 moves every row's offset late in the loop (several times, by far more
-// than the slack), with O already accumulated (v10: the optimistic softmax's slow path, P *= alpha).
-// v10, x6 (1, 6, 36, 216): later scores land hundreds of log2 units past a row's offset, exp2
+// than the slack), with O already accumulated (the optimistic softmax's slow path, P *= alpha).
+// x6 (1, 6, 36, 216): later scores land hundreds of log2 units past a row's offset, exp2
 // overflows, and the kernel must recompute that tile's S (recompute_s) before the exact softmax.
 struct ScoreCase {
   Shape shape;
@@ -312,8 +312,8 @@ const std::vector<ScoreCase> kGrowthCases = {
     {{"jump_q64_kv500_d256", 1, 2, 2, 64, 500, 256, false, DType::bf16}, 6.f},
 };
 // Scores shifted by +-40 and +-196 log2 units (Case's score_shift): every row's maximum lies far
-// from 0, the offset a kernel might guess before its first row max (v11 tried that at a work tile's
-// first K/V tile, with a slow path for +-40 and a recompute for +-196; dropped, NOTES.md), and
+// from 0, the offset a kernel might guess before its first row max (tried at a work tile's first
+// K/V tile, with a slow path for +-40 and a recompute for +-196, and dropped), and
 // +196 overflows exp2 of any unshifted score. Every config, causal with fully masked rows and
 // seqlen_q != seqlen_kv, GQA, fp16 and bf16.
 const std::vector<ScoreCase> kShiftCases = {
@@ -338,7 +338,7 @@ INSTANTIATE_TEST_SUITE_P(LazyRescale, Fa3ScoreRange, ::testing::ValuesIn(kGrowth
 INSTANTIATE_TEST_SUITE_P(FarFromZero, Fa3ScoreRange, ::testing::ValuesIn(kShiftCases),
                          score_case_name);
 
-// v4: more work tiles than an H100/H200 has SMs, so that persistent CTAs walk several tiles each
+// More work tiles than an H100/H200 has SMs, so that persistent CTAs walk several tiles each
 // (the K/V ring, the Q buffer and the turn ring run on across tiles, causal tiles of different
 // lengths, and tiles whose rows see no key in between). Every persistent and dynamic config runs
 // on them, twice in a row: the dynamic scheduler's counters must come back zero for the second.
@@ -346,7 +346,7 @@ const std::vector<Shape> kManyTileShapes = {
     {"gqa_causal_b3_h48_q300_kv400_d64", 3, 48, 12, 300, 400, 64, true, DType::bf16},
     {"gqa_causal_b2_h40_q700_kv150_d128", 2, 40, 8, 700, 150, 128, true, DType::f16},
     {"b2_h72_q257_kv333_d128", 2, 72, 72, 257, 333, 128, false, DType::bf16},
-    // v15, stream_k: fewer work tiles than SMs, long K/V, so that each tile is cut into several
+    // stream_k: fewer work tiles than SMs, long K/V, so that each tile is cut into several
     // parts (a fold of many partials), rows past seqlen_q in a split tile (block_m 192), GQA.
     {"split_b1_h3_q200_kv1500_d64", 1, 3, 3, 200, 1500, 64, false, DType::bf16},
     {"split_gqa_b1_h2_q70_kv1000_d128", 1, 2, 1, 70, 1000, 128, false, DType::f16},
@@ -442,7 +442,7 @@ TEST(Fa3Pipelined, PersistentGridAndL2Sections) {
   EXPECT_EQ(fb::fa3::persistent_grid(40, 132, 1), 40);
   EXPECT_EQ(fb::fa3::persistent_grid(5000, 132, 0), 132);
   // d128 bf16, N = 8192, GQA 4: a group's K+V is 4 MiB; half of a 50 MiB L2 holds 6 groups, so the
-  // 16 groups (2 batches x 8 KV heads) take 3 sections, of 6, 5 and 5 groups (v4: 6, 6 and 4).
+  // 16 groups (2 batches x 8 KV heads) take 3 sections, of 6, 5 and 5 groups (not 6, 6 and 4).
   AttentionProblem p = Shape{"x", 2, 32, 8, 8192, 8192, 128, true, DType::bf16}.problem();
   fb::fa3::TileOrder o = fb::fa3::tile_order(p, 128, 128, 50ll << 20);
   EXPECT_EQ(o.groups, 16);
@@ -455,7 +455,7 @@ TEST(Fa3Pipelined, PersistentGridAndL2Sections) {
   // Short: the whole problem is one section.
   p.seqlen_kv = 512;
   EXPECT_EQ(fb::fa3::tile_order(p, 128, 128, 50ll << 20).sections, 1);
-  // v12: a cap on a section's work tiles. Causal, 132 CTAs: two waves (264 tiles) of 64-tile groups
+  // A cap on a section's work tiles. Causal, 132 CTAs: two waves (264 tiles) of 64-tile groups
   // of 4 heads = 1 group a section; non-causal: one group a section whatever the cap.
   p.seqlen_kv = 8192;
   EXPECT_EQ(fb::fa3::section_tile_cap(p, 132), 264);
@@ -468,6 +468,50 @@ TEST(Fa3Pipelined, PersistentGridAndL2Sections) {
   s.causal = false;
   EXPECT_EQ(fb::fa3::tile_order(s, 128, 128, 50ll << 20, fb::fa3::section_tile_cap(s, 132)).sections,
             512);
+}
+
+// A launch's grid, work order and stream-K tail from the device's SMs, resident CTAs and L2
+// (plan_launch, which launch_tile runs before every launch).
+TEST(Fa3Pipelined, LaunchPlanGridOrderAndTail) {
+  using namespace fb::fa3;
+  const int64_t l2 = 50ll << 20;
+  // The d128 N2048 acceptance shape: 8 x 16 heads x 16 Q tiles = 2048 work tiles, 15.5 waves of 132.
+  const AttentionProblem p = Shape{"x", 8, 16, 16, 2048, 2048, 128, false, DType::bf16}.problem();
+  Params c; // bm128 bn128, dynamic
+  LaunchPlan plan = plan_launch(p, c, 128, 132, 1, l2);
+  EXPECT_EQ(plan.total_tiles, 2048);
+  EXPECT_EQ(plan.grid, 132);
+  EXPECT_EQ(plan.split.ctas, 0);
+  EXPECT_EQ(plan.split.first, 2048); // every tile whole
+  EXPECT_EQ(plan.order.sections, 128); // non-causal: one GQA group a section
+  c.scheduler = kSchedOneShot; // a CTA per work tile
+  EXPECT_EQ(plan_launch(p, c, 128, 132, 1, l2).grid, 2048);
+  // stream_k: 15 full waves (1980 tiles) whole, the 68 left x 16 K/V tiles shared out over 132
+  // chunks, claimed by the same 132 CTAs.
+  c.scheduler = kSchedStreamK;
+  plan = plan_launch(p, c, 128, 132, 1, l2);
+  EXPECT_EQ(plan.grid, 132);
+  EXPECT_EQ(plan.split.first, 1980);
+  EXPECT_EQ(plan.split.tiles, 68);
+  EXPECT_EQ(plan.split.iters, 16);
+  EXPECT_EQ(plan.split.ctas, 132);
+  // Fewer work tiles than resident slots: the tail may take more CTAs than there are tiles (6 tiles
+  // of 12 K/V tiles in chunks of at least kSplitMinIters = 4: 18 CTAs).
+  const AttentionProblem few = Shape{"x", 1, 3, 3, 200, 1500, 64, false, DType::bf16}.problem();
+  plan = plan_launch(few, c, 64, 132, 1, l2);
+  EXPECT_EQ(plan.total_tiles, 6);
+  EXPECT_EQ(plan.split.first, 0);
+  EXPECT_EQ(plan.split.ctas, 18);
+  EXPECT_EQ(plan.grid, 18);
+  // Causal problems never split (stream_k is non-causal only); their sections are capped at two
+  // waves of the resident CTAs (section_tile_cap).
+  AttentionProblem causal = p;
+  causal.causal = true;
+  plan = plan_launch(causal, c, 128, 132, 1, l2);
+  EXPECT_EQ(plan.split.ctas, 0);
+  EXPECT_EQ(plan.grid, 132);
+  EXPECT_EQ(plan.order.sections,
+            tile_order(causal, 128, 128, l2, section_tile_cap(causal, 132)).sections);
 }
 
 // The work order visits every (Q tile, head) once, keeps each section to whole GQA groups, and
@@ -507,10 +551,10 @@ TEST(Fa3Pipelined, WorkOrderIsAPermutationOfWholeGroupSections) {
   }
 }
 
-// What the dynamic scheduler is for (NOTES.md, v7). Each work tile costs its K/V tiles plus one (a
+// What the dynamic scheduler is for. Each work tile costs its K/V tiles plus one (a
 // tile's start and O); 132 CTAs. Claiming tiles in the work order as CTAs free up (the dynamic
 // scheduler) stays within 3% of an even share on the causal acceptance shapes; the fixed round robin
-// (persistent) is what v4-v6 ran, and is measured next to it.
+// (persistent) is measured next to it.
 TEST(Fa3Pipelined, DynamicClaimsBalanceCausalWork) {
   const int ctas = 132;
   for (const auto &[n, d, bm, bn] : std::vector<std::tuple<int, int, int, int>>{
@@ -548,7 +592,7 @@ TEST(Fa3Pipelined, DynamicClaimsBalanceCausalWork) {
   }
 }
 
-// v15, stream_k: every chunk of the tail cut into segments covers each K/V tile of the tail exactly
+// stream_k: every chunk of the tail cut into segments covers each K/V tile of the tail exactly
 // once; only a chunk's first segment may be a later part of a tile (one workspace slot a chunk);
 // each split tile has one first part, in the chunk just before its later parts, which folds in
 // exactly those; chunk_of finds every K/V tile's chunk (the producer walks the tail by it); and a
@@ -633,7 +677,7 @@ TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
       << fa3().supports(p, cfg(128, 192, 2, 2, 1, 1), dev).reason;
   EXPECT_NE(fa3().supports(p, cfg(128, 192, 3, 2, 1, 1), dev).reason.find("shared memory"),
             std::string::npos);
-  // v3: 3 consumer warpgroups are compiled for head_dim 64 only; stages 4 fit at d64, not d128.
+  // 3 consumer warpgroups are compiled for head_dim 64 only; stages 4 fit at d64, not d128.
   EXPECT_NE(fa3().supports(p, cfg(192, 128, 2, 3, 1, 1), dev).reason.find("head_dim 64"),
             std::string::npos);
   EXPECT_NE(fa3().supports(p, cfg(128, 128, 4, 2, 1, 1), dev).reason.find("shared memory"),
@@ -659,7 +703,7 @@ TEST(Fa3Pipelined, UnsupportedCombinationsSayWhy) {
   EXPECT_NE(fa3().supports(p, def, dev).reason.find("fp32"), std::string::npos);
 }
 
-// v37: a problem runs the kernel of its kind (traits.hpp kernel_mode): non-causal, causal or stream-K's
+// A problem runs the kernel of its kind (traits.hpp kernel_mode): non-causal, causal or stream-K's
 // split, each compiled without the others' paths; d128 block_n 192 has the all-paths kernel only.
 // The occupancy report (kernels()) names the same instantiation the launch runs.
 TEST(Fa3Pipelined, EachProblemKindRunsItsOwnKernel) {
@@ -673,7 +717,7 @@ TEST(Fa3Pipelined, EachProblemKindRunsItsOwnKernel) {
   EXPECT_EQ(kernel_mode(64, 64, plain_p, fa3::kSchedStreamK), fa3::kModeSplit);
   EXPECT_EQ(kernel_mode(256, 64, plain_p, fa3::kSchedStreamK), fa3::kModePlain); // no split at 256
   EXPECT_EQ(kernel_mode(128, 192, causal_p, fa3::kSchedDynamic), fa3::kModeAny);
-  // v40: the causal kernel's loop is settled after key 0. Fewer queries than keys: every row sees
+  // The causal kernel's loop is settled after key 0. Fewer queries than keys: every row sees
   // key 0; more: the first rows see no key, and the all-paths kernel runs them.
   EXPECT_EQ(kernel_mode(128, 128, shape(true, 200, 333), fa3::kSchedDynamic), fa3::kModeCausal);
   EXPECT_EQ(kernel_mode(128, 128, shape(true, 333, 200), fa3::kSchedDynamic), fa3::kModeAny);
@@ -775,9 +819,9 @@ TEST(Fa3Pipelined, TrafficModelIsOneKvPassPerQTile) {
   EXPECT_LT(fa3().model_bytes(p, c), 0.65 * want);
 }
 
-// v13: a causal warpgroup computes K/V tiles up to its own last row's last visible key
+// A causal warpgroup computes K/V tiles up to its own last row's last visible key
 // (kv_tiles_to_row, as make_ctx does on the device) and passes over the rest of its work tile's.
-// The counts NOTES.md predicts from: block_m 192, block_n 128, 3 consumers.
+// The counts the design's predictions came from: block_m 192, block_n 128, 3 consumers.
 TEST(Fa3Pipelined, WarpgroupsPassOverTilesRightOfTheirDiagonal) {
   struct Count {
     int computed = 0, passed = 0;

@@ -18,12 +18,27 @@ extern "C" {
 
 typedef struct fb_capi_launcher fb_capi_launcher;
 
-/* A launcher for VARIANT at CONFIG ("block_m=128,block_n=128,..." as in a results file's config_str; "default" or
- * "" for the variant's default) on PROBLEM_JSON (a plan's problem object: batch, heads_q, heads_kv, seqlen_q,
- * seqlen_kv, head_dim, causal, dtype, layout, scale), on the current CUDA device. Allocates the variant's workspace,
- * its zeroed semaphores and the per-entry KV lengths. NULL where the variant, config or problem is unknown or
- * invalid, the variant does not support it on this device, or an allocation fails. */
+/* A launcher for VARIANT at CONFIG on PROBLEM_JSON (a plan's problem object: batch, heads_q, heads_kv, seqlen_q,
+ * seqlen_kv, head_dim, causal, dtype, layout, scale), on the current CUDA device.
+ *  VARIANT  a catalog name, or "auto": the library's own choice (flashbench/dispatch.hpp: this GPU's tuning table,
+ *           else the documented heuristic), the variant and config that flashbench::attention_forward runs.
+ *  CONFIG   "block_m=128,block_n=128,..." as in a results file's config_str (axes not named come from the
+ *           variant's default for this problem); "" or "default": the variant's default for this problem;
+ *           "auto": the tuning table's config for this variant (else its default). With VARIANT "auto" it must be
+ *           "", "default" or "auto".
+ * fb_capi_variant and fb_capi_choice tell what was chosen and why. Allocates the variant's workspace, its zeroed
+ * semaphores and the per-entry KV lengths. NULL where the variant, config or problem is unknown or invalid, the
+ * variant does not support it on this device, or an allocation fails. */
 FB_CAPI fb_capi_launcher* fb_capi_create(const char* variant, const char* config, const char* problem_json);
+/* What fb_capi_create would choose for the same arguments, without allocating: a JSON object {"variant", "config",
+ * "source", "device"} (source: why this config; device: the GPU it was chosen for), valid in this thread until the
+ * next fb_capi_choose. Without a CUDA device it plans for a nominal H100 (device says so). NULL on error. */
+FB_CAPI const char* fb_capi_choose(const char* variant, const char* config, const char* problem_json);
+/* The launcher's variant (the catalog name, also when it was created as "auto"); "" for NULL. */
+FB_CAPI const char* fb_capi_variant(const fb_capi_launcher* l);
+/* Why it runs this variant and config: "table nvidia-h200: bucket ...", "heuristic (...): ...", "the default for
+ * the problem" or "given ..."; "" for NULL. */
+FB_CAPI const char* fb_capi_choice(const fb_capi_launcher* l);
 /* The config's canonical string (every axis), owned by the launcher. */
 FB_CAPI const char* fb_capi_config_string(const fb_capi_launcher* l);
 /* Queues the forward pass on STREAM (a cudaStream_t; NULL for the legacy default stream). Q, K, V and O are in the

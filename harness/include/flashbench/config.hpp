@@ -15,6 +15,9 @@
 
 namespace fb {
 
+struct AttentionProblem;
+struct DeviceInfo;
+
 struct Axis {
   std::string name;
   std::vector<int64_t> values;
@@ -47,12 +50,23 @@ class ConfigSpace {
 public:
   // Returns a reason when a combination is invalid by construction (not device-dependent).
   using Constraint = std::function<std::optional<std::string>(const Config&)>;
+  // A variant's default for one problem on one device: the base default with the axes that the problem's
+  // head_dim, dtype, causality or length (or the device's shared memory) decide changed. Documented in the
+  // variant's traits.hpp; it must give a config the variant supports wherever any config is supported
+  // (tests/kernels/test_default_configs.cpp checks the whole support matrix).
+  using DefaultRule = std::function<Config(Config base, const AttentionProblem&, const DeviceInfo&)>;
 
   ConfigSpace() = default;
-  ConfigSpace(std::vector<Axis> axes, Config default_config, Constraint constraint = nullptr);
+  ConfigSpace(std::vector<Axis> axes, Config default_config, Constraint constraint = nullptr,
+              DefaultRule default_rule = nullptr);
 
   const std::vector<Axis>& axes() const { return axes_; }
+  // The base default: every axis at the value the variant's common problems (bf16 d128 prefill, or decode for a
+  // decode variant) run best with. What `list` prints and what make() fills unnamed axes from.
   const Config& default_config() const { return default_; }
+  // The default for p on dev: what `configs: default`, the dispatcher, `configs: tuned` without an entry, the
+  // C API's "default" and `check` use. The base default where the variant has no rule.
+  Config default_config(const AttentionProblem& p, const DeviceInfo& dev) const;
   const Axis* axis(const std::string& name) const;
 
   // Cartesian product of the axes, in axis order; each combination with the constraint's verdict.
@@ -66,6 +80,8 @@ public:
   // Builds a config from user-given name -> value-or-label, filling unspecified axes from the default.
   // Throws UserError for unknown names, unknown labels, or values not on the axis.
   Config make(const std::map<std::string, std::string>& given) const;
+  // The same, filling unspecified axes from `base` (e.g. default_config(p, dev)).
+  Config make(const std::map<std::string, std::string>& given, const Config& base) const;
   std::optional<std::string> check(const Config& c) const;
 
   // "block_m=64,block_n=64,warp_layout=split_q"
@@ -76,6 +92,7 @@ private:
   std::vector<Axis> axes_;
   Config default_;
   Constraint constraint_;
+  DefaultRule default_rule_;
 };
 
 // "a=1,b=on" -> {{a, 1}, {b, on}}, in order: the command line's --shape and --config, and the C API's config.

@@ -2,14 +2,35 @@
 //
 // Choice (choose_kernel):
 //  1. The tuning table of this GPU (tuner.hpp; $FLASHBENCH_TUNING_DIR/<gpu-slug>.json, else the source tree's
-//     tuning/): for `variant = "auto"` the variant whose entry for the problem's bucket (or the nearest bucket of
-//     the same dtype, head_dim and causal) has the highest measured TFLOPs; for a named variant, that variant's
-//     entry. An entry is used only when its config supports the problem on this device.
+//     tuning/): for `variant = "auto"` each variant's entry for the problem by the nearest-bucket rule below, and
+//     of those the nearest, then the one with the highest measured TFLOPs; for a named variant, that variant's
+//     entry. An entry is used only when its config supports the problem on this device. A table with stale
+//     entries (their variant's sources changed since: `flashbench tune --check`) is still used, with one warning
+//     on stderr when it is loaded.
 //  2. Heuristic fallback (no table, no entry, or an entry that does not fit): the first variant of this preference
-//     list that exists in the catalog and supports the problem with its default config (else its first config that
-//     does): decode-like problems (seqlen_q <= 16) try flash_decoding first; then fa2_q_outer (fa3_pipelined joins once proven on a GPU),
-//     fa1_kv_outer, naive. A named variant uses its default config (else its first supported one).
+//     list that exists in the catalog and supports the problem with its default config for the problem
+//     (ConfigSpace::default_config(p, dev), else its first config that does): e4m3 problems try fa3_fp8 first,
+//     decode-like problems (seqlen_q <= 16) flash_decoding; then fa3_pipelined (sm_90 only), fa2_q_outer,
+//     fa1_kv_outer, naive. A named variant uses its default config for the problem.
 // Test-only variants are never chosen by "auto".
+//
+// The nearest-bucket rule (TuningTable::lookup). Entries are keyed by variant, dtype, head_dim, causality and the
+// power-of-two buckets (the smallest power of two >= the value) of seqlen_q, seqlen_kv, batch*heads_q and
+// heads_q/heads_kv. For a problem:
+//  a. only entries with its variant, dtype, head_dim and causality are candidates (these change the kernel or the
+//     mask; a config never crosses them);
+//  b. the entry of the problem's own bucket wins;
+//  c. else the entry whose measured problem is nearest: the smallest sum over the four dimensions of
+//     |log2(problem's value / entry's value)| (one per doubling, whichever dimension);
+//  d. ties (within 1e-9) go to the smaller length part of that sum (seqlen_q and seqlen_kv set the loop length
+//     and the tile count, which decide the tile shape most), then to the entry of the larger problem (the sum of
+//     the signed log2 ratios: a config tuned for more work keeps the grid full, one tuned for less may not), then
+//     to the entry that comes first in the table;
+//  e. an entry farther than kMaxBucketDistance (6 doublings) is not near: with no nearer entry the heuristic
+//     decides (so decode never takes a prefill entry: seqlen_q 1 against 512 is 9 alone).
+// Example: N = 3000, batch 3, GQA 48/8 (6:1) has buckets sq 4096, b*h 256, group 8. Between entries measured at
+// (N 4096, b4 h32/8), (N 2048, b8 h32/8) and (N 4096, b1 h64/8) it takes the first: 0.90 + 0.17 + 0.58 = 1.65,
+// against 2.52 and 2.48 (tests/harness/test_tuner.cpp, Tuner.NearestBucketRule).
 #pragma once
 
 #include "flashbench/config.hpp"

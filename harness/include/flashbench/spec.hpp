@@ -10,6 +10,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,8 @@ struct VariantSelection {
   // tuned: per problem, the tuning table's config for this GPU (tuner.hpp), else the default config.
   enum class Mode { all, default_config, list, tuned } mode = Mode::default_config;
   std::vector<std::map<std::string, std::string>> configs; // Mode::list: name -> value or label
+  // Names of problem entries ('name:' or 'preset:') this variant runs on; empty: every problem of the spec.
+  std::vector<std::string> problems;
   std::string where; // "file:line:col" of the entry, for error messages
 };
 
@@ -28,6 +31,7 @@ struct SweepSpec {
   std::string path;
   TimingPolicy timing;
   std::vector<AttentionProblem> problems; // expanded, validated, de-duplicated, in spec order
+  std::vector<std::set<std::string>> problem_entries; // per problem: the names of the entries that gave it
   std::vector<VariantSelection> variants;
 };
 

@@ -70,8 +70,9 @@ int run_sweep(const SweepSpec& spec, const RunOptions& opts);
 namespace fb {
 // Correctness of every variant x every valid config on a built-in set of awkward shapes (lengths 1 and
 // non-multiples of any tile, causal with seqlen_q != seqlen_kv, rows that see no key, GQA/MQA, every dtype).
-// Only variants named in `only` when it is non-empty. Returns 0 when all pass, 1 otherwise.
-int run_check(int device, const std::vector<std::string>& only, std::ostream& os);
+// Only variants named in `only` when it is non-empty; `defaults_only`: each shape's default config
+// (ConfigSpace::default_config(p, dev)) instead of every config. Returns 0 when all pass, 1 otherwise.
+int run_check(int device, const std::vector<std::string>& only, std::ostream& os, bool defaults_only = false);
 // The built-in shapes, exposed for tests and the dry-run listing.
 std::vector<AttentionProblem> awkward_shapes();
 } // namespace fb

@@ -4,7 +4,7 @@
 //    pays for its own traffic only. nvbench and triton's do_bench flush by writing (a memset, "write"), which
 //    leaves the L2 full of dirty lines that the next kernel must write back to DRAM before its own lines fit:
 //    about 50-60 MB of write-back charged to whatever runs next, which dominates a 10-30 us decode kernel
-//    (flash_decoding/NOTES.md measured it). "write" is kept to reproduce those tools' numbers;
+//    (flash_decoding/HISTORY.md measured it). "write" is kept to reproduce those tools' numbers;
 //  - while one sample's work is queued, the stream is held by a blocking kernel, so host launch overhead never
 //    lands between the events;
 //  - each sample is one pair of CUDA events around the variant's launches;
@@ -126,6 +126,10 @@ public:
 private:
   void* device_ = nullptr;
 };
+
+// Queues a one-thread kernel that spins for `ns` nanoseconds of the GPU's global timer (0: returns at once) on
+// `stream`. The test slowdown (FLASHBENCH_TEST_SLOWDOWN) adds it to a variant's timed samples.
+void gpu_spin(cudaStream_t stream, double ns);
 
 class BackToBack; // timer.cu: the queue of policy queue back_to_back
 

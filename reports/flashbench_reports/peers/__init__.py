@@ -13,7 +13,12 @@ the same power and thermal state, where a `flashbench run` and a peers.py run mi
 700 W cap moves between 1980 and ~1700 MHz over seconds). --ours-best takes each problem's config from an earlier
 sweep's results, so that the config is chosen on other samples than the ones compared; with --ours-top K its K
 fastest (by fastest sample) are all timed, and scripts/peer_table.py picks one by its ratio in the first round and
-reports its ratio over the later rounds.
+reports its ratio over the later rounds. `--ours auto` times what a user of the library gets: per problem the
+variant and config flashbench::attention_forward picks (this GPU's tuning table, else the heuristic), recorded as
+variant "auto" with the chosen config, the chosen variant (chosen_variant) and why (choice):
+
+  python scripts/peers.py --problems plan.json -o ab.json --peers torch_cudnn --ours auto --rounds 3 \
+      --interleave sample
 
 plan.json is {"problems": [...], "spec": {...}, "timing_policy": {...}} as written by `flashbench plan SPEC.yaml`.
 Measurement mirrors the harness, with the plan's timing policy: warm-up, then per sample an L2 flush (outside the

@@ -31,6 +31,11 @@ class CapiLib:
         lib.fb_capi_set_descales.restype, lib.fb_capi_set_descales.argtypes = ctypes.c_int, [P] * 4
         lib.fb_capi_destroy.restype, lib.fb_capi_destroy.argtypes = None, [P]
         lib.fb_capi_last_error.restype, lib.fb_capi_last_error.argtypes = ctypes.c_char_p, []
+        # What "auto" chose (newer libraries only: an A/B against an older build's library still loads it).
+        self.has_choice = hasattr(lib, "fb_capi_variant") and hasattr(lib, "fb_capi_choice")
+        if self.has_choice:
+            lib.fb_capi_variant.restype, lib.fb_capi_variant.argtypes = ctypes.c_char_p, [P]
+            lib.fb_capi_choice.restype, lib.fb_capi_choice.argtypes = ctypes.c_char_p, [P]
         self.lib = lib
 
     def error(self) -> str:
@@ -39,7 +44,9 @@ class CapiLib:
 
 class Ours(Peer):
     """A catalog variant at one config (--ours), bound to a problem. Its output and LSE are poisoned (NaN) before the
-    verified call and before a graph replay is compared with it."""
+    verified call and before a graph replay is compared with it. Variant "auto" (config "auto") is the library's own
+    choice, what flashbench::attention_forward runs: its records are named "auto" with the chosen config, and carry
+    the chosen variant (chosen_variant) and why (choice: the tuning table's bucket, or the heuristic)."""
 
     def __init__(self, torch, lib: CapiLib, variant: str, config: str, p: dict):
         super().__init__(torch, variant, p)
@@ -62,6 +69,11 @@ class Ours(Peer):
             raise ValueError(self.lib.error())
         self.handle = h
         self.config = self.lib.lib.fb_capi_config_string(h).decode()
+        if self.lib.has_choice:
+            self.extra["chosen_variant"] = self.lib.lib.fb_capi_variant(h).decode()
+            self.extra["choice"] = self.lib.lib.fb_capi_choice(h).decode()
+        elif self.name == "auto":
+            raise ValueError("{} has no fb_capi_variant: a library older than variant auto".format(self.lib.path))
         if p["dtype"] == "e4m3":
             ds = self.inputs.descales  # kept alive by self.inputs while the launcher is
             if self.lib.lib.fb_capi_set_descales(h, *(d.data_ptr() for d in ds)) != 0:

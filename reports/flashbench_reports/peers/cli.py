@@ -51,9 +51,10 @@ def main(argv=None) -> int:
                     help="the timed loop's load (timing.hpp): the plan's timing.queue unless given")
     ap.add_argument("--flush", choices=("read", "write"), default=None,
                     help="L2 flush: read a 2x-L2 buffer (clean lines, default) or write it (as do_bench)")
-    ap.add_argument("--ours", default=None, metavar="VARIANT",
+    ap.add_argument("--ours", default=None, metavar="VARIANT|auto",
                     help="also time this catalog variant here, through libflashbench_capi.so, with the same timer "
-                         "and interleaved with the peers (give --ours-config or --ours-best)")
+                         "and interleaved with the peers (give --ours-config or --ours-best); "
+                         "auto: the library's own choice per problem, as flashbench::attention_forward makes it")
     ap.add_argument("--ours-config", default=None, help="--ours's config on every problem: name=value,... | default")
     ap.add_argument("--ours-best", default=None, metavar="RESULTS",
                     help="--ours's config per problem: its fastest verified one in this `flashbench run` results file")
@@ -85,7 +86,13 @@ def main(argv=None) -> int:
         if args.ours_top < 1 or (args.ours_top > 1 and not args.ours_best):
             raise UserError("--ours-top {}: give 1 or more, with --ours-best RESULTS".format(args.ours_top))
         ours_configs = None
-        if args.ours:
+        if args.ours == "auto":
+            # The library's own choice per problem (tuning table, else heuristic): it picks the config too.
+            if args.ours_best is not None or args.ours_config not in (None, "auto", "default"):
+                raise UserError("--ours auto picks the config too (the GPU's tuning table, else the heuristic): "
+                                "give neither --ours-config nor --ours-best")
+            ours_configs = {problem_key(p): ["auto"] for p in problems}
+        elif args.ours:
             if (args.ours_config is None) == (args.ours_best is None):
                 raise UserError("--ours {}: give one of --ours-config CONFIG and --ours-best RESULTS".format(args.ours))
             ours_configs = (best_configs(args.ours_best, args.ours, args.ours_top) if args.ours_best
@@ -128,7 +135,9 @@ def main(argv=None) -> int:
            "timing_policy": dict({f: getattr(args, n) for n, (f, _) in TIMING_FIELDS.items()}, timer="cuda_events"),
            "rounds": args.rounds, "interleave": args.interleave,
            "ours": {"variant": args.ours, "lib": lib.path,
-                    "configs": args.ours_config or "the {} fastest by min_us in {}".format(args.ours_top, args.ours_best)}
+                    "configs": ("the library's choice per problem (tuning table, else heuristic)" if args.ours == "auto"
+                                else args.ours_config
+                                or "the {} fastest by min_us in {}".format(args.ours_top, args.ours_best))}
                    if lib else None}
     records = []
     # As `flashbench run` does: every finished record goes to <out>.partial.jsonl at once, so that a run cut short

@@ -1,0 +1,78 @@
+// The nightly specs guard every catalog variant: each has points that run (not only skipped ones)
+// on Hopper.
+#include "flashbench/device.hpp"
+#include "flashbench/spec.hpp"
+#include "kernels/catalog.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+using namespace fb;
+
+namespace {
+
+const char *kEveryVariant[] = {"naive",         "fa1_kv_outer",   "fa2_q_outer",
+                               "fa3_pipelined", "flash_decoding", "fa3_fp8"};
+
+std::map<std::string, int> runnable_points(const std::string &rel) {
+  const SweepSpec s = load_spec(std::string(FLASHBENCH_SOURCE_DIR) + "/" + rel);
+  std::map<std::string, int> n;
+  for (const auto &pt : plan(s, catalog(), nominal_device())) // nominal: an H100 SXM
+    if (!pt.skip_reason)
+      ++n[pt.variant->name()];
+  return n;
+}
+
+std::string run_dry(const std::string &rel) {
+  const std::string cmd = std::string(FLASHBENCH_BIN) + " run --dry-run " +
+                          std::string(FLASHBENCH_SOURCE_DIR) + "/" + rel + " 2>&1";
+  std::unique_ptr<FILE, int (*)(FILE *)> p(popen(cmd.c_str(), "r"), pclose);
+  std::string out;
+  char buf[4096];
+  while (p && fgets(buf, sizeof buf, p.get()))
+    out += buf;
+  return out;
+}
+
+} // namespace
+
+TEST(NightlySpec, GuardsEveryVariant) {
+  const auto n = runnable_points("sweeps/nightly.yaml");
+  for (const char *v : kEveryVariant)
+    EXPECT_GT(n.count(v) ? n.at(v) : 0, 0) << v << " has no runnable point";
+}
+
+TEST(NightlySpec, DispatchedVariantsRunAtTheDefaultAndTunedConfigs) {
+  const SweepSpec s = load_spec(std::string(FLASHBENCH_SOURCE_DIR) + "/sweeps/nightly.yaml");
+  std::map<std::string, std::set<std::string>> configs;
+  for (const auto &pt : plan(s, catalog(), nominal_device()))
+    if (!pt.skip_reason)
+      configs[pt.variant->name()].insert(pt.variant->space().to_string(pt.config));
+  for (const char *v : {"fa3_pipelined", "fa2_q_outer", "flash_decoding"}) {
+    const Variant &var = catalog().get(v);
+    EXPECT_TRUE(configs[v].count(var.space().to_string(var.space().default_config())))
+        << v << ": no default";
+    EXPECT_GE(configs[v].size(), 2u) << v << ": the default only";
+  }
+}
+
+TEST(NightlySpec, DryRunListsEveryVariant) {
+  const std::string out = run_dry("sweeps/nightly.yaml");
+  for (const char *v : kEveryVariant)
+    EXPECT_NE(out.find(v), std::string::npos) << v << " missing from:\n" << out;
+}
+
+TEST(NightlySpec, SmokeSpecCoversEveryVariantWithTwelvePoints) {
+  const auto n = runnable_points("sweeps/ci/nightly-smoke.yaml");
+  int total = 0;
+  for (const char *v : kEveryVariant) {
+    EXPECT_GT(n.count(v) ? n.at(v) : 0, 0) << v;
+    total += n.count(v) ? n.at(v) : 0;
+  }
+  EXPECT_GE(total, 12);
+}
