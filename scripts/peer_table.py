@@ -20,10 +20,22 @@ from the power lottery (compute-bound kernels scale with the SM clock).
 """
 import argparse
 import json
+import os
 import statistics
 import sys
 
-FIELDS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim", "causal", "dtype")
+# The problem key of the harness (flashbench_reports/problem.py), from the checkout: nothing needs installing.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reports"))
+from flashbench_reports.problem import normalize_dtype, problem_key  # noqa: E402
+
+
+def label_of(p: dict) -> str:
+    """A problem's row label: head dim, sequence length, causal, then whatever else sets it apart (layout, scale,
+    kv_lens, page size), as the key spells it."""
+    base = problem_key({k: v for k, v in p.items() if k in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv",
+                                                             "head_dim", "causal", "dtype")})
+    rest = problem_key(p)[len(base):].replace("_", " ")
+    return f"d{p.get('head_dim')} N{p.get('seqlen_q')}{' causal' if p.get('causal') else ''}{rest}"
 
 
 def choose_on_round0(best: dict, mine_all: dict, peer_of) -> str:
@@ -71,7 +83,8 @@ def main():
         print(f"peer_table: cannot read the inputs: {e}; give a flashbench results file and a peers.py file, or "
               "one file of peers.py --ours", file=sys.stderr)
         return 2
-    key = lambda r: tuple(r["problem"].get(f) for f in FIELDS)
+    key = lambda r: problem_key(dict(r["problem"], dtype=normalize_dtype(r["problem"].get("dtype"))))
+    problem_of = {}  # key -> the problem
     rep = lambda r: r.get("repetition_index") or 0
     best, peer = {}, {}  # (problem, round) -> (tflops, config, record); (problem, peer name, round) -> record
     mine_all = {}  # (problem, config) -> {round: record}, for the one-file (interleaved) mode
@@ -82,6 +95,7 @@ def main():
         if a.variant and v != a.variant:
             continue
         k = (key(r), rep(r))
+        problem_of[key(r)] = r["problem"]
         mine_all.setdefault((key(r), r.get("config_str", "")), {})[rep(r)] = r
         if r["tflops"] > best.get(k, (0, ""))[0]:
             best[k] = (r["tflops"], r.get("config_str", ""), r)
@@ -108,10 +122,12 @@ def main():
     print(f"{'problem':17s} {'ours':>7s} " + " ".join(f"{n:>12s}" for n in names) + f" {'ours/' + a.peer:>18s}"
           + (f" {'range':>13s}" if rounds > 1 else "") +
           f" {'per MHz':>7s}  {'MHz busy    W':>15s} {'(ours | peer)':>15s}  config")
-    problems = sorted({k[0] for k in best}, key=lambda k: (k[5], k[6], k[3], k[0]))
+    def order(k):
+        p = problem_of[k]
+        return (p.get("head_dim") or 0, bool(p.get("causal")), p.get("seqlen_q") or 0, p.get("batch") or 0, k)
+    problems = sorted({k[0] for k in best}, key=order)
     for k in problems:
-        b, h, hk, sq, skv, d, causal, dt = k
-        label = f"d{d} N{sq}{' causal' if causal else ''}"
+        label = label_of(problem_of[k])
         mine = [(i, best[(k, i)]) for i in range(rounds) if (k, i) in best]
         ratios, per_mhz, cols = [], [], {n: [] for n in names}
         for i, (t, cfg, rec) in mine:

@@ -52,9 +52,10 @@ int tune(const TuneArgs &a, const Globals &g) {
       specs.back().timing.point_timeout_s = a.point_timeout;
   }
   // Outputs before any measurement. The tuning table is updated in place (other buckets' entries
-  // are kept), so an existing one is expected; the report is replaced.
+  // are kept), so an existing one is expected, and the tuner makes its directory; the report is
+  // replaced.
   if (!t.output_path.empty())
-    check_output_path(t.output_path, "-o", true, "");
+    check_output_path(t.output_path, "-o", true, "", true);
   if (!t.report_path.empty())
     check_output_path(t.report_path, "--report", true, "");
   if (!a.fake && device_count() <= t.gpus.front()) {
@@ -63,7 +64,7 @@ int tune(const TuneArgs &a, const Globals &g) {
   }
   if (t.output_path.empty())
     check_output_path(tuning_path_for(a.fake ? nominal_device() : query_device(t.gpus.front())),
-                      "the tuning table (default path)", true, "");
+                      "the tuning table (default path)", true, "", true);
   // Several specs tune into the same table, one after another (each with its own timing policy).
   // With several, each spec's report goes to --report's name with the spec's name before the
   // extension (tune.json -> tune-table-prefill.json).
@@ -100,8 +101,7 @@ Command add_tune(CLI::App &app, const Globals &g) {
       ->check(CLI::IsMember({"exhaustive", "random", "halving"}));
   sub->add_option("--budget", a->budget,
                   "random/halving: evaluations per problem, in full-measurement units; < 1 means "
-                  "that fraction of "
-                  "the candidate configs");
+                  "that fraction of the candidate configs");
   sub->add_option("--seed", a->seed, "random strategy seed");
   sub->add_option(
       "--cache", a->cache,

@@ -251,7 +251,7 @@ bool non_empty_file(const std::string& path) {
 } // namespace
 
 void check_output_path(const std::string& path, const std::string& option, bool may_replace,
-                       const std::string& replace_hint) {
+                       const std::string& replace_hint, bool creates_parents) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string where = option + " " + path;
@@ -259,7 +259,10 @@ void check_output_path(const std::string& path, const std::string& option, bool 
   if (fs::is_directory(path, ec))
     throw UserError(where + ": is a directory; give a file name in it, e.g. " + option + " " +
                     (fs::path(path) / "results.json").string());
-  const std::string dir = parent_dir(path);
+  std::string dir = parent_dir(path);
+  if (creates_parents)
+    while (!fs::exists(dir, ec) && fs::path(dir).has_parent_path() && fs::path(dir).parent_path() != dir)
+      dir = fs::path(dir).parent_path().string();
   if (!fs::exists(dir, ec))
     throw UserError(where + ": the directory " + dir + " does not exist; create it (mkdir -p " + dir +
                     ") or choose another path");

@@ -224,6 +224,17 @@ def family_key(p: Dict[str, Any], by_tokens: bool = False) -> str:
     sq, skv = p.get("seqlen_q"), p.get("seqlen_kv")
     if sq is not None and sq != skv:
         s += " sq{}".format(sq) if _is_decode(p) else " sq≠skv"
+    # What else sets problems of one shape apart (problem_key's suffixes): a paged cache, per-entry lengths (as a
+    # mark: the lengths move with seqlen_kv along a curve), layout and scale. Without it a paged and a contiguous
+    # decode at one seqlen were one point of one curve.
+    if p.get("layout") not in (None, "bshd"):
+        s += " " + str(p["layout"])
+    if _num(p.get("scale")):
+        s += " scale{:g}".format(p["scale"])
+    if p.get("kv_lens"):
+        s += " kv_lens"
+    if p.get("page_size"):
+        s += " page{}".format(p["page_size"])
     return s
 
 

@@ -273,3 +273,20 @@ def test_partial_records_are_whole_lines_on_disk(peers, tmp_path):
         peers.append_partial(f, peers.record("flex", p, "skipped", "y"))
         lines = path.read_text().splitlines()  # readable before the file is closed: each line is flushed
     assert [json.loads(x)["variant"] for x in lines] == ["peer:torch_cudnn", "peer:flex"]
+
+
+def test_peer_table_keeps_paged_and_unpaged_decode_apart(peers, tmp_path):
+    t = lambda us: _timing(peers, us, 0.8)
+    recs = []
+    for page, (ours, cudnn) in ((0, (10.0, 20.0)), (16, (40.0, 20.0))):
+        p = peers.normalize_problem({"seqlen_q": 1, "seqlen_kv": 8192, "heads_q": 32, "heads_kv": 8,
+                                     "head_dim": 128, "batch": 4, "page_size": page})
+        recs.append(peers.record("flash_decoding", p, "ok", timing=t(ours), config_str="splits=4"))
+        recs.append(peers.record("torch_cudnn", p, "ok", timing=t(cudnn)))
+    r = _peer_table(peers, tmp_path, recs, "flash_decoding")
+    assert r.returncode == 0, r.stderr
+    rows = [x.split() for x in r.stdout.splitlines()[1:]]
+    # unpaged ours 10 us vs cuDNN 20 us -> 2.0; paged 40 us vs the same cuDNN 20 us -> 0.5 (was one row)
+    assert [x[:5] for x in rows] == [["d128", "N1", "53.7", "26.8", "2.000"],
+                                     ["d128", "N1", "page16", "13.4", "26.8"]]
+    assert rows[1][5] == "0.500"

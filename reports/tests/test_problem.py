@@ -77,3 +77,10 @@ def test_normalize_refuses_what_the_harness_refuses():
         P.normalize_problem(_decode(kv_lens=[1, 2]))
     with pytest.raises(P.UserError, match="multiple"):
         P.normalize_problem(_decode(heads_kv=5))
+
+
+def test_paged_and_unpaged_decode_are_different_curves():
+    fam = {results.family_key(_decode(**extra)) for extra in ({}, {"page_size": 16}, {"page_size": 64},
+                                                              {"kv_lens": [1, 2, 3, 4]})}
+    assert len(fam) == 4
+    assert results.family_key(_decode(page_size=16)) == results.family_key(_decode(page_size=16, seqlen_kv=4096))

@@ -58,9 +58,10 @@ void write_results_file(const std::string& path, const nlohmann::json& context,
 // Checks, before any work, that `path` can be written by the option named `option` (e.g. "-o"): not a directory,
 // its directory exists and takes new files (probed by creating and removing one there), and, unless
 // `may_replace`, no non-empty file is there yet (`replace_hint` then says what to do, e.g. "pass --force").
-// Throws UserError: what, where, what to do.
+// With `creates_parents` (a writer that makes its directory, as the tuner does for tuning/), a missing directory
+// is fine when its nearest existing ancestor takes new files. Throws UserError: what, where, what to do.
 void check_output_path(const std::string& path, const std::string& option, bool may_replace,
-                       const std::string& replace_hint);
+                       const std::string& replace_hint, bool creates_parents = false);
 // A run's <output>.partial.jsonl left by an interrupted run holds measured points: unless `may_discard` (--resume
 // continues it, --force starts over), a non-empty one is a UserError.
 void check_partial_log(const std::string& path, bool may_discard);
