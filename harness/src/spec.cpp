@@ -466,9 +466,10 @@ VariantSelection parse_selection(const Ctx& c, const std::string& name, const YA
         }
       else c.fail(only, "problems: a problem entry name or a non-empty list of them");
     }
-    configs = v["configs"];
-    if (!configs && s.problems.empty())
+    if (!v["configs"] && s.problems.empty())
       c.fail(v, "variant " + name + ": add 'configs: all | default | [ {param: value}, ... ]'");
+    configs.reset(v["configs"] ? v["configs"] : YAML::Node()); // rebind: '=' would write into v's node
+
   }
   if (!configs || configs.IsNull()) {
     s.mode = VariantSelection::Mode::default_config;
