@@ -712,9 +712,10 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
     // warpgroup with its own staging buffer of two 64-column chunks. The 4-byte stores from
     // registers below queue 32 STG a thread behind the LSU (a profile at N = 512: `lg` stalls in
     // every epilogue).
-    store_tile_tma<__nv_bfloat16, kHeadDim>(&a.tm_o, sm.o + uint32_t(wg) * 2u * kOChunkBytes,
-                                            kOChunkBytes, kBarEpi0 + wg, t.q0 + 64 * wg, t.h, t.b,
-                                            o, inv);
+    // tid: the consumer's own thread index (see store_tile_tma's kGivenThread).
+    store_tile_tma<__nv_bfloat16, kHeadDim, NoHook, true>(
+        &a.tm_o, sm.o + uint32_t(wg) * 2u * kOChunkBytes, kOChunkBytes, kBarEpi0 + wg,
+        t.q0 + 64 * wg, t.h, t.b, o, inv, 0, NoHook{}, tid);
     return;
   }
 #pragma unroll
