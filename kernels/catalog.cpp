@@ -14,7 +14,8 @@ void register_catalog(Registry &r) {
   register_fa3_pipelined(r);
   register_fa3_fp8(r);
   // Variants that fail on purpose, for the sweep engine's fault-isolation tests; never shown to users.
-  if (env_options().test_variants) register_test_faults(r);
+  if (env_options().test_variants)
+    register_test_faults(r);
 }
 
 const Registry &catalog() {

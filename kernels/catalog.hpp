@@ -12,6 +12,6 @@ void register_fa2_q_outer(Registry &r);
 void register_flash_decoding(Registry &r);
 void register_fa3_pipelined(Registry &r); // sm_90a kernels; other devices: skipped "needs sm_90a"
 void register_fa3_fp8(Registry &r);       // e4m3 inputs, sm_90a
-void register_test_faults(Registry &r); // only with FLASHBENCH_TEST_VARIANTS=1
+void register_test_faults(Registry &r);   // only with FLASHBENCH_TEST_VARIANTS=1
 
 } // namespace fb

@@ -16,13 +16,13 @@
 #include <vector>
 
 struct fb_capi_launcher {
-  const fb::Variant* variant = nullptr;
+  const fb::Variant *variant = nullptr;
   fb::AttentionProblem problem;
   fb::Config config;
   std::string config_str;
   std::string variant_name, choice; // fb_capi_variant, fb_capi_choice
   fb::DeviceBuffer workspace, semaphores, seqlens;
-  const float* descales[3] = {nullptr, nullptr, nullptr}; // e4m3: Q, K, V (fb_capi_set_descales)
+  const float *descales[3] = {nullptr, nullptr, nullptr}; // e4m3: Q, K, V (fb_capi_set_descales)
 };
 
 namespace {
@@ -32,27 +32,29 @@ thread_local std::string last_error;
 thread_local std::string last_choice; // fb_capi_choose's answer
 
 // "a=1,b=on" -> {a: 1, b: on}.
-std::map<std::string, std::string> parse_config(const std::string& text) {
-  const auto items = fb::parse_assignments(text, "config '" + text + "'", "block_m=128,block_n=128");
+std::map<std::string, std::string> parse_config(const std::string &text) {
+  const auto items =
+      fb::parse_assignments(text, "config '" + text + "'", "block_m=128,block_n=128");
   return {items.begin(), items.end()};
 }
 
-fb::AttentionProblem parse_problem(const char* problem_json) {
+fb::AttentionProblem parse_problem(const char *problem_json) {
   fb::AttentionProblem p;
   try {
     p = nlohmann::json::parse(problem_json).get<fb::AttentionProblem>();
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const nlohmann::json::exception &e) {
     throw fb::UserError(std::string("problem_json: ") + e.what());
   }
   fb::validate(p);
   if (p.paged())
-    throw fb::UserError("problem_json: paged KV caches are not offered through the C API (no page table "
-                        "argument); run them with `flashbench run`");
+    throw fb::UserError(
+        "problem_json: paged KV caches are not offered through the C API (no page table "
+        "argument); run them with `flashbench run`");
   return p;
 }
 
 struct Choice {
-  const fb::Variant* variant = nullptr;
+  const fb::Variant *variant = nullptr;
   fb::Config config;
   std::string source;
 };
@@ -62,17 +64,20 @@ struct Choice {
 // variant does not support.
 // What can be said about VARIANT and CONFIG before the problem and the device: an unknown name, a config that does
 // not parse or names an unknown axis or value, a config given with "auto".
-void precheck(const std::string& name, const std::string& text) {
+void precheck(const std::string &name, const std::string &text) {
   if (name == "auto") {
     if (!text.empty() && text != "default" && text != "auto")
-      throw fb::UserError("config '" + text + "': variant auto picks the config too; pass \"\" or \"auto\"");
+      throw fb::UserError("config '" + text +
+                          "': variant auto picks the config too; pass \"\" or \"auto\"");
     return;
   }
-  const fb::Variant& v = fb::catalog().get(name);
-  if (!text.empty() && text != "default" && text != "auto") v.space().make(parse_config(text));
+  const fb::Variant &v = fb::catalog().get(name);
+  if (!text.empty() && text != "default" && text != "auto")
+    v.space().make(parse_config(text));
 }
 
-Choice resolve(const char* variant, const char* config, const fb::AttentionProblem& p, const fb::DeviceInfo& dev) {
+Choice resolve(const char *variant, const char *config, const fb::AttentionProblem &p,
+               const fb::DeviceInfo &dev) {
   const std::string name = variant, text = config ? config : "";
   precheck(name, text);
   Choice c;
@@ -83,27 +88,31 @@ Choice resolve(const char* variant, const char* config, const fb::AttentionProbl
     c.source = std::move(k.source);
   } else {
     c.variant = &fb::catalog().get(name);
-    const fb::ConfigSpace& space = c.variant->space();
+    const fb::ConfigSpace &space = c.variant->space();
     const fb::Config base = space.default_config(p, dev);
     const bool given = !text.empty() && text != "default";
     c.config = given ? space.make(parse_config(text), base) : base;
-    c.source = given ? "given (unnamed axes from the default for the problem)" : "the default for the problem";
+    c.source = given ? "given (unnamed axes from the default for the problem)"
+                     : "the default for the problem";
   }
-  const fb::ConfigSpace& space = c.variant->space();
-  if (const auto why = space.check(c.config)) throw fb::UserError("config " + space.to_string(c.config) + ": " + *why);
+  const fb::ConfigSpace &space = c.variant->space();
+  if (const auto why = space.check(c.config))
+    throw fb::UserError("config " + space.to_string(c.config) + ": " + *why);
   const fb::Support s = c.variant->supports(p, c.config, dev);
-  if (!s) throw fb::UserError(c.variant->name() + " [" + space.to_string(c.config) + "]: " + s.reason);
+  if (!s)
+    throw fb::UserError(c.variant->name() + " [" + space.to_string(c.config) + "]: " + s.reason);
   return c;
 }
 
-template <class F> auto guarded(F&& f, decltype(f()) on_error) -> decltype(f()) {
+template <class F> auto guarded(F &&f, decltype(f()) on_error) -> decltype(f()) {
   try {
     last_error.clear();
     return f();
-  } catch (const std::exception& e) {
+  } catch (const std::exception &e) {
     last_error = e.what();
     const size_t nl = last_error.find('\n');
-    if (nl != std::string::npos) last_error.resize(nl);
+    if (nl != std::string::npos)
+      last_error.resize(nl);
   } catch (...) {
     last_error = "unknown exception";
   }
@@ -112,10 +121,12 @@ template <class F> auto guarded(F&& f, decltype(f()) on_error) -> decltype(f()) 
 
 } // namespace
 
-extern "C" fb_capi_launcher* fb_capi_create(const char* variant, const char* config, const char* problem_json) {
+extern "C" fb_capi_launcher *fb_capi_create(const char *variant, const char *config,
+                                            const char *problem_json) {
   return guarded(
-      [&]() -> fb_capi_launcher* {
-        if (!variant || !problem_json) throw fb::UserError("fb_capi_create: variant and problem_json are required");
+      [&]() -> fb_capi_launcher * {
+        if (!variant || !problem_json)
+          throw fb::UserError("fb_capi_create: variant and problem_json are required");
         precheck(variant, config ? config : ""); // what needs no device first
         auto l = std::make_unique<fb_capi_launcher>();
         l->problem = parse_problem(problem_json);
@@ -127,52 +138,66 @@ extern "C" fb_capi_launcher* fb_capi_create(const char* variant, const char* con
         l->config_str = l->variant->space().to_string(l->config);
         l->variant_name = l->variant->name();
         l->choice = std::move(c.source);
-        if (const size_t b = l->variant->workspace_bytes(l->problem, l->config)) l->workspace = fb::DeviceBuffer(b);
+        if (const size_t b = l->variant->workspace_bytes(l->problem, l->config))
+          l->workspace = fb::DeviceBuffer(b);
         if (const size_t b = l->variant->semaphore_bytes(l->problem, l->config)) {
           l->semaphores = fb::DeviceBuffer(b);
           FB_CUDA_CHECK(cudaMemset(l->semaphores.get(), 0, b));
         }
         std::vector<int32_t> lens(static_cast<size_t>(l->problem.batch));
-        for (int64_t b = 0; b < l->problem.batch; ++b) lens[static_cast<size_t>(b)] = int32_t(l->problem.kv_len(b));
+        for (int64_t b = 0; b < l->problem.batch; ++b)
+          lens[static_cast<size_t>(b)] = int32_t(l->problem.kv_len(b));
         l->seqlens = fb::DeviceBuffer(lens.size() * sizeof(int32_t));
-        FB_CUDA_CHECK(cudaMemcpy(l->seqlens.get(), lens.data(), lens.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+        FB_CUDA_CHECK(cudaMemcpy(l->seqlens.get(), lens.data(), lens.size() * sizeof(int32_t),
+                                 cudaMemcpyHostToDevice));
         return l.release();
       },
       nullptr);
 }
 
-extern "C" const char* fb_capi_choose(const char* variant, const char* config, const char* problem_json) {
+extern "C" const char *fb_capi_choose(const char *variant, const char *config,
+                                      const char *problem_json) {
   return guarded(
-      [&]() -> const char* {
-        if (!variant || !problem_json) throw fb::UserError("fb_capi_choose: variant and problem_json are required");
+      [&]() -> const char * {
+        if (!variant || !problem_json)
+          throw fb::UserError("fb_capi_choose: variant and problem_json are required");
         const fb::AttentionProblem p = parse_problem(problem_json);
         fb::DeviceInfo dev = fb::nominal_device();
         if (int device = 0; fb::device_count() > 0 && cudaGetDevice(&device) == cudaSuccess)
           dev = fb::query_device(device);
         const Choice c = resolve(variant, config, p, dev);
-        last_choice = nlohmann::json{{"variant", c.variant->name()},
-                                     {"config", c.variant->space().to_string(c.config)},
-                                     {"source", c.source},
-                                     {"device", dev.name}}
-                          .dump();
+        last_choice = nlohmann::json{
+            {"variant", c.variant->name()},
+            {"config", c.variant->space().to_string(c.config)},
+            {"source", c.source},
+            {"device",
+             dev.name}}.dump();
         return last_choice.c_str();
       },
       nullptr);
 }
 
-extern "C" const char* fb_capi_variant(const fb_capi_launcher* l) { return l ? l->variant_name.c_str() : ""; }
+extern "C" const char *fb_capi_variant(const fb_capi_launcher *l) {
+  return l ? l->variant_name.c_str() : "";
+}
 
-extern "C" const char* fb_capi_choice(const fb_capi_launcher* l) { return l ? l->choice.c_str() : ""; }
+extern "C" const char *fb_capi_choice(const fb_capi_launcher *l) {
+  return l ? l->choice.c_str() : "";
+}
 
-extern "C" const char* fb_capi_config_string(const fb_capi_launcher* l) { return l ? l->config_str.c_str() : ""; }
+extern "C" const char *fb_capi_config_string(const fb_capi_launcher *l) {
+  return l ? l->config_str.c_str() : "";
+}
 
-extern "C" int fb_capi_launch(fb_capi_launcher* l, const void* q, const void* k, const void* v, void* o, float* lse,
-                              void* stream) {
+extern "C" int fb_capi_launch(fb_capi_launcher *l, const void *q, const void *k, const void *v,
+                              void *o, float *lse, void *stream) {
   return guarded(
       [&]() -> int {
-        if (!l || !q || !k || !v || !o || !lse) throw fb::UserError("fb_capi_launch: a null launcher or buffer");
+        if (!l || !q || !k || !v || !o || !lse)
+          throw fb::UserError("fb_capi_launch: a null launcher or buffer");
         if (l->problem.dtype == fb::DType::e4m3 && !l->descales[0])
-          throw fb::UserError("fb_capi_launch: an e4m3 problem needs its descales first (fb_capi_set_descales)");
+          throw fb::UserError(
+              "fb_capi_launch: an e4m3 problem needs its descales first (fb_capi_set_descales)");
         fb::LaunchArgs a;
         a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
         a.workspace = l->workspace.get(), a.workspace_bytes = l->workspace.bytes();
@@ -186,19 +211,21 @@ extern "C" int fb_capi_launch(fb_capi_launcher* l, const void* q, const void* k,
       -1);
 }
 
-extern "C" int fb_capi_set_descales(fb_capi_launcher* l, const float* q_descale, const float* k_descale,
-                                    const float* v_descale) {
+extern "C" int fb_capi_set_descales(fb_capi_launcher *l, const float *q_descale,
+                                    const float *k_descale, const float *v_descale) {
   return guarded(
       [&]() -> int {
         if (!l || l->problem.dtype != fb::DType::e4m3)
-          throw fb::UserError("fb_capi_set_descales: the launcher is null or its problem is not e4m3");
-        if (!q_descale || !k_descale || !v_descale) throw fb::UserError("fb_capi_set_descales: a null descale");
+          throw fb::UserError(
+              "fb_capi_set_descales: the launcher is null or its problem is not e4m3");
+        if (!q_descale || !k_descale || !v_descale)
+          throw fb::UserError("fb_capi_set_descales: a null descale");
         l->descales[0] = q_descale, l->descales[1] = k_descale, l->descales[2] = v_descale;
         return 0;
       },
       -1);
 }
 
-extern "C" void fb_capi_destroy(fb_capi_launcher* l) { delete l; }
+extern "C" void fb_capi_destroy(fb_capi_launcher *l) { delete l; }
 
-extern "C" const char* fb_capi_last_error(void) { return last_error.c_str(); }
+extern "C" const char *fb_capi_last_error(void) { return last_error.c_str(); }

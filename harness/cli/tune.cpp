@@ -73,8 +73,9 @@ int tune(const TuneArgs &a, const Globals &g) {
     TuneOptions ts = t;
     if (specs.size() > 1 && !t.report_path.empty()) {
       const std::filesystem::path r(t.report_path);
-      ts.report_path = (r.parent_path() / (r.stem().string() + "-" + spec.name + r.extension().string()))
-                           .string();
+      ts.report_path =
+          (r.parent_path() / (r.stem().string() + "-" + spec.name + r.extension().string()))
+              .string();
     }
     code = std::max(code, run_tune(spec, ts, std::cout));
   }

@@ -94,13 +94,15 @@ struct QuantBlock {
   }
 };
 
-__global__ void quantize_e4m3_kernel(__nv_fp8_storage_t *dst, float *descale, int64_t seqlen, int64_t heads,
-                                     int64_t head_dim, Strides s, int64_t block, uint64_t seed) {
+__global__ void quantize_e4m3_kernel(__nv_fp8_storage_t *dst, float *descale, int64_t seqlen,
+                                     int64_t heads, int64_t head_dim, Strides s, int64_t block,
+                                     uint64_t seed) {
   const QuantBlock q(seqlen, block);
   const uint64_t base = splitmix64(seed);
   const uint64_t blk = (uint64_t(q.b) * heads + q.h) * gridDim.x + blockIdx.x;
   // Magnitude 2^u, u uniform in [-1, 1): blocks differ by up to 4x.
-  const float mag = exp2f(float(splitmix64(base ^ (blk * 0x9e3779b97f4a7c15ull + 1)) >> 40) * 0x1p-23f - 1.f);
+  const float mag =
+      exp2f(float(splitmix64(base ^ (blk * 0x9e3779b97f4a7c15ull + 1)) >> 40) * 0x1p-23f - 1.f);
   const int64_t n = q.rows * head_dim;
   auto value = [&](int64_t i) {
     const int64_t t = q.t0 + i / head_dim, d = i % head_dim;
@@ -108,23 +110,30 @@ __global__ void quantize_e4m3_kernel(__nv_fp8_storage_t *dst, float *descale, in
     return normal_from_hash(splitmix64(base + logical)) * mag;
   };
   float amax = 0.f;
-  for (int64_t i = threadIdx.x; i < n; i += kQuantThreads) amax = fmaxf(amax, fabsf(value(i)));
+  for (int64_t i = threadIdx.x; i < n; i += kQuantThreads)
+    amax = fmaxf(amax, fabsf(value(i)));
   __shared__ float red[kQuantThreads / 32];
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = amax;
+  for (int o = 16; o > 0; o >>= 1)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  if (threadIdx.x % 32 == 0)
+    red[threadIdx.x / 32] = amax;
   __syncthreads();
   amax = 0.f;
-  for (int w = 0; w < kQuantThreads / 32; ++w) amax = fmaxf(amax, red[w]);
+  for (int w = 0; w < kQuantThreads / 32; ++w)
+    amax = fmaxf(amax, red[w]);
   const float ds = amax > 0.f ? amax / kE4m3Max : 1.f;
-  if (threadIdx.x == 0) descale[blk] = ds;
+  if (threadIdx.x == 0)
+    descale[blk] = ds;
   for (int64_t i = threadIdx.x; i < n; i += kQuantThreads) {
     const int64_t t = q.t0 + i / head_dim, d = i % head_dim;
-    dst[q.b * s.batch + t * s.seq + q.h * s.head + d] = __nv_cvt_float_to_fp8(value(i) / ds, __NV_SATFINITE, __NV_E4M3);
+    dst[q.b * s.batch + t * s.seq + q.h * s.head + d] =
+        __nv_cvt_float_to_fp8(value(i) / ds, __NV_SATFINITE, __NV_E4M3);
   }
 }
 
-__global__ void dequantize_e4m3_kernel(float *dst, const __nv_fp8_storage_t *src, const float *descale,
-                                       int64_t seqlen, int64_t heads, int64_t head_dim, Strides s, int64_t block) {
+__global__ void dequantize_e4m3_kernel(float *dst, const __nv_fp8_storage_t *src,
+                                       const float *descale, int64_t seqlen, int64_t heads,
+                                       int64_t head_dim, Strides s, int64_t block) {
   const QuantBlock q(seqlen, block);
   const float ds = descale[(uint64_t(q.b) * heads + q.h) * gridDim.x + blockIdx.x];
   for (int64_t i = threadIdx.x; i < q.rows * head_dim; i += kQuantThreads) {
@@ -134,7 +143,8 @@ __global__ void dequantize_e4m3_kernel(float *dst, const __nv_fp8_storage_t *src
 }
 
 __global__ void abs_kernel(float *x, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
     x[i] = fabsf(x[i]);
 }
 
@@ -146,16 +156,19 @@ dim3 quant_grid(int64_t batch, int64_t seqlen, int64_t heads, int64_t block) {
 } // namespace
 
 void fill_quantized_e4m3(void *dst, float *descale, int64_t batch, int64_t seqlen, int64_t heads,
-                         int64_t head_dim, const Strides &s, int64_t block, uint64_t seed, cudaStream_t stream) {
+                         int64_t head_dim, const Strides &s, int64_t block, uint64_t seed,
+                         cudaStream_t stream) {
   quantize_e4m3_kernel<<<quant_grid(batch, seqlen, heads, block), kQuantThreads, 0, stream>>>(
       static_cast<__nv_fp8_storage_t *>(dst), descale, seqlen, heads, head_dim, s, block, seed);
   FB_CHECK_LAUNCH();
 }
 
-void dequantize_e4m3(float *dst, const void *src, const float *descale, int64_t batch, int64_t seqlen,
-                     int64_t heads, int64_t head_dim, const Strides &s, int64_t block, cudaStream_t stream) {
+void dequantize_e4m3(float *dst, const void *src, const float *descale, int64_t batch,
+                     int64_t seqlen, int64_t heads, int64_t head_dim, const Strides &s,
+                     int64_t block, cudaStream_t stream) {
   dequantize_e4m3_kernel<<<quant_grid(batch, seqlen, heads, block), kQuantThreads, 0, stream>>>(
-      dst, static_cast<const __nv_fp8_storage_t *>(src), descale, seqlen, heads, head_dim, s, block);
+      dst, static_cast<const __nv_fp8_storage_t *>(src), descale, seqlen, heads, head_dim, s,
+      block);
   FB_CHECK_LAUNCH();
 }
 
@@ -170,17 +183,19 @@ void fill_e4m3_inputs(const AttentionProblem &p, void *const codes[3], float *co
             {p.seqlen_kv, p.heads_kv, ks, kFp8ScaleBlock},
             {p.seqlen_kv, p.heads_kv, ks, p.seqlen_kv}};
   for (int i = 0; i < 3; ++i) {
-    fill_quantized_e4m3(codes[i], descales[i], p.batch, t[i].seqlen, t[i].heads, p.head_dim, t[i].s, t[i].block,
-                        seeds[i], stream);
-    dequantize_e4m3(values[i], codes[i], descales[i], p.batch, t[i].seqlen, t[i].heads, p.head_dim, t[i].s,
-                    t[i].block, stream);
+    fill_quantized_e4m3(codes[i], descales[i], p.batch, t[i].seqlen, t[i].heads, p.head_dim, t[i].s,
+                        t[i].block, seeds[i], stream);
+    dequantize_e4m3(values[i], codes[i], descales[i], p.batch, t[i].seqlen, t[i].heads, p.head_dim,
+                    t[i].s, t[i].block, stream);
   }
 }
 
 void abs_inplace(float *x, int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
+  if (n <= 0)
+    return;
   const int64_t blocks = (n + kQuantThreads - 1) / kQuantThreads;
-  abs_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kQuantThreads, 0, stream>>>(x, n);
+  abs_kernel<<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), kQuantThreads, 0, stream>>>(
+      x, n);
   FB_CHECK_LAUNCH();
 }
 
@@ -203,7 +218,8 @@ void fill_normal(void *dst, DType t, int64_t n, uint64_t seed, float stddev, cud
                                                         stddev);
     break;
   case DType::e4m3:
-    throw std::invalid_argument("fill_normal: e4m3 tensors are quantized per block (fill_quantized_e4m3)");
+    throw std::invalid_argument(
+        "fill_normal: e4m3 tensors are quantized per block (fill_quantized_e4m3)");
   }
   FB_CHECK_LAUNCH();
 }

@@ -23,18 +23,18 @@ bool CudaError::sticky() const {
   }
 }
 
-void throw_cuda_error(cudaError_t code, const char* expr, const char* file, int line) {
+void throw_cuda_error(cudaError_t code, const char *expr, const char *file, int line) {
   std::ostringstream os;
-  os << "CUDA error " << cudaGetErrorName(code) << " (" << cudaGetErrorString(code) << ") in " << expr
-     << " at " << file << ":" << line;
+  os << "CUDA error " << cudaGetErrorName(code) << " (" << cudaGetErrorString(code) << ") in "
+     << expr << " at " << file << ":" << line;
   throw CudaError(os.str(), code);
 }
 
-void throw_library_error(const char* library, int code, const char* detail, const char* expr, const char* file,
-                         int line) {
+void throw_library_error(const char *library, int code, const char *detail, const char *expr,
+                         const char *file, int line) {
   std::ostringstream os;
-  os << library << " error " << code << " (" << (detail ? detail : "no detail") << ") in " << expr << " at "
-     << file << ":" << line;
+  os << library << " error " << code << " (" << (detail ? detail : "no detail") << ") in " << expr
+     << " at " << file << ":" << line;
   throw std::runtime_error(os.str());
 }
 

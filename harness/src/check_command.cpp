@@ -9,8 +9,8 @@
 namespace fb {
 
 std::vector<AttentionProblem> awkward_shapes() {
-  auto P = [](int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv, int64_t d, bool causal, DType t,
-              Layout l = Layout::bshd) {
+  auto P = [](int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv, int64_t d, bool causal,
+              DType t, Layout l = Layout::bshd) {
     AttentionProblem p;
     p.batch = b;
     p.heads_q = hq;
@@ -25,10 +25,10 @@ std::vector<AttentionProblem> awkward_shapes() {
   };
   std::vector<AttentionProblem> v;
   for (DType t : {DType::bf16, DType::f16, DType::f32}) {
-    v.push_back(P(1, 1, 1, 1, 1, 64, false, t));            // length 1
-    v.push_back(P(2, 4, 4, 77, 131, 64, false, t));         // multiples of no tile
-    v.push_back(P(1, 8, 2, 131, 77, 128, true, t));         // causal, Sq > Skv: 54 rows see no key (GQA 4)
-    v.push_back(P(2, 8, 1, 65, 257, 128, true, t));         // causal, Sq < Skv, MQA
+    v.push_back(P(1, 1, 1, 1, 1, 64, false, t));    // length 1
+    v.push_back(P(2, 4, 4, 77, 131, 64, false, t)); // multiples of no tile
+    v.push_back(P(1, 8, 2, 131, 77, 128, true, t)); // causal, Sq > Skv: 54 rows see no key (GQA 4)
+    v.push_back(P(2, 8, 1, 65, 257, 128, true, t)); // causal, Sq < Skv, MQA
   }
   // e4m3 inputs (fa3_fp8; the others skip them): the same kinds of shapes at head_dim 128, its one head_dim.
   v.push_back(P(1, 1, 1, 1, 1, 128, false, DType::e4m3));
@@ -36,11 +36,12 @@ std::vector<AttentionProblem> awkward_shapes() {
   v.push_back(P(1, 8, 2, 131, 77, 128, true, DType::e4m3));
   v.push_back(P(2, 8, 1, 65, 257, 128, true, DType::e4m3));
   v.push_back(P(1, 4, 2, 300, 700, 128, true, DType::e4m3, Layout::bhsd));
-  v.push_back(P(1, 2, 2, 1, 300, 128, true, DType::bf16));  // decode-like: one query over many keys
+  v.push_back(P(1, 2, 2, 1, 300, 128, true, DType::bf16)); // decode-like: one query over many keys
   v.push_back(P(1, 3, 3, 257, 257, 64, true, DType::bf16, Layout::bhsd));
   v.push_back(P(1, 2, 1, 200, 200, 256, false, DType::f16)); // head_dim 256 where supported
-  v.push_back(P(2, 6, 2, 300, 300, 256, true, DType::bf16)); // d256 causal GQA: its own default tile
-  v.push_back(P(1, 2, 2, 33, 47, 96, true, DType::bf16));   // an unusual head_dim
+  v.push_back(
+      P(2, 6, 2, 300, 300, 256, true, DType::bf16));      // d256 causal GQA: its own default tile
+  v.push_back(P(1, 2, 2, 33, 47, 96, true, DType::bf16)); // an unusual head_dim
   // Decode-style (variants without kv_lens / paging skip these with a reason): GQA 32/8 over mixed lengths with
   // an empty entry; the same paged (16-token pages, shuffled); speculative decoding, causal per entry.
   AttentionProblem mixed = P(4, 32, 8, 1, 1000, 128, false, DType::bf16);
@@ -56,18 +57,21 @@ std::vector<AttentionProblem> awkward_shapes() {
   return v;
 }
 
-int run_check(int device, const std::vector<std::string>& only, std::ostream& os, bool defaults_only) {
+int run_check(int device, const std::vector<std::string> &only, std::ostream &os,
+              bool defaults_only) {
   FB_CUDA_CHECK(cudaSetDevice(device));
   const DeviceInfo dev = query_device(device);
   cudaStream_t stream;
   FB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   PointRunner runner(dev, stream);
   int pass = 0, fail = 0, skipped = 0;
-  for (const auto& v : catalog().all()) {
-    if (!only.empty() && std::find(only.begin(), only.end(), v->name()) == only.end()) continue;
+  for (const auto &v : catalog().all()) {
+    if (!only.empty() && std::find(only.begin(), only.end(), v->name()) == only.end())
+      continue;
     // Test-only variants (FLASHBENCH_TEST_VARIANTS=1) fail on purpose: only when named.
-    if (only.empty() && v->name().rfind("test_", 0) == 0) continue;
-    for (const auto& p : awkward_shapes()) {
+    if (only.empty() && v->name().rfind("test_", 0) == 0)
+      continue;
+    for (const auto &p : awkward_shapes()) {
       std::vector<ConfigSpace::Entry> entries;
       if (defaults_only) {
         const Config d = v->space().default_config(p, dev);
@@ -75,8 +79,9 @@ int run_check(int device, const std::vector<std::string>& only, std::ostream& os
       } else {
         entries = v->space().expand();
       }
-      for (const auto& entry : entries) {
-        const std::string label = v->name() + "/" + v->space().to_string(entry.config) + "/" + key(p);
+      for (const auto &entry : entries) {
+        const std::string label =
+            v->name() + "/" + v->space().to_string(entry.config) + "/" + key(p);
         if (entry.invalid_reason) {
           ++skipped;
           continue;
@@ -91,10 +96,10 @@ int run_check(int device, const std::vector<std::string>& only, std::ostream& os
           const VerifyResult r = runner.verify(*v, entry.config, 120.0);
           os << (r.pass ? "PASS " : "FAIL ") << label << "  " << r.summary() << "\n";
           (r.pass ? pass : fail)++;
-        } catch (const std::exception& e) {
+        } catch (const std::exception &e) {
           os << "FAIL " << label << "  " << e.what() << "\n";
           ++fail;
-          if (const auto* ce = dynamic_cast<const CudaError*>(&e); ce && ce->sticky()) {
+          if (const auto *ce = dynamic_cast<const CudaError *>(&e); ce && ce->sticky()) {
             os << "stopping: the CUDA context is lost\n";
             return 1;
           }
@@ -102,7 +107,8 @@ int run_check(int device, const std::vector<std::string>& only, std::ostream& os
       }
     }
   }
-  os << pass << " passed, " << fail << " failed, " << skipped << " skipped (unsupported or invalid configs)\n";
+  os << pass << " passed, " << fail << " failed, " << skipped
+     << " skipped (unsupported or invalid configs)\n";
   cudaStreamDestroy(stream);
   return fail ? 1 : 0;
 }

@@ -31,21 +31,24 @@ std::vector<std::string> default_metrics() {
           "gpc__cycles_elapsed.avg.per_second"};
 }
 
-void to_json(nlohmann::json& j, const Counters& c) {
+void to_json(nlohmann::json &j, const Counters &c) {
   j = nlohmann::json::object();
-  for (const auto& [k, v] : c.values) j[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
+  for (const auto &[k, v] : c.values)
+    j[k] = std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr);
 }
 
-nlohmann::json summarize_counters(const Counters& c) {
+nlohmann::json summarize_counters(const Counters &c) {
   nlohmann::json s = nlohmann::json::object();
-  auto put = [&](const char* field, const char* metric, double scale = 1.0) {
+  auto put = [&](const char *field, const char *metric, double scale = 1.0) {
     auto it = c.values.find(metric);
-    if (it != c.values.end() && std::isfinite(it->second)) s[field] = it->second * scale;
+    if (it != c.values.end() && std::isfinite(it->second))
+      s[field] = it->second * scale;
   };
   put("dram_read_bytes", "dram__bytes_read.sum");
   put("dram_write_bytes", "dram__bytes_write.sum");
   put("achieved_occupancy_pct", "sm__warps_active.avg.pct_of_peak_sustained_active");
-  put("tensor_active_pct", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active");
+  put("tensor_active_pct",
+      "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active");
   put("gpu_time_ns", "gpu__time_duration.sum");
   put("sm_clock_hz", "gpc__cycles_elapsed.avg.per_second");
   if (s.contains("dram_read_bytes") && s.contains("dram_write_bytes"))
@@ -55,7 +58,7 @@ nlohmann::json summarize_counters(const Counters& c) {
 
 // ------------------------------------------------------------------------------------------------- occupancy
 
-Occupancy occupancy_from_resources(const DeviceInfo& dev, int block_threads, int regs_per_thread,
+Occupancy occupancy_from_resources(const DeviceInfo &dev, int block_threads, int regs_per_thread,
                                    int64_t smem_per_block, int64_t reserved_smem_per_block) {
   Occupancy o;
   o.block_threads = block_threads;
@@ -77,7 +80,7 @@ Occupancy occupancy_from_resources(const DeviceInfo& dev, int block_threads, int
   }
   o.blocks_per_sm = INT32_MAX;
   // Ties name the resource a tuner can most easily change first: shared memory, then registers.
-  for (const char* name : {"shared_memory", "registers", "warps", "blocks"}) {
+  for (const char *name : {"shared_memory", "registers", "warps", "blocks"}) {
     auto it = o.blocks_by_limit.find(name);
     if (it != o.blocks_by_limit.end() && it->second < o.blocks_per_sm) {
       o.blocks_per_sm = it->second;
@@ -88,14 +91,16 @@ Occupancy occupancy_from_resources(const DeviceInfo& dev, int block_threads, int
   return o;
 }
 
-Occupancy theoretical_occupancy(const DeviceInfo& dev, const KernelDesc& k) {
+Occupancy theoretical_occupancy(const DeviceInfo &dev, const KernelDesc &k) {
   cudaFuncAttributes attr{};
   FB_CUDA_CHECK(cudaFuncGetAttributes(&attr, k.func));
-  Occupancy o = occupancy_from_resources(dev, k.block_threads, attr.numRegs,
-                                         static_cast<int64_t>(attr.sharedSizeBytes + k.dynamic_smem));
+  Occupancy o =
+      occupancy_from_resources(dev, k.block_threads, attr.numRegs,
+                               static_cast<int64_t>(attr.sharedSizeBytes + k.dynamic_smem));
   o.kernel = k.name;
   int blocks = 0;
-  FB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.func, k.block_threads, k.dynamic_smem));
+  FB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, k.func, k.block_threads,
+                                                              k.dynamic_smem));
   if (blocks != o.blocks_per_sm) {
     // The runtime knows allocation details we do not model; its count wins and the limiter becomes unknown.
     o.limiter = "unknown (runtime says " + std::to_string(blocks) + " blocks/SM, resources say " +
@@ -107,7 +112,7 @@ Occupancy theoretical_occupancy(const DeviceInfo& dev, const KernelDesc& k) {
   return o;
 }
 
-void to_json(nlohmann::json& j, const Occupancy& o) {
+void to_json(nlohmann::json &j, const Occupancy &o) {
   j = nlohmann::json{{"kernel", o.kernel},
                      {"block_threads", o.block_threads},
                      {"registers", o.registers_per_thread},
@@ -125,7 +130,7 @@ void to_json(nlohmann::json& j, const Occupancy& o) {
 namespace {
 
 std::string cupti_message(CUptiResult r) {
-  const char* s = nullptr;
+  const char *s = nullptr;
   cuptiGetResultString(r, &s);
   std::string msg = s ? s : "unknown CUPTI error";
   switch (r) {
@@ -147,20 +152,25 @@ struct CuptiUnavailable : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-#define FB_CUPTI_TRY(expr)                                                                          \
-  do {                                                                                              \
-    CUptiResult fb_r_ = (expr);                                                                     \
-    if (fb_r_ != CUPTI_SUCCESS) throw CuptiUnavailable(std::string(#expr).substr(0, std::string(#expr).find('(')) + ": " + cupti_message(fb_r_)); \
+#define FB_CUPTI_TRY(expr)                                                                         \
+  do {                                                                                             \
+    CUptiResult fb_r_ = (expr);                                                                    \
+    if (fb_r_ != CUPTI_SUCCESS)                                                                    \
+      throw CuptiUnavailable(std::string(#expr).substr(0, std::string(#expr).find('(')) + ": " +   \
+                             cupti_message(fb_r_));                                                \
   } while (0)
 
 CUcontext current_context() {
-  using GetCtx = CUresult (*)(CUcontext*);
-  void* fn = nullptr;
+  using GetCtx = CUresult (*)(CUcontext *);
+  void *fn = nullptr;
   cudaDriverEntryPointQueryResult q{};
-  FB_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &q));
-  if (!fn || q != cudaDriverEntryPointSuccess) throw CuptiUnavailable("cuCtxGetCurrent not found in the driver");
+  FB_CUDA_CHECK(
+      cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &fn, 12000, cudaEnableDefault, &q));
+  if (!fn || q != cudaDriverEntryPointSuccess)
+    throw CuptiUnavailable("cuCtxGetCurrent not found in the driver");
   CUcontext ctx = nullptr;
-  if (reinterpret_cast<GetCtx>(fn)(&ctx) != CUDA_SUCCESS || !ctx) throw CuptiUnavailable("no current CUDA context");
+  if (reinterpret_cast<GetCtx>(fn)(&ctx) != CUDA_SUCCESS || !ctx)
+    throw CuptiUnavailable("no current CUDA context");
   return ctx;
 }
 
@@ -175,8 +185,8 @@ struct CounterSession::Impl {
   std::string chip;
   std::vector<uint8_t> availability;
   std::vector<uint8_t> config;
-  CUpti_Profiler_Host_Object* host = nullptr;
-  std::vector<const char*> names;
+  CUpti_Profiler_Host_Object *host = nullptr;
+  std::vector<const char *> names;
   bool initialised = false;
   size_t passes = 0;
 
@@ -192,7 +202,8 @@ struct CounterSession::Impl {
     cn.deviceIndex = static_cast<size_t>(device);
     FB_CUPTI_TRY(cuptiDeviceGetChipName(&cn));
     chip = cn.pChipName;
-    CUpti_Profiler_GetCounterAvailability_Params avail{CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE};
+    CUpti_Profiler_GetCounterAvailability_Params avail{
+        CUpti_Profiler_GetCounterAvailability_Params_STRUCT_SIZE};
     avail.ctx = ctx;
     FB_CUPTI_TRY(cuptiProfilerGetCounterAvailability(&avail));
     availability.assign(avail.counterAvailabilityImageSize, 0);
@@ -206,29 +217,34 @@ struct CounterSession::Impl {
     FB_CUPTI_TRY(cuptiProfilerHostInitialize(&hi));
     host = hi.pHostObject;
     // Each name alone first, so an unknown one is named in the error (the user's to fix, not the environment's).
-    for (const char* n : names) {
-      CUpti_Profiler_Host_GetMetricProperties_Params prop{CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE};
+    for (const char *n : names) {
+      CUpti_Profiler_Host_GetMetricProperties_Params prop{
+          CUpti_Profiler_Host_GetMetricProperties_Params_STRUCT_SIZE};
       prop.pHostObject = host;
       prop.pMetricName = n;
       if (cuptiProfilerHostGetMetricProperties(&prop) != CUPTI_SUCCESS)
         throw UserError("unknown metric '" + std::string(n) + "' on chip " + chip +
                         "; list valid names with 'ncu --query-metrics --chip " + chip + "'");
     }
-    CUpti_Profiler_Host_ConfigAddMetrics_Params add{CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE};
+    CUpti_Profiler_Host_ConfigAddMetrics_Params add{
+        CUpti_Profiler_Host_ConfigAddMetrics_Params_STRUCT_SIZE};
     add.pHostObject = host;
     add.ppMetricNames = names.data();
     add.numMetrics = names.size();
     FB_CUPTI_TRY(cuptiProfilerHostConfigAddMetrics(&add));
-    CUpti_Profiler_Host_GetConfigImageSize_Params cs{CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE};
+    CUpti_Profiler_Host_GetConfigImageSize_Params cs{
+        CUpti_Profiler_Host_GetConfigImageSize_Params_STRUCT_SIZE};
     cs.pHostObject = host;
     FB_CUPTI_TRY(cuptiProfilerHostGetConfigImageSize(&cs));
     config.assign(cs.configImageSize, 0);
-    CUpti_Profiler_Host_GetConfigImage_Params ci{CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE};
+    CUpti_Profiler_Host_GetConfigImage_Params ci{
+        CUpti_Profiler_Host_GetConfigImage_Params_STRUCT_SIZE};
     ci.pHostObject = host;
     ci.configImageSize = config.size();
     ci.pConfigImage = config.data();
     FB_CUPTI_TRY(cuptiProfilerHostGetConfigImage(&ci));
-    CUpti_Profiler_Host_GetNumOfPasses_Params np{CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE};
+    CUpti_Profiler_Host_GetNumOfPasses_Params np{
+        CUpti_Profiler_Host_GetNumOfPasses_Params_STRUCT_SIZE};
     np.configImageSize = config.size();
     np.pConfigImage = config.data();
     FB_CUPTI_TRY(cuptiProfilerHostGetNumOfPasses(&np));
@@ -237,7 +253,8 @@ struct CounterSession::Impl {
 
   void teardown() {
     if (host) {
-      CUpti_Profiler_Host_Deinitialize_Params p{CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE};
+      CUpti_Profiler_Host_Deinitialize_Params p{
+          CUpti_Profiler_Host_Deinitialize_Params_STRUCT_SIZE};
       p.pHostObject = host;
       cuptiProfilerHostDeinitialize(&p);
       host = nullptr;
@@ -252,9 +269,9 @@ struct CounterSession::Impl {
   ~Impl() { teardown(); }
 };
 
-CounterSession::CounterSession(const DeviceInfo& dev, std::vector<std::string> metrics)
+CounterSession::CounterSession(const DeviceInfo &dev, std::vector<std::string> metrics)
     : impl_(std::make_unique<Impl>()), metrics_(std::move(metrics)) {
-  if (const std::string& sim = env_options().simulate_cupti_failure; !sim.empty()) {
+  if (const std::string &sim = env_options().simulate_cupti_failure; !sim.empty()) {
     reason_ = "simulated: " + sim;
     return;
   }
@@ -262,16 +279,17 @@ CounterSession::CounterSession(const DeviceInfo& dev, std::vector<std::string> m
     reason_ = "no CUDA device";
     return;
   }
-  Impl& m = *impl_;
+  Impl &m = *impl_;
   m.device = dev.index;
-  for (const auto& n : metrics_) m.names.push_back(n.c_str());
+  for (const auto &n : metrics_)
+    m.names.push_back(n.c_str());
   try {
     m.setup(); // a dry cycle: availability, metric names and the pass count are known before any point runs
     passes_ = static_cast<int>(m.passes);
     available_ = true;
-  } catch (const CuptiUnavailable& e) {
+  } catch (const CuptiUnavailable &e) {
     reason_ = e.what();
-  } catch (const CudaError& e) {
+  } catch (const CudaError &e) {
     reason_ = e.what();
   } catch (...) {
     m.teardown();
@@ -282,17 +300,17 @@ CounterSession::CounterSession(const DeviceInfo& dev, std::vector<std::string> m
 
 CounterSession::~CounterSession() = default;
 
-Counters CounterSession::profile(const std::string& /*range_name: see PushRange*/,
-                                 const std::function<void(cudaStream_t)>& launch,
-                                 const std::function<void()>& flush, cudaStream_t stream) {
+Counters CounterSession::profile(const std::string & /*range_name: see PushRange*/,
+                                 const std::function<void(cudaStream_t)> &launch,
+                                 const std::function<void()> &flush, cudaStream_t stream) {
   Counters c;
   if (!available_) {
     c.reason = reason_;
     return c;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  Impl& m = *impl_;
-  CUpti_RangeProfiler_Object* obj = nullptr;
+  Impl &m = *impl_;
+  CUpti_RangeProfiler_Object *obj = nullptr;
   try {
     FB_CUDA_CHECK(cudaStreamSynchronize(stream));
     m.setup();
@@ -301,7 +319,8 @@ Counters CounterSession::profile(const std::string& /*range_name: see PushRange*
     FB_CUPTI_TRY(cuptiRangeProfilerEnable(&en));
     obj = en.pRangeProfilerObject;
 
-    CUpti_RangeProfiler_GetCounterDataSize_Params ds{CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE};
+    CUpti_RangeProfiler_GetCounterDataSize_Params ds{
+        CUpti_RangeProfiler_GetCounterDataSize_Params_STRUCT_SIZE};
     ds.pRangeProfilerObject = obj;
     ds.pMetricNames = m.names.data();
     ds.numMetrics = m.names.size();
@@ -333,7 +352,8 @@ Counters CounterSession::profile(const std::string& /*range_name: see PushRange*
 
     int pass = 0;
     for (bool all_submitted = false; !all_submitted; ++pass) {
-      if (pass > 64) throw CuptiUnavailable("metric collection did not finish within 64 passes");
+      if (pass > 64)
+        throw CuptiUnavailable("metric collection did not finish within 64 passes");
       flush();
       FB_CUDA_CHECK(cudaStreamSynchronize(stream));
       CUpti_RangeProfiler_Start_Params st{CUpti_RangeProfiler_Start_Params_STRUCT_SIZE};
@@ -360,15 +380,19 @@ Counters CounterSession::profile(const std::string& /*range_name: see PushRange*
     CUpti_RangeProfiler_DecodeData_Params dec{CUpti_RangeProfiler_DecodeData_Params_STRUCT_SIZE};
     dec.pRangeProfilerObject = obj;
     FB_CUPTI_TRY(cuptiRangeProfilerDecodeData(&dec));
-    if (dec.numOfRangeDropped) c.untrusted.push_back(std::to_string(dec.numOfRangeDropped) + " range(s) dropped");
+    if (dec.numOfRangeDropped)
+      c.untrusted.push_back(std::to_string(dec.numOfRangeDropped) + " range(s) dropped");
 
-    CUpti_RangeProfiler_GetCounterDataInfo_Params info{CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE};
+    CUpti_RangeProfiler_GetCounterDataInfo_Params info{
+        CUpti_RangeProfiler_GetCounterDataInfo_Params_STRUCT_SIZE};
     info.pCounterDataImage = data.data();
     info.counterDataImageSize = data.size();
     FB_CUPTI_TRY(cuptiRangeProfilerGetCounterDataInfo(&info));
-    if (info.numTotalRanges < 1) throw CuptiUnavailable("the profiler recorded no range");
+    if (info.numTotalRanges < 1)
+      throw CuptiUnavailable("the profiler recorded no range");
     std::vector<double> values(m.names.size(), NAN);
-    CUpti_Profiler_Host_EvaluateToGpuValues_Params ev{CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE};
+    CUpti_Profiler_Host_EvaluateToGpuValues_Params ev{
+        CUpti_Profiler_Host_EvaluateToGpuValues_Params_STRUCT_SIZE};
     ev.pHostObject = m.host;
     ev.pCounterDataImage = data.data();
     ev.counterDataImageSize = data.size();
@@ -382,10 +406,11 @@ Counters CounterSession::profile(const std::string& /*range_name: see PushRange*
       const std::string n = m.names[i];
       if (n.find(".pct") != std::string::npos && values[i] > 100.5)
         c.untrusted.push_back(n + ": " + std::to_string(values[i]) + "% is over 100%");
-      if (!std::isfinite(values[i])) c.untrusted.push_back(n + ": not a number");
+      if (!std::isfinite(values[i]))
+        c.untrusted.push_back(n + ": not a number");
     }
     c.available = true;
-  } catch (const CuptiUnavailable& e) {
+  } catch (const CuptiUnavailable &e) {
     c.reason = e.what();
   }
   if (obj) {
@@ -402,13 +427,13 @@ Counters CounterSession::profile(const std::string& /*range_name: see PushRange*
 
 struct CounterSession::Impl {};
 
-CounterSession::CounterSession(const DeviceInfo&, std::vector<std::string> metrics)
+CounterSession::CounterSession(const DeviceInfo &, std::vector<std::string> metrics)
     : impl_(std::make_unique<Impl>()), metrics_(std::move(metrics)) {
   reason_ = "flashbench was built without CUPTI (FLASHBENCH_WITH_CUPTI=OFF)";
 }
 CounterSession::~CounterSession() = default;
-Counters CounterSession::profile(const std::string&, const std::function<void(cudaStream_t)>&,
-                                 const std::function<void()>&, cudaStream_t) {
+Counters CounterSession::profile(const std::string &, const std::function<void(cudaStream_t)> &,
+                                 const std::function<void()> &, cudaStream_t) {
   Counters c;
   c.reason = reason_;
   return c;

@@ -18,7 +18,8 @@ std::string DeviceInfo::slug() const {
     else if (!out.empty() && out.back() != '-')
       out += '-';
   }
-  while (!out.empty() && out.back() == '-') out.pop_back();
+  while (!out.empty() && out.back() == '-')
+    out.pop_back();
   return out;
 }
 
@@ -61,7 +62,8 @@ DeviceInfo query_device(int index) {
   cudaRuntimeGetVersion(&d.runtime_version);
   ClockReader nvml(d.pci_bus_id);
   if (nvml.available()) {
-    if (int mhz = nvml.sm_clock_max_mhz(); mhz > 0) d.sm_clock_max_mhz = mhz;
+    if (int mhz = nvml.sm_clock_max_mhz(); mhz > 0)
+      d.sm_clock_max_mhz = mhz;
     d.driver_version_string = nvml.driver_version();
   }
   return d;
@@ -85,7 +87,7 @@ DeviceInfo nominal_device() {
   return d;
 }
 
-void to_json(nlohmann::json& j, const DeviceInfo& d) {
+void to_json(nlohmann::json &j, const DeviceInfo &d) {
   j = nlohmann::json{{"present", d.present},
                      {"name", d.name},
                      {"slug", d.slug()},

@@ -17,21 +17,23 @@ void wait_with_deadline(cudaStream_t stream, double deadline_s) {
   const auto t0 = std::chrono::steady_clock::now();
   for (;;) {
     const cudaError_t st = cudaEventQuery(done);
-    if (st == cudaSuccess) break;
+    if (st == cudaSuccess)
+      break;
     if (st != cudaErrorNotReady) {
       cudaEventDestroy(done);
       FB_CUDA_CHECK(st);
     }
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > deadline_s)
-      throw PointTimeout("launch still running after " + std::to_string(static_cast<int>(deadline_s)) +
-                         " s (hung kernel?)");
+      throw PointTimeout("launch still running after " +
+                         std::to_string(static_cast<int>(deadline_s)) + " s (hung kernel?)");
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   cudaEventDestroy(done);
 }
 
-void PointRunner::prepare(const AttentionProblem& p) {
-  if (prepared_ && p == problem_) return;
+void PointRunner::prepare(const AttentionProblem &p) {
+  if (prepared_ && p == problem_)
+    return;
   ScopedRange range{"prepare"};
   prepared_ = false;
   problem_ = p;
@@ -43,7 +45,8 @@ void PointRunner::prepare(const AttentionProblem& p) {
   v_ = DeviceBuffer(p.kv_elems() * e);
   o_ = DeviceBuffer(p.q_elems() * static_cast<size_t>(dtype_bytes(out_dtype(p.dtype))));
   lse_ = DeviceBuffer(p.lse_elems() * sizeof(float));
-  for (DeviceBuffer& d : descales_) d = DeviceBuffer();
+  for (DeviceBuffer &d : descales_)
+    d = DeviceBuffer();
   ref_o_abs_.clear();
   if (p.dtype == DType::e4m3) {
     // Quantized per block (buffers.hpp); the reference runs in fp32/fp64 on the dequantized values, so it sees
@@ -51,11 +54,13 @@ void PointRunner::prepare(const AttentionProblem& p) {
     descales_[0] = DeviceBuffer(static_cast<size_t>(p.q_descale_elems()) * sizeof(float));
     descales_[1] = DeviceBuffer(static_cast<size_t>(p.k_descale_elems()) * sizeof(float));
     descales_[2] = DeviceBuffer(static_cast<size_t>(p.v_descale_elems()) * sizeof(float));
-    DeviceBuffer values[3] = {DeviceBuffer(p.q_elems() * sizeof(float)), DeviceBuffer(p.kv_elems() * sizeof(float)),
+    DeviceBuffer values[3] = {DeviceBuffer(p.q_elems() * sizeof(float)),
+                              DeviceBuffer(p.kv_elems() * sizeof(float)),
                               DeviceBuffer(p.kv_elems() * sizeof(float))};
-    void* const codes[3] = {q_.get(), k_.get(), v_.get()};
-    float* const ds[3] = {descales_[0].as<float>(), descales_[1].as<float>(), descales_[2].as<float>()};
-    float* const vals[3] = {values[0].as<float>(), values[1].as<float>(), values[2].as<float>()};
+    void *const codes[3] = {q_.get(), k_.get(), v_.get()};
+    float *const ds[3] = {descales_[0].as<float>(), descales_[1].as<float>(),
+                          descales_[2].as<float>()};
+    float *const vals[3] = {values[0].as<float>(), values[1].as<float>(), values[2].as<float>()};
     const uint64_t seeds[3] = {seed_, seed_ + 1, seed_ + 2};
     fill_e4m3_inputs(p, codes, ds, vals, seeds, stream_);
     AttentionProblem pf = p;
@@ -85,7 +90,8 @@ void PointRunner::prepare(const AttentionProblem& p) {
   prepared_ = true;
 }
 
-void PointRunner::compute_reference(const AttentionProblem& p, const void* q, const void* k, const void* v) {
+void PointRunner::compute_reference(const AttentionProblem &p, const void *q, const void *k,
+                                    const void *v) {
   if (use_cpu_reference(p)) {
     const auto qh = download_as_float(q, p.dtype, p.q_elems());
     const auto kh = download_as_float(k, p.dtype, p.kv_elems());
@@ -106,14 +112,17 @@ void PointRunner::compute_reference(const AttentionProblem& p, const void* q, co
 }
 
 void PointRunner::ensure_workspace(size_t bytes) {
-  if (workspace_.bytes() >= bytes && bytes > 0) return;
-  if (bytes == 0) return;
+  if (workspace_.bytes() >= bytes && bytes > 0)
+    return;
+  if (bytes == 0)
+    return;
   workspace_ = DeviceBuffer(); // free first so the old and new never coexist
   workspace_ = DeviceBuffer(bytes);
 }
 
 void PointRunner::ensure_semaphores(size_t bytes) {
-  if (bytes == 0 || semaphores_.bytes() >= bytes) return;
+  if (bytes == 0 || semaphores_.bytes() >= bytes)
+    return;
   semaphores_ = DeviceBuffer();
   semaphores_ = DeviceBuffer(bytes);
   FB_CUDA_CHECK(cudaMemsetAsync(semaphores_.get(), 0, bytes, stream_));
@@ -139,9 +148,9 @@ LaunchArgs PointRunner::args() const {
   return a;
 }
 
-VerifyResult PointRunner::verify(const Variant& v, const Config& c, double deadline_s) {
+VerifyResult PointRunner::verify(const Variant &v, const Config &c, double deadline_s) {
   ScopedRange range{"verify"};
-  const AttentionProblem& p = problem_;
+  const AttentionProblem &p = problem_;
   ensure_workspace(v.workspace_bytes(p, c));
   ensure_semaphores(v.semaphore_bytes(p, c));
   poison(o_.get(), o_.bytes(), stream_);
@@ -151,13 +160,16 @@ VerifyResult PointRunner::verify(const Variant& v, const Config& c, double deadl
   wait_with_deadline(stream_, deadline_s);
   const auto out = download_as_float(o_.get(), out_dtype(p.dtype), p.q_elems());
   const auto lse = download_as_float(lse_.get(), DType::f32, p.lse_elems());
-  VerifyResult r = fb::verify<double>(p, out.data(), lse.data(), ref_o_.data(), ref_lse_.data(),
-                                      tolerance_for(p.dtype), ref_o_abs_.empty() ? nullptr : ref_o_abs_.data());
+  VerifyResult r =
+      fb::verify<double>(p, out.data(), lse.data(), ref_o_.data(), ref_lse_.data(),
+                         tolerance_for(p.dtype), ref_o_abs_.empty() ? nullptr : ref_o_abs_.data());
   r.reference = reference_kind_;
   if (const int64_t nz = count_nonzero_bytes(semaphores_.get(), semaphores_.bytes()); nz > 0) {
     r.pass = false;
-    r.detail = std::to_string(nz) + " semaphore bytes left non-zero after the launch (the next launch would "
-               "read them); " + r.detail;
+    r.detail = std::to_string(nz) +
+               " semaphore bytes left non-zero after the launch (the next launch would "
+               "read them); " +
+               r.detail;
   }
   return r;
 }

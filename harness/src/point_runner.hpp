@@ -17,23 +17,23 @@ namespace fb {
 
 class PointRunner {
 public:
-  PointRunner(const DeviceInfo& dev, cudaStream_t stream) : dev_(dev), stream_(stream) {}
+  PointRunner(const DeviceInfo &dev, cudaStream_t stream) : dev_(dev), stream_(stream) {}
 
   // Draws fresh inputs for p (a new seed each call) and computes the reference once. Cheap when p is unchanged.
-  void prepare(const AttentionProblem& p);
+  void prepare(const AttentionProblem &p);
   uint64_t seed() const { return seed_; }
-  const std::string& reference_kind() const { return reference_kind_; }
+  const std::string &reference_kind() const { return reference_kind_; }
 
   // Poisons O and LSE, launches once, waits (a launch that runs past `deadline_s` throws PointTimeout) and
   // verifies against the reference; a launch that leaves its semaphores non-zero fails too (the next launch would
   // read them).
-  VerifyResult verify(const Variant& v, const Config& c, double deadline_s);
+  VerifyResult verify(const Variant &v, const Config &c, double deadline_s);
   // Launch arguments for timing; the workspace is sized for (v, c) by verify().
   LaunchArgs args() const;
 
 private:
   // The reference for inputs q, k, v of problem p (the e4m3 path passes dequantized fp32 copies).
-  void compute_reference(const AttentionProblem& p, const void* q, const void* k, const void* v);
+  void compute_reference(const AttentionProblem &p, const void *q, const void *k, const void *v);
   void ensure_workspace(size_t bytes);
   void ensure_semaphores(size_t bytes);
 
@@ -44,8 +44,10 @@ private:
   uint64_t seed_ = 0;
   DeviceBuffer q_, k_, v_, o_, lse_, workspace_;
   DeviceBuffer descales_[3]; // e4m3 problems: Q, K, V descales (LaunchArgs)
-  DeviceBuffer semaphores_; // zeroed once when allocated; every launch leaves them zero (LaunchArgs)
-  KvCacheBuffers kv_cache_; // cache_seqlens always; page table and K/V pools (then k_/v_ are freed) when paged
+  DeviceBuffer
+      semaphores_; // zeroed once when allocated; every launch leaves them zero (LaunchArgs)
+  KvCacheBuffers
+      kv_cache_; // cache_seqlens always; page table and K/V pools (then k_/v_ are freed) when paged
   std::vector<double> ref_o_, ref_lse_;
   std::vector<double> ref_o_abs_; // e4m3: the reference's O over |V| (Tolerance::p_round)
   std::string reference_kind_;

@@ -18,14 +18,16 @@ namespace fb {
 
 namespace {
 // A plain 16-byte-per-thread copy: the reference point for the counters (its DRAM bytes are known exactly).
-__global__ void copy_probe_kernel(const uint4* __restrict__ src, uint4* __restrict__ dst, size_t n) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+__global__ void copy_probe_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst,
+                                  size_t n) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x)
     dst[i] = src[i];
 }
 __global__ void empty_probe_kernel() {}
 } // namespace
 
-std::vector<ReadFloor> measure_read_floor(const DeviceInfo& dev, const std::vector<size_t>& sizes) {
+std::vector<ReadFloor> measure_read_floor(const DeviceInfo &dev, const std::vector<size_t> &sizes) {
   ScopedRange range{"read_floor"};
   std::vector<ReadFloor> out;
   cudaStream_t stream;
@@ -44,7 +46,7 @@ std::vector<ReadFloor> measure_read_floor(const DeviceInfo& dev, const std::vect
     for (const size_t bytes : sizes) {
       ReadFloor best;
       best.bytes = bytes;
-      auto consider = [&](const TimingStats& t, int per_sm, int u) {
+      auto consider = [&](const TimingStats &t, int per_sm, int u) {
         if (best.median_us == 0 || t.median_us < best.median_us) {
           best.median_us = t.median_us;
           best.sm_clock_mhz = t.sm_clock_mhz;
@@ -53,8 +55,12 @@ std::vector<ReadFloor> measure_read_floor(const DeviceInfo& dev, const std::vect
         }
       };
       if (bytes == 0) {
-        consider(timer.measure([&](cudaStream_t s) { empty_probe_kernel<<<1, 32, 0, s>>>(); FB_CHECK_LAUNCH(); },
-                               policy),
+        consider(timer.measure(
+                     [&](cudaStream_t s) {
+                       empty_probe_kernel<<<1, 32, 0, s>>>();
+                       FB_CHECK_LAUNCH();
+                     },
+                     policy),
                  0, 0);
       } else {
         const size_t n = bytes / sizeof(uint4);
@@ -64,7 +70,8 @@ std::vector<ReadFloor> measure_read_floor(const DeviceInfo& dev, const std::vect
             constexpr int U = decltype(u_tag)::value;
             consider(timer.measure(
                          [&](cudaStream_t s) {
-                           read_floor_kernel<U><<<blocks, 512, 0, s>>>(src.as<const uint4>(), n, sink.as<unsigned>());
+                           read_floor_kernel<U><<<blocks, 512, 0, s>>>(src.as<const uint4>(), n,
+                                                                       sink.as<unsigned>());
                            FB_CHECK_LAUNCH();
                          },
                          policy),
@@ -84,7 +91,7 @@ std::vector<ReadFloor> measure_read_floor(const DeviceInfo& dev, const std::vect
   return out;
 }
 
-void to_json(nlohmann::json& j, const ReadFloor& r) {
+void to_json(nlohmann::json &j, const ReadFloor &r) {
   j = nlohmann::json{{"bytes", r.bytes},
                      {"median_us", r.median_us},
                      {"gbps", r.gbps},
@@ -93,7 +100,7 @@ void to_json(nlohmann::json& j, const ReadFloor& r) {
                      {"loads_in_flight", r.loads_in_flight}};
 }
 
-CopyProbe run_copy_probe(const DeviceInfo& dev, size_t bytes, bool with_counters) {
+CopyProbe run_copy_probe(const DeviceInfo &dev, size_t bytes, bool with_counters) {
   ScopedRange range{"copy_probe"};
   CopyProbe out;
   out.bytes = bytes;
@@ -116,11 +123,13 @@ CopyProbe run_copy_probe(const DeviceInfo& dev, size_t bytes, bool with_counters
     const TimingStats t = timer.measure(launch, policy);
     out.median_us = t.median_us;
     out.gbps = 2.0 * bytes / (t.median_us * 1e-6) / 1e9;
-    KernelDesc k{"copy_probe_kernel", reinterpret_cast<const void*>(copy_probe_kernel), threads, 0, blocks};
+    KernelDesc k{"copy_probe_kernel", reinterpret_cast<const void *>(copy_probe_kernel), threads, 0,
+                 blocks};
     out.occupancy = theoretical_occupancy(dev, k);
     if (with_counters) {
       CounterSession session(dev, default_metrics());
-      out.counters = session.profile("copy_probe", launch, [&] { timer.flush_l2(); }, stream);
+      out.counters = session.profile(
+          "copy_probe", launch, [&] { timer.flush_l2(); }, stream);
     }
     FB_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
@@ -128,7 +137,7 @@ CopyProbe run_copy_probe(const DeviceInfo& dev, size_t bytes, bool with_counters
   return out;
 }
 
-Ceilings measure_ceilings(const DeviceInfo& dev) {
+Ceilings measure_ceilings(const DeviceInfo &dev) {
   ScopedRange range{"probe"};
   Ceilings c;
   cudaStream_t stream;
@@ -152,15 +161,17 @@ Ceilings measure_ceilings(const DeviceInfo& dev) {
     FB_CUBLAS_CHECK(cublasSetStream(h, stream));
     const float alpha = 1.f, beta = 0.f;
     auto gemm = [&](cudaStream_t) {
-      FB_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(), CUDA_R_16BF, n,
-                                   b.get(), CUDA_R_16BF, n, &beta, out.get(), CUDA_R_16BF, n,
-                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      FB_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.get(),
+                                   CUDA_R_16BF, n, b.get(), CUDA_R_16BF, n, &beta, out.get(),
+                                   CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     };
     // Burst first (the GPU is cool), then sustained: under a power cap the SM clock falls over a long run of
     // products, and both numbers are facts about the device.
-    for (int i = 0; i < 3; ++i) gemm(stream);
+    for (int i = 0; i < 3; ++i)
+      gemm(stream);
     cudaEvent_t e[11];
-    for (auto& ev : e) FB_CUDA_CHECK(cudaEventCreate(&ev));
+    for (auto &ev : e)
+      FB_CUDA_CHECK(cudaEventCreate(&ev));
     FB_CUDA_CHECK(cudaEventRecord(e[0], stream));
     for (int i = 0; i < 10; ++i) {
       gemm(stream);
@@ -173,7 +184,8 @@ Ceilings measure_ceilings(const DeviceInfo& dev) {
       FB_CUDA_CHECK(cudaEventElapsedTime(&ms, e[i], e[i + 1]));
       burst.push_back(ms * 1e3);
     }
-    for (auto& ev : e) cudaEventDestroy(ev);
+    for (auto &ev : e)
+      cudaEventDestroy(ev);
     c.gemm_bf16_tflops_burst = 2.0 * n * double(n) * n / (summarize(burst).median_us * 1e-6) / 1e12;
     TimingStats t = timer.measure(gemm, policy);
     cublasDestroy(h);
@@ -182,7 +194,8 @@ Ceilings measure_ceilings(const DeviceInfo& dev) {
   }
   // Device-to-device copy; bytes counted read + written.
   {
-    const size_t bytes = std::min<size_t>(size_t(2) << 30, static_cast<size_t>(dev.total_mem_bytes / 8));
+    const size_t bytes =
+        std::min<size_t>(size_t(2) << 30, static_cast<size_t>(dev.total_mem_bytes / 8));
     DeviceBuffer src(bytes), dst(bytes);
     FB_CUDA_CHECK(cudaMemsetAsync(src.get(), 0x3c, bytes, stream));
     auto copy = [&](cudaStream_t s) {
@@ -197,7 +210,7 @@ Ceilings measure_ceilings(const DeviceInfo& dev) {
   return c;
 }
 
-void to_json(nlohmann::json& j, const Ceilings& c) {
+void to_json(nlohmann::json &j, const Ceilings &c) {
   j = nlohmann::json{{"gemm_bf16_tflops", c.gemm_bf16_tflops},
                      {"gemm_bf16_tflops_burst", c.gemm_bf16_tflops_burst},
                      {"gemm_mnk", c.gemm_mnk},

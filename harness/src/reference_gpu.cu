@@ -95,7 +95,8 @@ __global__ void softmax_rows_kernel(float *s, int64_t skv, int64_t row0, int64_t
 
 // A batch entry with no keys: its rows see nothing, O = 0 and LSE = -inf (the GEMMs cannot take k = 0 with
 // leading dimension 0).
-__global__ void empty_rows_kernel(float *o, int64_t seq_stride, int64_t rows, int64_t d, float *lse) {
+__global__ void empty_rows_kernel(float *o, int64_t seq_stride, int64_t rows, int64_t d,
+                                  float *lse) {
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < rows * d;
        e += int64_t(gridDim.x) * blockDim.x)
     o[(e / d) * seq_stride + e % d] = 0.f;
@@ -132,7 +133,8 @@ void gpu_reference(const AttentionProblem &p, const void *q, const void *k, cons
   FB_CUBLAS_CHECK(cublasSetMathMode(cublas.h, CUBLAS_PEDANTIC_MATH));
 
   DeviceBuffer kf(size_t(skv_max * d) * sizeof(float)), vf(size_t(skv_max * d) * sizeof(float));
-  DeviceBuffer qf(size_t(sq * d) * sizeof(float)), sbuf(size_t(block_rows * skv_max) * sizeof(float));
+  DeviceBuffer qf(size_t(sq * d) * sizeof(float)),
+      sbuf(size_t(block_rows * skv_max) * sizeof(float));
   constexpr int kThreads = 256;
   const float one = 1.f, zero = 0.f;
 

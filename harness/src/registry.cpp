@@ -9,30 +9,35 @@ namespace fb {
 
 void Registry::add(std::unique_ptr<Variant> v) {
   if (find(v->name())) {
-    std::fprintf(stderr, "flashbench: internal error: variant '%s' registered twice\n", v->name().c_str());
+    std::fprintf(stderr, "flashbench: internal error: variant '%s' registered twice\n",
+                 v->name().c_str());
     std::abort();
   }
   variants_.push_back(std::move(v));
 }
 
-const Variant* Registry::find(const std::string& name) const {
-  for (const auto& v : variants_)
-    if (v->name() == name) return v.get();
+const Variant *Registry::find(const std::string &name) const {
+  for (const auto &v : variants_)
+    if (v->name() == name)
+      return v.get();
   return nullptr;
 }
 
-const Variant& Registry::get(const std::string& name) const {
-  if (const Variant* v = find(name)) return *v;
+const Variant &Registry::get(const std::string &name) const {
+  if (const Variant *v = find(name))
+    return *v;
   std::ostringstream os;
   os << "unknown variant '" << name << "'; known variants: ";
-  for (size_t i = 0; i < variants_.size(); ++i) os << (i ? ", " : "") << variants_[i]->name();
+  for (size_t i = 0; i < variants_.size(); ++i)
+    os << (i ? ", " : "") << variants_[i]->name();
   os << " (see 'flashbench list')";
   throw UserError(os.str());
 }
 
 std::vector<std::string> Registry::names() const {
   std::vector<std::string> out;
-  for (const auto& v : variants_) out.push_back(v->name());
+  for (const auto &v : variants_)
+    out.push_back(v->name());
   return out;
 }
 

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <fcntl.h>
 #include <unistd.h>
 
 namespace fb {
@@ -17,34 +17,46 @@ namespace fb {
 namespace {
 constexpr size_t kMaxStoredSamples = 1000;
 
-nlohmann::json num_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+nlohmann::json num_or_null(double x) {
+  return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+}
 
 // Keeps at most kMaxStoredSamples, evenly spaced, so that files stay small and compare still sees the spread.
-std::vector<double> thin(const std::vector<double>& s) {
-  if (s.size() <= kMaxStoredSamples) return s;
+std::vector<double> thin(const std::vector<double> &s) {
+  if (s.size() <= kMaxStoredSamples)
+    return s;
   std::vector<double> out;
   out.reserve(kMaxStoredSamples);
   const double step = static_cast<double>(s.size()) / kMaxStoredSamples;
-  for (size_t i = 0; i < kMaxStoredSamples; ++i) out.push_back(s[static_cast<size_t>(i * step)]);
+  for (size_t i = 0; i < kMaxStoredSamples; ++i)
+    out.push_back(s[static_cast<size_t>(i * step)]);
   return out;
 }
 } // namespace
 
-const char* to_string(Status s) {
+const char *to_string(Status s) {
   switch (s) {
-  case Status::ok: return "ok";
-  case Status::skipped: return "skipped";
-  case Status::incorrect: return "incorrect";
-  case Status::crashed: return "crashed";
-  case Status::timeout: return "timeout";
+  case Status::ok:
+    return "ok";
+  case Status::skipped:
+    return "skipped";
+  case Status::incorrect:
+    return "incorrect";
+  case Status::crashed:
+    return "crashed";
+  case Status::timeout:
+    return "timeout";
   }
   return "?";
 }
 
-Status parse_status(const std::string& s) {
-  for (Status st : {Status::ok, Status::skipped, Status::incorrect, Status::crashed, Status::timeout})
-    if (s == to_string(st)) return st;
-  throw UserError("unknown status '" + s + "'; expected ok, skipped, incorrect, crashed or timeout");
+Status parse_status(const std::string &s) {
+  for (Status st :
+       {Status::ok, Status::skipped, Status::incorrect, Status::crashed, Status::timeout})
+    if (s == to_string(st))
+      return st;
+  throw UserError("unknown status '" + s +
+                  "'; expected ok, skipped, incorrect, crashed or timeout");
 }
 
 std::string Result::name() const {
@@ -52,11 +64,12 @@ std::string Result::name() const {
 }
 
 double Result::tflops() const {
-  if (status != Status::ok || !timing || timing->median_us <= 0) return 0;
+  if (status != Status::ok || !timing || timing->median_us <= 0)
+    return 0;
   return flops / (timing->median_us * 1e-6) / 1e12;
 }
 
-nlohmann::json to_json(const Result& r) {
+nlohmann::json to_json(const Result &r) {
   using nlohmann::json;
   const bool ok = r.status == Status::ok && r.timing.has_value();
   json j;
@@ -87,7 +100,7 @@ nlohmann::json to_json(const Result& r) {
   j["kv_bytes"] = kv_bytes(r.problem);
   j["seed"] = r.seed;
   if (ok) {
-    const TimingStats& t = *r.timing;
+    const TimingStats &t = *r.timing;
     j["tflops"] = r.tflops();
     j["median_us"] = t.median_us;
     j["min_us"] = t.min_us;
@@ -120,17 +133,19 @@ nlohmann::json to_json(const Result& r) {
     j["metrics"] = *r.counters;
     j["counters_passes"] = r.counters->passes;
     j["counters_seconds"] = r.counters->seconds;
-    if (!r.counters->untrusted.empty()) j["counters_untrusted"] = r.counters->untrusted;
+    if (!r.counters->untrusted.empty())
+      j["counters_untrusted"] = r.counters->untrusted;
   } else {
     j["counters"] = nullptr;
-    if (r.counters) j["counters_reason"] = r.counters->reason;
+    if (r.counters)
+      j["counters_reason"] = r.counters->reason;
   }
   if (!r.occupancy.empty()) {
     j["occupancy"] = r.occupancy.front();
     j["occupancy_all"] = r.occupancy;
   }
   if (r.verification) {
-    const VerifyResult& v = *r.verification;
+    const VerifyResult &v = *r.verification;
     j["max_error"] = num_or_null(v.max_abs_error);
     j["rel_l2_error"] = num_or_null(v.rel_l2_error);
     j["lse_max_error"] = num_or_null(v.lse_max_error);
@@ -142,14 +157,15 @@ nlohmann::json to_json(const Result& r) {
   return j;
 }
 
-Result result_from_json(const nlohmann::json& j) {
+Result result_from_json(const nlohmann::json &j) {
   try {
     Result r;
     r.variant = j.at("variant").get<std::string>();
     r.config_json = j.value("config", nlohmann::json::object());
     r.config_str = j.value("config_str", std::string());
-    for (auto& [k, v] : r.config_json.items())
-      if (v.is_number_integer()) r.config.set(k, v.get<int64_t>());
+    for (auto &[k, v] : r.config_json.items())
+      if (v.is_number_integer())
+        r.config.set(k, v.get<int64_t>());
     r.problem = j.at("problem").get<AttentionProblem>();
     r.status = parse_status(j.at("status").get<std::string>());
     r.reason = j.value("reason", std::string());
@@ -178,34 +194,38 @@ Result result_from_json(const nlohmann::json& j) {
       r.timing = t;
     }
     if (j.contains("verification") && j["verification"].is_object()) {
-      const auto& v = j["verification"];
+      const auto &v = j["verification"];
       VerifyResult vr;
       vr.pass = v.value("pass", false);
       vr.max_abs_error = v["max_error"].is_number() ? v["max_error"].get<double>() : INFINITY;
-      vr.worst_ratio = v["worst_over_tolerance"].is_number() ? v["worst_over_tolerance"].get<double>() : INFINITY;
+      vr.worst_ratio = v["worst_over_tolerance"].is_number()
+                           ? v["worst_over_tolerance"].get<double>()
+                           : INFINITY;
       vr.rel_l2_error = v["rel_l2_error"].is_number() ? v["rel_l2_error"].get<double>() : INFINITY;
-      vr.lse_max_error = v["lse_max_error"].is_number() ? v["lse_max_error"].get<double>() : INFINITY;
+      vr.lse_max_error =
+          v["lse_max_error"].is_number() ? v["lse_max_error"].get<double>() : INFINITY;
       vr.nonfinite = v.value("nonfinite", int64_t{0});
       vr.mismatches = v.value("mismatches", int64_t{0});
       vr.reference = v.value("verified_against", std::string());
       r.verification = vr;
     }
     return r;
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const nlohmann::json::exception &e) {
     throw UserError(std::string("malformed result record: ") + e.what());
   }
 }
 
-void write_results_file(const std::string& path, const nlohmann::json& context,
-                        const std::vector<Result>& results) {
+void write_results_file(const std::string &path, const nlohmann::json &context,
+                        const std::vector<Result> &results) {
   std::vector<nlohmann::json> records;
   records.reserve(results.size());
-  for (const Result& r : results) records.push_back(to_json(r));
+  for (const Result &r : results)
+    records.push_back(to_json(r));
   write_results_file(path, context, records);
 }
 
-void write_results_file(const std::string& path, const nlohmann::json& context,
-                        const std::vector<nlohmann::json>& records) {
+void write_results_file(const std::string &path, const nlohmann::json &context,
+                        const std::vector<nlohmann::json> &records) {
   nlohmann::json doc;
   doc["context"] = context;
   doc["context"]["schema_version"] = kSchemaVersion;
@@ -213,59 +233,67 @@ void write_results_file(const std::string& path, const nlohmann::json& context,
   namespace fs = std::filesystem;
   const fs::path target(path);
   std::error_code ec;
-  if (target.has_parent_path()) fs::create_directories(target.parent_path(), ec);
+  if (target.has_parent_path())
+    fs::create_directories(target.parent_path(), ec);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   // Whatever fails, no temp file stays behind and the message names the results file, not an internal error.
-  const auto fail = [&](const std::string& why) {
+  const auto fail = [&](const std::string &why) {
     fs::remove(tmp, ec);
     throw UserError("cannot write results file " + path + ": " + why +
                     "; check the path (a file in a writable directory) and the free space");
   };
   {
     std::ofstream os(tmp, std::ios::trunc);
-    if (!os) fail(std::strerror(errno));
+    if (!os)
+      fail(std::strerror(errno));
     os << doc.dump(1) << "\n";
     os.flush();
-    if (!os) fail("writing " + tmp + " failed (disk full?)");
+    if (!os)
+      fail("writing " + tmp + " failed (disk full?)");
   }
-  if (FILE* f = std::fopen(tmp.c_str(), "r")) { // fsync so that the rename never exposes an empty file
+  if (FILE *f =
+          std::fopen(tmp.c_str(), "r")) { // fsync so that the rename never exposes an empty file
     ::fsync(fileno(f));
     std::fclose(f);
   }
   fs::rename(tmp, target, ec);
-  if (ec) fail(ec.message());
+  if (ec)
+    fail(ec.message());
 }
 
 namespace {
 
-std::string parent_dir(const std::string& path) {
+std::string parent_dir(const std::string &path) {
   const std::filesystem::path p(path);
   return p.has_parent_path() ? p.parent_path().string() : std::string(".");
 }
 
-bool non_empty_file(const std::string& path) {
+bool non_empty_file(const std::string &path) {
   std::error_code ec;
-  return std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) > 0 && !ec;
+  return std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) > 0 &&
+         !ec;
 }
 
 } // namespace
 
-void check_output_path(const std::string& path, const std::string& option, bool may_replace,
-                       const std::string& replace_hint, bool creates_parents) {
+void check_output_path(const std::string &path, const std::string &option, bool may_replace,
+                       const std::string &replace_hint, bool creates_parents) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string where = option + " " + path;
-  if (path.empty()) throw UserError(option + ": the path is empty; give a file name such as results.json");
+  if (path.empty())
+    throw UserError(option + ": the path is empty; give a file name such as results.json");
   if (fs::is_directory(path, ec))
     throw UserError(where + ": is a directory; give a file name in it, e.g. " + option + " " +
                     (fs::path(path) / "results.json").string());
   std::string dir = parent_dir(path);
   if (creates_parents)
-    while (!fs::exists(dir, ec) && fs::path(dir).has_parent_path() && fs::path(dir).parent_path() != dir)
+    while (!fs::exists(dir, ec) && fs::path(dir).has_parent_path() &&
+           fs::path(dir).parent_path() != dir)
       dir = fs::path(dir).parent_path().string();
   if (!fs::exists(dir, ec))
-    throw UserError(where + ": the directory " + dir + " does not exist; create it (mkdir -p " + dir +
-                    ") or choose another path");
+    throw UserError(where + ": the directory " + dir + " does not exist; create it (mkdir -p " +
+                    dir + ") or choose another path");
   if (!fs::is_directory(dir, ec))
     throw UserError(where + ": " + dir + " is not a directory; choose a path in a directory");
   if (fs::exists(path, ec) && !fs::is_regular_file(path, ec))
@@ -274,49 +302,57 @@ void check_output_path(const std::string& path, const std::string& option, bool 
     throw UserError(where + ": the file already exists; " + replace_hint);
   // The writes go through a temp file beside the target and a rename: the directory must take new files. Probing
   // with a real file catches what permission bits do not (read-only mounts, root on /proc, quotas).
-  const std::string probe = (fs::path(dir) / (".flashbench-probe." + std::to_string(::getpid()))).string();
+  const std::string probe =
+      (fs::path(dir) / (".flashbench-probe." + std::to_string(::getpid()))).string();
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) {
     const std::string why = std::strerror(errno);
-    throw UserError(where + ": cannot create files in " + dir + " (" + why + "); choose a writable directory");
+    throw UserError(where + ": cannot create files in " + dir + " (" + why +
+                    "); choose a writable directory");
   }
   ::close(fd);
   ::unlink(probe.c_str());
 }
 
-void check_partial_log(const std::string& path, bool may_discard) {
-  if (may_discard || !non_empty_file(path)) return;
-  throw UserError(path + ": an interrupted run's measured points are here; continue that run with --resume, "
-                         "or pass --force to start over");
+void check_partial_log(const std::string &path, bool may_discard) {
+  if (may_discard || !non_empty_file(path))
+    return;
+  throw UserError(
+      path + ": an interrupted run's measured points are here; continue that run with --resume, "
+             "or pass --force to start over");
 }
 
-nlohmann::json read_results_file(const std::string& path) {
+nlohmann::json read_results_file(const std::string &path) {
   std::ifstream is(path);
-  if (!is) throw UserError(path + ": cannot open results file; check the path");
+  if (!is)
+    throw UserError(path + ": cannot open results file; check the path");
   nlohmann::json doc;
   try {
     is >> doc;
-  } catch (const nlohmann::json::parse_error& e) {
-    throw UserError(path + ": not valid JSON (" + std::string(e.what()) + "); regenerate it with flashbench run");
+  } catch (const nlohmann::json::parse_error &e) {
+    throw UserError(path + ": not valid JSON (" + std::string(e.what()) +
+                    "); regenerate it with flashbench run");
   }
   if (!doc.is_object() || !doc.contains("benchmarks") || !doc["benchmarks"].is_array())
     throw UserError(path + ": no 'benchmarks' array; this is not a flashbench results file");
   const auto version = doc.value(nlohmann::json::json_pointer("/context/schema_version"), -1);
   if (version != kSchemaVersion)
-    throw UserError(path + ": schema_version " + std::to_string(version) + ", this flashbench reads version " +
-                    std::to_string(kSchemaVersion) + "; regenerate the file with this build");
+    throw UserError(path + ": schema_version " + std::to_string(version) +
+                    ", this flashbench reads version " + std::to_string(kSchemaVersion) +
+                    "; regenerate the file with this build");
   return doc;
 }
 
 ResultLog::ResultLog(std::string path) : path_(std::move(path)) {
   namespace fs = std::filesystem;
   const fs::path target(path_);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  if (target.has_parent_path())
+    fs::create_directories(target.parent_path());
 }
 
-void ResultLog::append(const Result& r) { append(to_json(r)); }
+void ResultLog::append(const Result &r) { append(to_json(r)); }
 
-void ResultLog::append(const nlohmann::json& record) {
+void ResultLog::append(const nlohmann::json &record) {
   // One write per record, so that a kill leaves at most one torn last line (which --resume ignores).
   std::ofstream os(path_, std::ios::app);
   os << record.dump() + "\n";

@@ -9,18 +9,25 @@
 
 namespace fb {
 
-void to_json(nlohmann::json& j, const TimingPolicy& t) {
-  j = nlohmann::json{{"min_samples", t.min_samples}, {"max_noise", t.max_noise},
-                     {"min_time_s", t.min_time_s},   {"timeout_s", t.timeout_s},
-                     {"max_samples", t.max_samples}, {"cold", t.cold}, {"flush", t.flush},
-                     {"warmup_runs", t.warmup_runs}, {"throttle_fraction", t.throttle_fraction},
-                     {"point_timeout_s", t.point_timeout_s}, {"settle_s", t.settle_s},
+void to_json(nlohmann::json &j, const TimingPolicy &t) {
+  j = nlohmann::json{{"min_samples", t.min_samples},
+                     {"max_noise", t.max_noise},
+                     {"min_time_s", t.min_time_s},
+                     {"timeout_s", t.timeout_s},
+                     {"max_samples", t.max_samples},
+                     {"cold", t.cold},
+                     {"flush", t.flush},
+                     {"warmup_runs", t.warmup_runs},
+                     {"throttle_fraction", t.throttle_fraction},
+                     {"point_timeout_s", t.point_timeout_s},
+                     {"settle_s", t.settle_s},
                      {"queue", t.queue}};
 }
 
 double StoppingRule::relative_stddev() const {
   const double n = static_cast<double>(samples_.size());
-  if (n < 2) return INFINITY;
+  if (n < 2)
+    return INFINITY;
   const double mean = sum_ / n;
   const double var = std::max(0.0, (sum_sq_ - n * mean * mean) / (n - 1));
   return mean > 0 ? std::sqrt(var) / mean : INFINITY;
@@ -51,34 +58,41 @@ bool StoppingRule::add(double sample_us, double wall_s) {
 TimingStats summarize(std::vector<double> samples_us) {
   TimingStats t;
   t.samples_us = samples_us;
-  if (samples_us.empty()) return t;
+  if (samples_us.empty())
+    return t;
   std::sort(samples_us.begin(), samples_us.end());
   const size_t n = samples_us.size();
   t.median_us = n % 2 ? samples_us[n / 2] : 0.5 * (samples_us[n / 2 - 1] + samples_us[n / 2]);
   t.min_us = samples_us.front();
   t.max_us = samples_us.back();
   double sum = 0, sum_sq = 0;
-  for (double s : samples_us) sum += s;
+  for (double s : samples_us)
+    sum += s;
   t.mean_us = sum / n;
-  for (double s : samples_us) sum_sq += (s - t.mean_us) * (s - t.mean_us);
+  for (double s : samples_us)
+    sum_sq += (s - t.mean_us) * (s - t.mean_us);
   t.cv = n > 1 && t.mean_us > 0 ? std::sqrt(sum_sq / (n - 1)) / t.mean_us : 0.0;
   return t;
 }
 
-TimingStats sample_loop(const std::function<SampleBatch()>& next, const std::function<int()>& clock_mhz,
-                        int max_mhz, const TimingPolicy& policy, const std::function<double()>& now_s) {
+TimingStats sample_loop(const std::function<SampleBatch()> &next,
+                        const std::function<int()> &clock_mhz, int max_mhz,
+                        const TimingPolicy &policy, const std::function<double()> &now_s) {
   StoppingRule rule(policy);
   std::vector<double> clocks;
   int dropped = 0, void_batches = 0;
-  double busy_us = 0; // every timed sample's GPU time, dropped and void ones included: the load on the GPU
+  double busy_us =
+      0; // every timed sample's GPU time, dropped and void ones included: the load on the GPU
   const double t0 = now_s();
   for (bool done = false; !done;) {
     const SampleBatch b = next();
-    for (double us : b.us) busy_us += us;
+    for (double us : b.us)
+      busy_us += us;
     const double wall = now_s() - t0;
     if (b.is_void) {
       ++void_batches;
-      if (rule.timed_out(wall) && rule.samples().size() >= 3) break;
+      if (rule.timed_out(wall) && rule.samples().size() >= 3)
+        break;
       if (rule.timed_out(wall * 0.5) && rule.samples().empty() && void_batches >= 8)
         throw std::runtime_error("every batch of samples was void (queue '" + policy.queue +
                                  "': the host could not keep the GPU's queue as the policy asks)");
@@ -86,8 +100,10 @@ TimingStats sample_loop(const std::function<SampleBatch()>& next, const std::fun
     }
     const int mhz = clock_mhz ? clock_mhz() : 0;
     if (mhz > 0 && max_mhz > 0 && mhz < policy.throttle_fraction * max_mhz) {
-      dropped += static_cast<int>(b.us.size()); // throttled: these say more about the clock than the kernel
-      if (rule.timed_out(wall) && rule.samples().size() >= 3) break;
+      dropped += static_cast<int>(
+          b.us.size()); // throttled: these say more about the clock than the kernel
+      if (rule.timed_out(wall) && rule.samples().size() >= 3)
+        break;
       if (rule.timed_out(wall * 0.5) && rule.samples().empty())
         throw std::runtime_error("every sample was throttled below " +
                                  std::to_string(static_cast<int>(policy.throttle_fraction * 100)) +
@@ -95,7 +111,8 @@ TimingStats sample_loop(const std::function<SampleBatch()>& next, const std::fun
       continue;
     }
     for (double us : b.us) {
-      if (mhz > 0) clocks.push_back(mhz);
+      if (mhz > 0)
+        clocks.push_back(mhz);
       if (rule.add(us, wall)) {
         done = true;
         break;
@@ -108,7 +125,8 @@ TimingStats sample_loop(const std::function<SampleBatch()>& next, const std::fun
   t.stop_reason = rule.reason().empty() ? "timeout" : rule.reason();
   t.noisy = t.cv > policy.max_noise;
   t.wall_s = now_s() - t0;
-  if (t.wall_s > 0) t.busy_fraction = busy_us * 1e-6 / t.wall_s;
+  if (t.wall_s > 0)
+    t.busy_fraction = busy_us * 1e-6 / t.wall_s;
   if (!clocks.empty()) {
     std::nth_element(clocks.begin(), clocks.begin() + clocks.size() / 2, clocks.end());
     t.sm_clock_mhz = clocks[clocks.size() / 2];

@@ -26,39 +26,43 @@
 namespace fb {
 
 constexpr int kWorkerResultFd = 3;
-constexpr int kExitContextLost = 86; // the worker's CUDA context is unusable; the parent starts a fresh one
+constexpr int kExitContextLost =
+    86; // the worker's CUDA context is unusable; the parent starts a fresh one
 
 struct SupervisorTask {
   size_t id = 0;
-  nlohmann::json payload;  // what the worker receives (the "id" field is set by the supervisor)
-  std::string affinity;    // tasks with equal affinity (the problem key) prefer the same worker: inputs are reused
+  nlohmann::json payload; // what the worker receives (the "id" field is set by the supervisor)
+  std::string
+      affinity; // tasks with equal affinity (the problem key) prefer the same worker: inputs are reused
 };
 
 struct SupervisorOptions {
-  std::string exe;                 // the flashbench executable; empty: /proc/self/exe
-  std::vector<int> devices = {0};  // one worker per entry (a device index, passed as --device)
-  double point_timeout_s = 120;    // from dispatch to result; past it the worker is killed and the point is a timeout
-  double startup_timeout_s = 600;  // from spawn to hello (CUDA init, ceilings)
+  std::string exe;                // the flashbench executable; empty: /proc/self/exe
+  std::vector<int> devices = {0}; // one worker per entry (a device index, passed as --device)
+  double point_timeout_s =
+      120; // from dispatch to result; past it the worker is killed and the point is a timeout
+  double startup_timeout_s = 600; // from spawn to hello (CUDA init, ceilings)
   // Extra arguments after "worker --device D --result-fd 3"; `first` is true for the run's very first worker.
   std::function<std::vector<std::string>(int device, bool first)> worker_args;
   bool verbose = false;
 };
 
 struct SupervisorCallbacks {
-  std::function<void(const nlohmann::json& hello)> on_hello;                // every worker's hello
-  std::function<void(size_t id, nlohmann::json record)> on_record;          // a worker's record for task id
-  std::function<void(size_t id, Status status, std::string reason)> on_lost; // crashed or timeout, no record
+  std::function<void(const nlohmann::json &hello)> on_hello;       // every worker's hello
+  std::function<void(size_t id, nlohmann::json record)> on_record; // a worker's record for task id
+  std::function<void(size_t id, Status status, std::string reason)>
+      on_lost; // crashed or timeout, no record
 };
 
 class Supervisor {
 public:
   explicit Supervisor(SupervisorOptions opts);
   ~Supervisor(); // ends every worker (EOF, then SIGKILL after a grace period)
-  Supervisor(const Supervisor&) = delete;
-  Supervisor& operator=(const Supervisor&) = delete;
+  Supervisor(const Supervisor &) = delete;
+  Supervisor &operator=(const Supervisor &) = delete;
 
   // Runs every task to an outcome (a record or a loss) and returns. Workers stay alive between calls.
-  void run(const std::vector<SupervisorTask>& tasks, const SupervisorCallbacks& cb);
+  void run(const std::vector<SupervisorTask> &tasks, const SupervisorCallbacks &cb);
 
   int workers_started() const;
 

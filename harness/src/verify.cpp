@@ -11,9 +11,12 @@ Tolerance tolerance_for(DType t) {
   // O: fp32 kernels only reorder fp32 sums; fp16/bf16 kernels round P and O to 10/7 mantissa bits
   // (2^-11 / 2^-8 relative), so rtol sits a few roundings above that. LSE is accumulated in fp32 everywhere.
   switch (t) {
-  case DType::f32: return {1e-5, 1e-4, 1e-4};
-  case DType::f16: return {2e-3, 5e-3, 2e-3};
-  case DType::bf16: return {1e-2, 2e-2, 2e-3};
+  case DType::f32:
+    return {1e-5, 1e-4, 1e-4};
+  case DType::f16:
+    return {2e-3, 5e-3, 2e-3};
+  case DType::bf16:
+    return {1e-2, 2e-2, 2e-3};
   // e4m3: the reference runs on the dequantized inputs, so what is left is the kernel's own rounding, and the
   // largest part of it is P rounded to e4m3 for P V (3 mantissa bits: up to 2^-4 relative; the kernel scales P by
   // 2^8 first, so that P down to 2^-14 is in e4m3's normal range). The other part is the scores: Hopper's fp8 MMA
@@ -22,7 +25,8 @@ Tolerance tolerance_for(DType t) {
   // p_round = 2^-4 + 0.0125 of the softmax-weighted mean of |V| (the reference over |V|) on top of bf16's bound
   // for O, and LSE within 5e-3 + 2^-10 |LSE|. Over the whole of O the errors average out: the norm bound (rel_l2
   // 5%; 1.3-1.7% measured) is the strict part.
-  case DType::e4m3: return {1e-2, 2e-2, 5e-3, 0x1p-10, 5e-2, 0.075};
+  case DType::e4m3:
+    return {1e-2, 2e-2, 5e-3, 0x1p-10, 5e-2, 0.075};
   }
   return {};
 }
@@ -30,16 +34,21 @@ Tolerance tolerance_for(DType t) {
 std::string VerifyResult::summary() const {
   std::ostringstream os;
   os << (pass ? "pass" : "FAIL") << " vs " << reference << ": max_abs_error=" << max_abs_error
-     << " worst/tol=" << worst_ratio << " rel_l2=" << rel_l2_error << " lse_max_error=" << lse_max_error;
-  if (nonfinite) os << " nonfinite=" << nonfinite;
-  if (mismatches) os << " mismatches=" << mismatches;
-  if (!detail.empty()) os << " [" << detail << "]";
+     << " worst/tol=" << worst_ratio << " rel_l2=" << rel_l2_error
+     << " lse_max_error=" << lse_max_error;
+  if (nonfinite)
+    os << " nonfinite=" << nonfinite;
+  if (mismatches)
+    os << " mismatches=" << mismatches;
+  if (!detail.empty())
+    os << " [" << detail << "]";
   return os.str();
 }
 
 template <class RefT>
-VerifyResult verify(const AttentionProblem& p, const float* out, const float* lse_out, const RefT* ref_o,
-                    const RefT* ref_lse, const Tolerance& tol, const RefT* ref_o_abs) {
+VerifyResult verify(const AttentionProblem &p, const float *out, const float *lse_out,
+                    const RefT *ref_o, const RefT *ref_lse, const Tolerance &tol,
+                    const RefT *ref_o_abs) {
   VerifyResult r;
   constexpr int kMaxReported = 3;
   int reported = 0;
@@ -54,7 +63,8 @@ VerifyResult verify(const AttentionProblem& p, const float* out, const float* ls
           const double got = out[idx];
           const double want = static_cast<double>(ref_o[idx]);
           double bound = tol.atol + tol.rtol * std::abs(want);
-          if (ref_o_abs && tol.p_round > 0) bound += tol.p_round * static_cast<double>(ref_o_abs[idx]);
+          if (ref_o_abs && tol.p_round > 0)
+            bound += tol.p_round * static_cast<double>(ref_o_abs[idx]);
           const double err = std::abs(got - want);
           bool bad = false;
           if (!std::isfinite(got)) {
@@ -70,8 +80,8 @@ VerifyResult verify(const AttentionProblem& p, const float* out, const float* ls
           if (bad) {
             ++r.mismatches;
             if (reported++ < kMaxReported)
-              detail << (reported > 1 ? "; " : "") << "o[b=" << b << ",s=" << i << ",h=" << h << ",d=" << d
-                     << "]: got " << got << " want " << want;
+              detail << (reported > 1 ? "; " : "") << "o[b=" << b << ",s=" << i << ",h=" << h
+                     << ",d=" << d << "]: got " << got << " want " << want;
           }
         }
   for (int64_t i = 0; i < p.lse_elems(); ++i) {
@@ -79,7 +89,8 @@ VerifyResult verify(const AttentionProblem& p, const float* out, const float* ls
     const double want = static_cast<double>(ref_lse[i]);
     bool bad;
     if (std::isinf(want) && want < 0) {
-      bad = !(std::isinf(got) && got < 0); // a row that sees no key must report -inf, not NaN or a number
+      bad = !(std::isinf(got) &&
+              got < 0); // a row that sees no key must report -inf, not NaN or a number
     } else if (!std::isfinite(got)) {
       bad = true;
     } else {
@@ -93,24 +104,29 @@ VerifyResult verify(const AttentionProblem& p, const float* out, const float* ls
         detail << (reported > 1 ? "; " : "") << "lse[" << i << "]: got " << got << " want " << want;
     }
   }
-  if (r.nonfinite) r.max_abs_error = INFINITY;
+  if (r.nonfinite)
+    r.max_abs_error = INFINITY;
   r.rel_l2_error = ref_sq > 0 ? std::sqrt(diff_sq / ref_sq) : std::sqrt(diff_sq);
   r.pass = r.mismatches == 0;
   if (tol.rel_l2 > 0 && !(r.rel_l2_error <= tol.rel_l2)) {
     r.pass = false;
-    detail << (reported ? "; " : "") << "rel_l2 " << r.rel_l2_error << " over its bound " << tol.rel_l2;
+    detail << (reported ? "; " : "") << "rel_l2 " << r.rel_l2_error << " over its bound "
+           << tol.rel_l2;
   }
   r.detail = detail.str();
   return r;
 }
 
-template VerifyResult verify<double>(const AttentionProblem&, const float*, const float*, const double*,
-                                     const double*, const Tolerance&, const double*);
-template VerifyResult verify<float>(const AttentionProblem&, const float*, const float*, const float*,
-                                    const float*, const Tolerance&, const float*);
+template VerifyResult verify<double>(const AttentionProblem &, const float *, const float *,
+                                     const double *, const double *, const Tolerance &,
+                                     const double *);
+template VerifyResult verify<float>(const AttentionProblem &, const float *, const float *,
+                                    const float *, const float *, const Tolerance &, const float *);
 
-void to_json(nlohmann::json& j, const VerifyResult& v) {
-  auto num = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); };
+void to_json(nlohmann::json &j, const VerifyResult &v) {
+  auto num = [](double x) {
+    return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
+  };
   j = nlohmann::json{{"pass", v.pass},
                      {"max_error", num(v.max_abs_error)},
                      {"worst_over_tolerance", num(v.worst_ratio)},

@@ -28,7 +28,7 @@
 
 namespace fb {
 
-Result make_result(const PlannedPoint& pt) {
+Result make_result(const PlannedPoint &pt) {
   Result r;
   r.variant = pt.variant->name();
   r.config = pt.config;
@@ -37,7 +37,8 @@ Result make_result(const PlannedPoint& pt) {
   r.problem = pt.problem;
   r.flops = flops(pt.problem);
   r.bytes_min = min_bytes(pt.problem);
-  r.bytes_model = pt.model_bytes >= 0 ? pt.model_bytes : pt.variant->model_bytes(pt.problem, pt.config);
+  r.bytes_model =
+      pt.model_bytes >= 0 ? pt.model_bytes : pt.variant->model_bytes(pt.problem, pt.config);
   if (pt.skip_reason) {
     r.status = Status::skipped;
     r.reason = *pt.skip_reason;
@@ -45,7 +46,8 @@ Result make_result(const PlannedPoint& pt) {
   return r;
 }
 
-nlohmann::json task_payload(const PlannedPoint& pt, const TimingPolicy& timing, double launch_deadline_s) {
+nlohmann::json task_payload(const PlannedPoint &pt, const TimingPolicy &timing,
+                            double launch_deadline_s) {
   nlohmann::json j;
   j["variant"] = pt.variant->name();
   j["config"] = pt.config.params();
@@ -56,7 +58,7 @@ nlohmann::json task_payload(const PlannedPoint& pt, const TimingPolicy& timing, 
   return j;
 }
 
-PlannedPoint point_from_task(const nlohmann::json& task) {
+PlannedPoint point_from_task(const nlohmann::json &task) {
   PlannedPoint pt;
   pt.variant = &catalog().get(task.at("variant").get<std::string>());
   pt.config = Config(task.at("config").get<std::map<std::string, int64_t>>());
@@ -67,7 +69,7 @@ PlannedPoint point_from_task(const nlohmann::json& task) {
 
 namespace {
 
-TimingPolicy timing_from_json(const nlohmann::json& j) {
+TimingPolicy timing_from_json(const nlohmann::json &j) {
   TimingPolicy t;
   t.min_samples = j.value("min_samples", t.min_samples);
   t.max_noise = j.value("max_noise", t.max_noise);
@@ -87,13 +89,15 @@ TimingPolicy timing_from_json(const nlohmann::json& j) {
 class Channel {
 public:
   explicit Channel(int fd) : fd_(fd) {}
-  void send(const nlohmann::json& m) const {
+  void send(const nlohmann::json &m) const {
     const std::string line = m.dump() + "\n";
     size_t off = 0;
     while (off < line.size()) {
       const ssize_t n = ::write(fd_, line.data() + off, line.size() - off);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) std::_Exit(1); // the parent is gone
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        std::_Exit(1); // the parent is gone
       off += static_cast<size_t>(n);
     }
   }
@@ -104,12 +108,12 @@ private:
 
 // Everything one point needs that outlives it, in one worker.
 struct PointContext {
-  const DeviceInfo& dev;
+  const DeviceInfo &dev;
   cudaStream_t stream;
-  PointRunner& runner;
-  Timer& timer;
-  CounterSession* counters;
-  std::function<void(const char*)> phase;
+  PointRunner &runner;
+  Timer &timer;
+  CounterSession *counters;
+  std::function<void(const char *)> phase;
 };
 
 // FLASHBENCH_TEST_SLOWDOWN=VARIANT:FRACTION (flashbench/options.hpp): each timed sample of VARIANT gets a GPU spin
@@ -117,14 +121,17 @@ struct PointContext {
 // percent, not a doubling) for testing a regression gate end to end. Calibrated per point from a few samples with
 // and without an empty spin, so that the spin's own launch gap counts towards the fraction. Returns the record's
 // "test_slowdown" object; the spin to add is in *spin_ns.
-nlohmann::json calibrate_test_slowdown(Timer& timer, const std::function<void(cudaStream_t)>& launch,
-                                       double fraction, bool cold, double* spin_ns) {
+nlohmann::json calibrate_test_slowdown(Timer &timer,
+                                       const std::function<void(cudaStream_t)> &launch,
+                                       double fraction, bool cold, double *spin_ns) {
   constexpr int kSamples = 7;
-  auto median_of = [&](const std::function<void(cudaStream_t)>& f) {
+  auto median_of = [&](const std::function<void(cudaStream_t)> &f) {
     std::vector<double> v;
     for (int i = 0; i < 3 * kSamples && static_cast<int>(v.size()) < kSamples; ++i)
-      if (const double us = timer.sample_us(f, cold); us > 0) v.push_back(us);
-    if (v.empty()) return 0.0;
+      if (const double us = timer.sample_us(f, cold); us > 0)
+        v.push_back(us);
+    if (v.empty())
+      return 0.0;
     std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
     return v[v.size() / 2];
   };
@@ -144,12 +151,14 @@ nlohmann::json calibrate_test_slowdown(Timer& timer, const std::function<void(cu
 
 // The profile pass: CUPTI counters over one cold launch (a pass of its own, after timing), and the theoretical
 // occupancy of each kernel the variant lists.
-void measure_counters_and_occupancy(Result& r, const PlannedPoint& pt, const LaunchArgs& args,
-                                    CounterSession* counters, Timer& timer, const DeviceInfo& dev,
+void measure_counters_and_occupancy(Result &r, const PlannedPoint &pt, const LaunchArgs &args,
+                                    CounterSession *counters, Timer &timer, const DeviceInfo &dev,
                                     cudaStream_t stream) {
   ScopedRange range{"profile"};
-  for (const KernelDesc& k : pt.variant->kernels(pt.problem, pt.config)) r.occupancy.push_back(theoretical_occupancy(dev, k));
-  if (!counters) return;
+  for (const KernelDesc &k : pt.variant->kernels(pt.problem, pt.config))
+    r.occupancy.push_back(theoretical_occupancy(dev, k));
+  if (!counters)
+    return;
   r.counters = counters->profile(
       r.name(), [&](cudaStream_t s) { pt.variant->launch(pt.problem, pt.config, args, s); },
       [&] { timer.flush_l2(); }, stream);
@@ -157,8 +166,8 @@ void measure_counters_and_occupancy(Result& r, const PlannedPoint& pt, const Lau
 
 // Measures one point: verify, then time, then counters. Fills r (status, reason, verification, timing, counters).
 // Returns true when the CUDA context can no longer be trusted (sticky error, hung launch): the worker must exit.
-bool measure_point(Result& r, const PlannedPoint& pt, const TimingPolicy& timing, double launch_deadline_s,
-                   PointContext& ctx, nlohmann::json& extra) {
+bool measure_point(Result &r, const PlannedPoint &pt, const TimingPolicy &timing,
+                   double launch_deadline_s, PointContext &ctx, nlohmann::json &extra) {
   ScopedRange point_range{nvtx_name(r).c_str()};
   try {
     ctx.phase("prepare");
@@ -187,16 +196,17 @@ bool measure_point(Result& r, const PlannedPoint& pt, const TimingPolicy& timing
                                 : ctx.timer.measure(launch, timing);
     r.timing = t;
     r.status = Status::ok;
-    if (t.noisy) r.reason = "noise target not met: cv " + std::to_string(t.cv * 100) + "%";
+    if (t.noisy)
+      r.reason = "noise target not met: cv " + std::to_string(t.cv * 100) + "%";
     ctx.phase("counters");
     measure_counters_and_occupancy(r, pt, args, ctx.counters, ctx.timer, ctx.dev, ctx.stream);
     return false;
-  } catch (const PointTimeout& e) {
+  } catch (const PointTimeout &e) {
     r.status = Status::timeout;
     r.reason = e.what();
     r.timing.reset();
     return true;
-  } catch (const CudaError& e) {
+  } catch (const CudaError &e) {
     r.timing.reset();
     if (e.code() == cudaErrorMemoryAllocation) {
       cudaGetLastError();
@@ -209,7 +219,7 @@ bool measure_point(Result& r, const PlannedPoint& pt, const TimingPolicy& timing
     // Sticky errors poison the context; an error not on that list still counts as lost when the device no
     // longer synchronises cleanly, so the next point never inherits it.
     return e.sticky() || cudaDeviceSynchronize() != cudaSuccess;
-  } catch (const std::exception& e) {
+  } catch (const std::exception &e) {
     // A config the variant rejects at launch, or a host-side failure: this point only.
     r.timing.reset();
     r.status = Status::crashed;
@@ -219,20 +229,22 @@ bool measure_point(Result& r, const PlannedPoint& pt, const TimingPolicy& timing
 }
 
 // Deterministic per point, so that fake runs compare exactly.
-uint64_t name_hash(const std::string& s) {
+uint64_t name_hash(const std::string &s) {
   uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  for (unsigned char c : s)
+    h = (h ^ c) * 1099511628211ull;
   return h;
 }
 
-bool fake_measure(Result& r, const PlannedPoint& pt, int delay_ms, const Channel& ch, size_t id,
-                  CounterSession* counters) {
+bool fake_measure(Result &r, const PlannedPoint &pt, int delay_ms, const Channel &ch, size_t id,
+                  CounterSession *counters) {
   r.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   if (pt.variant->name() == "test_faults") {
     switch (pt.config.get_or("fault", 0)) {
     case 1:
       r.status = Status::crashed;
-      r.reason = "CUDA error cudaErrorIllegalAddress (an illegal memory access was encountered) [simulated by a "
+      r.reason = "CUDA error cudaErrorIllegalAddress (an illegal memory access was encountered) "
+                 "[simulated by a "
                  "fake worker]";
       return true;
     case 2:
@@ -240,8 +252,10 @@ bool fake_measure(Result& r, const PlannedPoint& pt, int delay_ms, const Channel
       std::abort();
     case 3:
       ch.send({{"type", "phase"}, {"id", id}, {"phase", "verify"}});
-      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-    default: break;
+      for (;;)
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    default:
+      break;
     }
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
@@ -249,14 +263,16 @@ bool fake_measure(Result& r, const PlannedPoint& pt, int delay_ms, const Channel
   r.timing = summarize(std::vector<double>(10, us));
   r.timing->stop_reason = "fake";
   r.status = Status::ok;
-  if (counters) r.counters = counters->profile(r.name(), [](cudaStream_t) {}, [] {}, nullptr);
+  if (counters)
+    r.counters = counters->profile(
+        r.name(), [](cudaStream_t) {}, [] {}, nullptr);
   return false;
 }
 
 // Console output from Google Benchmark, minus its own context banner (the parent prints the device instead).
 class QuietConsoleReporter : public benchmark::ConsoleReporter {
 public:
-  bool ReportContext(const Context&) override { return true; }
+  bool ReportContext(const Context &) override { return true; }
 };
 
 } // namespace
@@ -265,7 +281,7 @@ namespace {
 // A worker that dies on a signal leaves the parent only the signal number; this prints where (a raw backtrace to
 // stderr, async-signal-safe) before the default action ends the process.
 void print_backtrace_and_die(int sig) {
-  void* frames[64];
+  void *frames[64];
   const int n = backtrace(frames, 64);
   const char msg[] = "flashbench worker: fatal signal, backtrace:\n";
   (void)!write(2, msg, sizeof(msg) - 1);
@@ -275,10 +291,12 @@ void print_backtrace_and_die(int sig) {
 }
 } // namespace
 
-int run_worker(const WorkerOptions& o) {
-  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT}) signal(sig, print_backtrace_and_die);
+int run_worker(const WorkerOptions &o) {
+  for (int sig : {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT})
+    signal(sig, print_backtrace_and_die);
   const Channel ch(o.result_fd);
-  nlohmann::json hello = {{"type", "hello"}, {"pid", ::getpid()}, {"fake", o.fake}, {"gpu", o.device}};
+  nlohmann::json hello = {
+      {"type", "hello"}, {"pid", ::getpid()}, {"fake", o.fake}, {"gpu", o.device}};
 
   // CUDA state (absent in fake mode).
   DeviceInfo dev = nominal_device();
@@ -290,8 +308,10 @@ int run_worker(const WorkerOptions& o) {
     // The fake worker has no device, so its counters are unavailable with a reason (or the simulated CUPTI failure):
     // the CPU tests use it to check that records stay complete, with null metrics, when counters cannot be read.
     counters = std::make_unique<CounterSession>(dev, default_metrics());
-    hello["counters"] = {{"metrics", counters->metrics()}, {"available", counters->available()},
-                         {"passes", counters->passes()}, {"reason", counters->reason()}};
+    hello["counters"] = {{"metrics", counters->metrics()},
+                         {"available", counters->available()},
+                         {"passes", counters->passes()},
+                         {"reason", counters->reason()}};
   }
   if (!o.fake) {
     FB_CUDA_CHECK(cudaSetDevice(o.device));
@@ -300,20 +320,25 @@ int run_worker(const WorkerOptions& o) {
     runner = std::make_unique<PointRunner>(dev, stream);
     timer = std::make_unique<Timer>(dev, stream);
     std::vector<std::string> metrics = default_metrics();
-    for (const auto& m : o.extra_metrics)
-      if (std::find(metrics.begin(), metrics.end(), m) == metrics.end()) metrics.push_back(m);
+    for (const auto &m : o.extra_metrics)
+      if (std::find(metrics.begin(), metrics.end(), m) == metrics.end())
+        metrics.push_back(m);
     if (o.counters) {
-      counters = std::make_unique<CounterSession>(dev, metrics); // unknown metric names throw UserError here
-      hello["counters"] = {{"metrics", metrics}, {"available", counters->available()},
-                           {"passes", counters->passes()}, {"reason", counters->reason()}};
+      counters = std::make_unique<CounterSession>(
+          dev, metrics); // unknown metric names throw UserError here
+      hello["counters"] = {{"metrics", metrics},
+                           {"available", counters->available()},
+                           {"passes", counters->passes()},
+                           {"reason", counters->reason()}};
     }
     if (o.ceilings) {
       try {
         hello["ceilings"] = measure_ceilings(dev);
-      } catch (const CudaError& e) {
+      } catch (const CudaError &e) {
         hello["ceilings_reason"] = e.what();
-        if (e.sticky()) throw;
-      } catch (const std::exception& e) {
+        if (e.sticky())
+          throw;
+      } catch (const std::exception &e) {
         hello["ceilings_reason"] = e.what();
       }
     }
@@ -323,13 +348,14 @@ int run_worker(const WorkerOptions& o) {
 
   int argc = 1;
   char arg0[] = "flashbench";
-  char* argv[] = {arg0, nullptr};
+  char *argv[] = {arg0, nullptr};
   benchmark::Initialize(&argc, argv);
   QuietConsoleReporter console;
 
   std::string line;
   while (std::getline(std::cin, line)) {
-    if (line.empty()) continue;
+    if (line.empty())
+      continue;
     const nlohmann::json task = nlohmann::json::parse(line);
     const size_t id = task.at("id").get<size_t>();
     ch.send({{"type", "phase"}, {"id", id}, {"phase", "start"}});
@@ -342,25 +368,27 @@ int run_worker(const WorkerOptions& o) {
     if (o.fake) {
       lost = fake_measure(r, pt, o.fake_delay_ms, ch, id, counters.get());
     } else {
-      PointContext ctx{dev, stream, *runner, *timer, counters.get(), [&](const char* phase) {
+      PointContext ctx{dev, stream, *runner, *timer, counters.get(), [&](const char *phase) {
                          ch.send({{"type", "phase"}, {"id", id}, {"phase", phase}});
                        }};
       // Google Benchmark owns the loop (one registered benchmark per point, manual time), so its console and
       // JSON conventions hold; the point itself is measured by measure_point().
-      benchmark::RegisterBenchmark(r.name().c_str(), [&](benchmark::State& state) {
-        for (auto _ : state) {
-          lost = measure_point(r, pt, timing, deadline, ctx, extra);
-          if (r.status != Status::ok || !r.timing) {
-            state.SkipWithError((std::string(to_string(r.status)) + ": " + r.reason).c_str());
-            break;
-          }
-          state.SetIterationTime(r.timing->median_us * 1e-6);
-          state.counters["TFLOPs"] = r.tflops();
-          state.counters["cv_pct"] = r.timing->cv * 100;
-          state.counters["samples"] = static_cast<double>(r.timing->samples_us.size());
-          state.counters["sm_MHz"] = r.timing->sm_clock_mhz;
-        }
-      })
+      benchmark::RegisterBenchmark(
+          r.name().c_str(),
+          [&](benchmark::State &state) {
+            for (auto _ : state) {
+              lost = measure_point(r, pt, timing, deadline, ctx, extra);
+              if (r.status != Status::ok || !r.timing) {
+                state.SkipWithError((std::string(to_string(r.status)) + ": " + r.reason).c_str());
+                break;
+              }
+              state.SetIterationTime(r.timing->median_us * 1e-6);
+              state.counters["TFLOPs"] = r.tflops();
+              state.counters["cv_pct"] = r.timing->cv * 100;
+              state.counters["samples"] = static_cast<double>(r.timing->samples_us.size());
+              state.counters["sm_MHz"] = r.timing->sm_clock_mhz;
+            }
+          })
           ->Iterations(1)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
@@ -376,7 +404,8 @@ int run_worker(const WorkerOptions& o) {
       std::_Exit(kExitContextLost);
     }
   }
-  if (stream) cudaStreamDestroy(stream);
+  if (stream)
+    cudaStreamDestroy(stream);
   return 0;
 }
 

@@ -37,8 +37,8 @@ inline std::optional<std::string> fp8_reason(const AttentionProblem &p) {
 // Q, K, V, O and LSE: what the harness allocates for every point besides the workspace.
 inline double io_bytes(const AttentionProblem &p) {
   const double e = dtype_bytes(p.dtype);
-  return e * (p.q_elems() + 2.0 * p.kv_elems()) + dtype_bytes(out_dtype(p.dtype)) * double(p.q_elems()) +
-         4.0 * p.lse_elems();
+  return e * (p.q_elems() + 2.0 * p.kv_elems()) +
+         dtype_bytes(out_dtype(p.dtype)) * double(p.q_elems()) + 4.0 * p.lse_elems();
 }
 
 // Leave 10% of device memory to the context, cuBLAS and the L2 flush buffer.

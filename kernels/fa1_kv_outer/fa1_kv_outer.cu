@@ -342,9 +342,10 @@ void launch_typed(const AttentionProblem &p, const Params &c, const LaunchArgs &
 } // namespace
 
 std::vector<KernelDesc> kernels(const AttentionProblem &p, const Params &c) {
-  const void *func = p.dtype == DType::f32   ? reinterpret_cast<const void *>(fa1_kv_outer_kernel<float>)
-                     : p.dtype == DType::f16 ? reinterpret_cast<const void *>(fa1_kv_outer_kernel<__half>)
-                                             : reinterpret_cast<const void *>(fa1_kv_outer_kernel<__nv_bfloat16>);
+  const void *func =
+      p.dtype == DType::f32   ? reinterpret_cast<const void *>(fa1_kv_outer_kernel<float>)
+      : p.dtype == DType::f16 ? reinterpret_cast<const void *>(fa1_kv_outer_kernel<__half>)
+                              : reinterpret_cast<const void *>(fa1_kv_outer_kernel<__nv_bfloat16>);
   KernelDesc k;
   k.name = "fa1_kv_outer_kernel";
   k.func = func;

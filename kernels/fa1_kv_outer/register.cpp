@@ -58,7 +58,8 @@ public:
   double model_bytes(const AttentionProblem &p, const Config &c) const override {
     return fa1::traffic_bytes(p, fa1::params_of(c));
   }
-  double model_bytes(const AttentionProblem &p, const Config &c, const DeviceInfo &dev) const override {
+  double model_bytes(const AttentionProblem &p, const Config &c,
+                     const DeviceInfo &dev) const override {
     const fa1::Params params = fa1::params_of(c);
     return fa1::traffic_bytes(p, params, fa1::l2_reuse(p, params, dev));
   }

@@ -89,7 +89,8 @@ inline int64_t smem_bytes(int64_t head_dim, const Params &c) {
 // at block_n 64, 166.9 KB allowed; 103 KB at 32).
 inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev) {
   for (int bn : {32, 16})
-    if (dev.smem_per_block_optin > 0 && smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin)
+    if (dev.smem_per_block_optin > 0 &&
+        smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin)
       base.set("block_n", bn);
   return base;
 }
@@ -144,7 +145,8 @@ inline int64_t ctas_per_sm(const AttentionProblem &p, const Params &c, const Dev
   const int64_t by_smem = smem > 0 ? dev.smem_per_sm / smem : 64;
   const int64_t by_regs = dev.regs_per_sm / (128 * static_cast<int64_t>(c.threads));
   const int64_t by_warps = dev.max_threads_per_sm / c.threads;
-  return std::max<int64_t>(1, std::min({by_smem, by_regs, by_warps, int64_t(dev.max_blocks_per_sm)}));
+  return std::max<int64_t>(1,
+                           std::min({by_smem, by_regs, by_warps, int64_t(dev.max_blocks_per_sm)}));
 }
 
 // What of the per-step re-reads stays in L2. Every resident CTA re-reads its Q chunk and its O/l/m chunk at each
@@ -158,19 +160,24 @@ inline int64_t ctas_per_sm(const AttentionProblem &p, const Params &c, const Dev
 enum class L2Reuse { none, q_only, all };
 
 inline L2Reuse l2_reuse(const AttentionProblem &p, const Params &c, const DeviceInfo &dev) {
-  if (dev.l2_bytes <= 0 || dev.sm_count <= 0) return L2Reuse::none;
+  if (dev.l2_bytes <= 0 || dev.sm_count <= 0)
+    return L2Reuse::none;
   const double rows = static_cast<double>(tiles_per_cta(p, c) * c.block_m);
   const double grid = static_cast<double>(num_q_chunks(p, c) * p.heads_q * p.batch);
-  const double resident = std::min(grid, static_cast<double>(ctas_per_sm(p, c, dev) * dev.sm_count));
+  const double resident =
+      std::min(grid, static_cast<double>(ctas_per_sm(p, c, dev) * dev.sm_count));
   const double q_set = resident * rows * dtype_bytes(p.dtype) * p.head_dim;
   const double state_set = resident * rows * (4.0 * p.head_dim + 8.0);
   const double budget = 0.5 * static_cast<double>(dev.l2_bytes);
-  if (q_set + state_set <= budget) return L2Reuse::all;
-  if (q_set <= budget) return L2Reuse::q_only;
+  if (q_set + state_set <= budget)
+    return L2Reuse::all;
+  if (q_set <= budget)
+    return L2Reuse::q_only;
   return L2Reuse::none;
 }
 
-inline double traffic_bytes(const AttentionProblem &p, const Params &c, L2Reuse reuse = L2Reuse::none) {
+inline double traffic_bytes(const AttentionProblem &p, const Params &c,
+                            L2Reuse reuse = L2Reuse::none) {
   const double e = dtype_bytes(p.dtype), d = static_cast<double>(p.head_dim);
   const double row_state = 4.0 * d + 8.0; // O (fp32) + l + m of one row
   const double row_final = e * d + 4.0;   // O (dtype) + LSE of one row
@@ -196,15 +203,18 @@ inline double traffic_bytes(const AttentionProblem &p, const Params &c, L2Reuse 
       // Q_i: re-read at every K/V step it takes part in, unless it stays in L2.
       per_head += (reuse == L2Reuse::none ? steps : 1.0) * rows * e * d;
       if (reuse == L2Reuse::all) {
-        if (steps > 1) per_head += rows * row_state; // the fp32 O/l/m lines written back once, when evicted
+        if (steps > 1)
+          per_head += rows * row_state; // the fp32 O/l/m lines written back once, when evicted
       } else {
-        per_head += 2.0 * (steps - 1) * rows * row_state; // O/l/m read at steps 1.., written at ..last-1
+        per_head +=
+            2.0 * (steps - 1) * rows * row_state; // O/l/m read at steps 1.., written at ..last-1
       }
       per_head += rows * row_final; // the last step writes the final O and the LSE
     }
   }
   double total = per_head * static_cast<double>(p.batch * p.heads_q);
-  if (reuse == L2Reuse::all) total += 2.0 * e * d * static_cast<double>(p.kv_elems() / p.head_dim);
+  if (reuse == L2Reuse::all)
+    total += 2.0 * e * d * static_cast<double>(p.kv_elems() / p.head_dim);
   return total;
 }
 

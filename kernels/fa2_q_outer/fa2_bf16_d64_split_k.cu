@@ -4,5 +4,5 @@
 #include "kernels/fa2_q_outer/instances.hpp"
 
 namespace fb::fa2 {
-LaunchFn pick_bf16_d64_split_k(const Params& c) { return pick_tile<__nv_bfloat16, 64, false>(c); }
+LaunchFn pick_bf16_d64_split_k(const Params &c) { return pick_tile<__nv_bfloat16, 64, false>(c); }
 } // namespace fb::fa2

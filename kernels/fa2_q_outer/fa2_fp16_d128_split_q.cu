@@ -4,5 +4,5 @@
 #include "kernels/fa2_q_outer/instances.hpp"
 
 namespace fb::fa2 {
-LaunchFn pick_fp16_d128_split_q(const Params& c) { return pick_tile<__half, 128, true>(c); }
+LaunchFn pick_fp16_d128_split_q(const Params &c) { return pick_tile<__half, 128, true>(c); }
 } // namespace fb::fa2

@@ -25,8 +25,8 @@
 
 #include "kernels/fa2_q_outer/traits.hpp"
 
-#include "kernels/common/mma.cuh"
 #include "flashbench/check.hpp"
+#include "kernels/common/mma.cuh"
 
 #include <cuda_runtime.h>
 
@@ -37,11 +37,11 @@ namespace detail {
 using namespace fb::kernels;
 
 template <class T> struct KernelArgs {
-  const T* q;
-  const T* k;
-  const T* v;
-  T* o;
-  float* lse;
+  const T *q;
+  const T *k;
+  const T *v;
+  T *o;
+  float *lse;
   int64_t seqlen_q, seqlen_kv;
   int64_t heads_q, group;
   Strides qs, ks;
@@ -65,7 +65,8 @@ struct LaneChunks {
   uint32_t off[4];
   __device__ __forceinline__ LaneChunks(int c, int lane) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) off[i] = static_cast<uint32_t>(((2 * i + c) ^ (lane & 7)) * 16);
+    for (int i = 0; i < 4; ++i)
+      off[i] = static_cast<uint32_t>(((2 * i + c) ^ (lane & 7)) * 16);
   }
   __device__ __forceinline__ uint32_t at(int kk) const { return (kk / 4) * 128 + off[kk % 4]; }
 };
@@ -99,20 +100,22 @@ __device__ __forceinline__ int fresh_lane() {
 // handful of registers whatever ROWS is.
 // WALK = false keeps the plain per-chunk addressing (split_k and the prologue, where it compiles tighter).
 template <int D, int ROWS, int THREADS, bool WALK = false, class T>
-__device__ __forceinline__ void load_tile(uint32_t dst, const T* src, int64_t stride, int64_t row0, int64_t limit,
-                                          int tid) {
+__device__ __forceinline__ void load_tile(uint32_t dst, const T *src, int64_t stride, int64_t row0,
+                                          int64_t limit, int tid) {
   constexpr int kChunks = ROWS * D / 8;
   if constexpr (WALK && THREADS % (D / 8) == 0 && kChunks % THREADS == 0) {
     constexpr int RSTEP = THREADS / (D / 8);
     const int r0 = tid / (D / 8), ch = tid % (D / 8);
     const int64_t st = opaque(stride);
     const int64_t rem = opaque(limit - row0) - r0; // rows left from this thread's first row
-    const T* p = src + (row0 + r0) * st + ch * 8;
-    const uint32_t d0 = dst + swz<D>(r0, ch); // r0 + it·RSTEP has the same row % 8 when RSTEP % 8 == 0
+    const T *p = src + (row0 + r0) * st + ch * 8;
+    const uint32_t d0 =
+        dst + swz<D>(r0, ch); // r0 + it·RSTEP has the same row % 8 when RSTEP % 8 == 0
 #pragma unroll
     for (int it = 0; it < kChunks / THREADS; ++it) {
       const bool ok = it * RSTEP < rem;
-      const uint32_t d = RSTEP % 8 == 0 ? d0 + it * RSTEP * D * 2 : dst + swz<D>(r0 + it * RSTEP, ch);
+      const uint32_t d =
+          RSTEP % 8 == 0 ? d0 + it * RSTEP * D * 2 : dst + swz<D>(r0 + it * RSTEP, ch);
       cp_async_16(d, ok ? p : src, ok);
       p += RSTEP * st;
     }
@@ -133,8 +136,8 @@ __device__ __forceinline__ void load_tile(uint32_t dst, const T* src, int64_t st
 // ROLLED keeps the head_dim loop rolled (swizzled addresses computed at run time): split_k's warps each hold all
 // row tiles, and a fully unrolled loop lets the scheduler hoist every Q fragment of the tile at once and spill.
 template <class T, int D, int MT, int NT, bool ROLLED = false>
-__device__ __forceinline__ void qk_gemm(float (&s)[MT][NT][4], uint32_t sQ, int q_row0, uint32_t sK, int k_row0,
-                                        int lane) {
+__device__ __forceinline__ void qk_gemm(float (&s)[MT][NT][4], uint32_t sQ, int q_row0, uint32_t sK,
+                                        int k_row0, int lane) {
   const LaneChunks qc(lane / 16, lane), kc((lane / 8) % 2, lane);
   const uint32_t q_base = sQ + (q_row0 + lane % 16) * D * 2;
   const uint32_t k_base = sK + (k_row0 + (lane / 16) * 8 + lane % 8) * D * 2;
@@ -143,7 +146,8 @@ __device__ __forceinline__ void qk_gemm(float (&s)[MT][NT][4], uint32_t sQ, int 
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+      for (int e = 0; e < 4; ++e)
+        s[mt][nt][e] = 0.f;
   // One k-step: the MT Q fragments first, then one 16-key K fragment at a time feeding every row tile, so the live
   // operands are 4·MT + 4 registers (not 4·MT + 2·NT) and each K fragment is still read once per warp.
   // ROLLED (split_k, many row tiles per warp) keeps version 1's order: every K fragment of the step first, then one
@@ -151,7 +155,8 @@ __device__ __forceinline__ void qk_gemm(float (&s)[MT][NT][4], uint32_t sQ, int 
   auto step_k_first = [&](uint32_t q_off, uint32_t k_off) {
     uint32_t kb[NT / 2][4];
 #pragma unroll
-    for (int n2 = 0; n2 < NT / 2; ++n2) ldmatrix_x4(kb[n2], k_base + n2 * 16 * D * 2 + k_off);
+    for (int n2 = 0; n2 < NT / 2; ++n2)
+      ldmatrix_x4(kb[n2], k_base + n2 * 16 * D * 2 + k_off);
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
       uint32_t qa[4];
@@ -166,7 +171,8 @@ __device__ __forceinline__ void qk_gemm(float (&s)[MT][NT][4], uint32_t sQ, int 
   auto step = [&](uint32_t q_off, uint32_t k_off) {
     uint32_t qa[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) ldmatrix_x4(qa[mt], q_base + mt * 16 * D * 2 + q_off);
+    for (int mt = 0; mt < MT; ++mt)
+      ldmatrix_x4(qa[mt], q_base + mt * 16 * D * 2 + q_off);
 #pragma unroll
     for (int n2 = 0; n2 < NT / 2; ++n2) {
       uint32_t kb[4];
@@ -186,14 +192,16 @@ __device__ __forceinline__ void qk_gemm(float (&s)[MT][NT][4], uint32_t sQ, int 
                    static_cast<uint32_t>(((2 * kk + kcol) ^ x) * 16));
   } else {
 #pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) step(qc.at(kk), kc.at(kk));
+    for (int kk = 0; kk < D / 16; ++kk)
+      step(qc.at(kk), kc.at(kk));
   }
 }
 
 // Masks scores of keys past the sequence end or (causal) right of the diagonal. Rows are absolute query indices.
 template <int MT, int NT>
-__device__ __forceinline__ void apply_mask(float (&s)[MT][NT][4], int64_t row0, int64_t key0, int lane,
-                                           int64_t seqlen_q, int64_t seqlen_kv, bool causal) {
+__device__ __forceinline__ void apply_mask(float (&s)[MT][NT][4], int64_t row0, int64_t key0,
+                                           int lane, int64_t seqlen_q, int64_t seqlen_kv,
+                                           bool causal) {
   const int64_t diag = seqlen_kv - seqlen_q;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -203,7 +211,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[MT][NT][4], int64_t row0, 
       for (int e = 0; e < 4; ++e) {
         const int64_t row = row0 + mt * 16 + lane / 4 + 8 * (e / 2);
         const int64_t key = key0 + nt * 8 + 2 * (lane % 4) + (e % 2);
-        if (key >= seqlen_kv || (causal && key > row + diag)) s[mt][nt][e] = -INFINITY;
+        if (key >= seqlen_kv || (causal && key > row + diag))
+          s[mt][nt][e] = -INFINITY;
       }
 }
 
@@ -211,7 +220,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[MT][NT][4], int64_t row0, 
 // tile before the sequence end) and, causal, kl - rl against `diag_lim` (the warp's first row sees tile keys up to
 // diag_lim + rl, rl the row within the warp). Both bounds are clamped into int range by the caller.
 template <int MT, int NT>
-__device__ __forceinline__ void apply_mask_local(float (&s)[MT][NT][4], int key_lim, int diag_lim, int lane) {
+__device__ __forceinline__ void apply_mask_local(float (&s)[MT][NT][4], int key_lim, int diag_lim,
+                                                 int lane) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -220,7 +230,8 @@ __device__ __forceinline__ void apply_mask_local(float (&s)[MT][NT][4], int key_
       for (int e = 0; e < 4; ++e) {
         const int rl = mt * 16 + lane / 4 + 8 * (e / 2);
         const int kl = nt * 8 + 2 * (lane % 4) + (e % 2);
-        if (kl >= key_lim || kl - rl > diag_lim) s[mt][nt][e] = -INFINITY;
+        if (kl >= key_lim || kl - rl > diag_lim)
+          s[mt][nt][e] = -INFINITY;
       }
 }
 
@@ -240,8 +251,8 @@ __device__ __forceinline__ void pack_p(uint32_t (&pa)[MT][NT / 2][4], const floa
 
 // acc[mt][dt] += P·V for KT 16-key steps (V rows from v_row0) and DT 8-column tiles starting at column tile dt0.
 template <class T, int D, int MT, int KT, int DT>
-__device__ __forceinline__ void pv_gemm(float (&acc)[MT][DT][4], const uint32_t (&pa)[MT][KT][4], uint32_t sV,
-                                        int v_row0, int dt0, int lane) {
+__device__ __forceinline__ void pv_gemm(float (&acc)[MT][DT][4], const uint32_t (&pa)[MT][KT][4],
+                                        uint32_t sV, int v_row0, int dt0, int lane) {
   const LaneChunks vc(lane / 16, lane);
   const uint32_t v_base = sV + (v_row0 + ((lane / 8) % 2) * 8 + lane % 8) * D * 2;
 #pragma unroll
@@ -259,14 +270,15 @@ __device__ __forceinline__ void pv_gemm(float (&acc)[MT][DT][4], const uint32_t 
 }
 
 template <class T, int D, int BM, int BN, int W, bool SQ>
-__device__ __forceinline__ void kernel_body(const KernelArgs<T>& a);
+__device__ __forceinline__ void kernel_body(const KernelArgs<T> &a);
 
 // split_q: __launch_bounds__(threads, 1): no occupancy-driven register cap, so ptxas never trades spills for occupancy (it
 // did, 8-56 bytes, on small tiles); the shapes compiled are the spill-free ones anyway (traits.hpp).
 template <class T, int D, int BM, int BN, int W, bool SQ>
 __global__ void __launch_bounds__(W * 32, 1) fa2_q_outer_kernel(const KernelArgs<T> a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-  if constexpr (sm90_only(D, BM, BN, W, SQ)) { // spills on sm_80: never launched there (supports() says why)
+  if constexpr (sm90_only(D, BM, BN, W,
+                          SQ)) { // spills on sm_80: never launched there (supports() says why)
     __trap();
   } else
 #endif
@@ -282,7 +294,7 @@ __global__ void __launch_bounds__(W * 32) fa2_split_k_kernel(const KernelArgs<T>
 }
 
 template <class T, int D, int BM, int BN, int W, bool SQ>
-__device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
+__device__ __forceinline__ void kernel_body(const KernelArgs<T> &a) {
   constexpr int kThreads = W * 32;
   extern __shared__ __align__(128) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -291,11 +303,11 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
   const int64_t qt = a.num_q_tiles - 1 - static_cast<int64_t>(blockIdx.x);
   const int64_t q0 = qt * BM;
   const int64_t b = blockIdx.z, h = blockIdx.y, hkv = h / a.group;
-  const T* qg = a.q + b * a.qs.batch + h * a.qs.head;
-  T* og = a.o + b * a.qs.batch + h * a.qs.head; // split_q recomputes og and lse after its loop
-  const T* kg = a.k + b * a.ks.batch + hkv * a.ks.head;
-  const T* vg = a.v + b * a.ks.batch + hkv * a.ks.head;
-  float* lse = a.lse + (b * a.heads_q + h) * a.seqlen_q;
+  const T *qg = a.q + b * a.qs.batch + h * a.qs.head;
+  T *og = a.o + b * a.qs.batch + h * a.qs.head; // split_q recomputes og and lse after its loop
+  const T *kg = a.k + b * a.ks.batch + hkv * a.ks.head;
+  const T *vg = a.v + b * a.ks.batch + hkv * a.ks.head;
+  float *lse = a.lse + (b * a.heads_q + h) * a.seqlen_q;
   const int64_t sq = a.seqlen_q, skv = a.seqlen_kv;
   const float sl2 = a.scale_log2;
 
@@ -303,10 +315,13 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
   if (n_tiles == 0) { // causal with seqlen_q > seqlen_kv: no row of this tile sees a key
     for (int idx = tid; idx < BM * D / 8; idx += kThreads) {
       const int64_t row = q0 + idx / (D / 8);
-      if (row < sq) *reinterpret_cast<uint4*>(og + row * a.qs.seq + (idx % (D / 8)) * 8) = make_uint4(0, 0, 0, 0);
+      if (row < sq)
+        *reinterpret_cast<uint4 *>(og + row * a.qs.seq + (idx % (D / 8)) * 8) =
+            make_uint4(0, 0, 0, 0);
     }
     for (int r = tid; r < BM; r += kThreads)
-      if (q0 + r < sq) lse[q0 + r] = -INFINITY;
+      if (q0 + r < sq)
+        lse[q0 + r] = -INFINITY;
     return;
   }
 
@@ -323,7 +338,8 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
   // Q joins the first commit group, so the first wait covers it.
   load_tile<D, BM, kThreads>(sQ, qg, a.qs.seq, q0, sq, tid);
   for (int s = 0; s < stages - 1; ++s) {
-    if (s < n_tiles) load_kv(s, s);
+    if (s < n_tiles)
+      load_kv(s, s);
     cp_async_commit();
   }
 
@@ -342,7 +358,7 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
     // per thread, read and written once per K/V tile), int mask bounds and thread coordinates re-derived where
     // used, so that only O, m and the loop's addresses are live across the K/V loop.
     constexpr bool kLean = lean_loop(D, BM, BN, W);
-    float* l_s = reinterpret_cast<float*>(smem + BM * D * 2 + stages * 2 * kTileBytes);
+    float *l_s = reinterpret_cast<float *>(smem + BM * D * 2 + stages * 2 * kTileBytes);
     float o[MT][DT][4];
     float m[MT][2], l[MT][2];
 #pragma unroll
@@ -350,10 +366,12 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[mt][dt][e] = 0.f;
+        for (int e = 0; e < 4; ++e)
+          o[mt][dt][e] = 0.f;
       m[mt][0] = m[mt][1] = -INFINITY;
       l[mt][0] = l[mt][1] = 0.f;
-      if constexpr (kLean) l_s[(mt * 2) * kThreads + tid] = l_s[(mt * 2 + 1) * kThreads + tid] = 0.f;
+      if constexpr (kLean)
+        l_s[(mt * 2) * kThreads + tid] = l_s[(mt * 2 + 1) * kThreads + tid] = 0.f;
     }
 
     // First K/V tile that this warp must mask: the one holding key skv (sequence end) or, causal, the first whose
@@ -365,17 +383,20 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
       first_mask = min(first_mask, x <= 0 ? 0 : static_cast<int>(x / BN));
     }
     const int n_t = static_cast<int>(n_tiles);
-    const int64_t kv_off = b * a.ks.batch + hkv * a.ks.head; // K and V share strides: one offset for both
+    const int64_t kv_off =
+        b * a.ks.batch + hkv * a.ks.head; // K and V share strides: one offset for both
     auto load_kv_sq = [&](int jj, int sl) {
       const uint32_t sk = sKV + sl * 2 * kTileBytes;
       const int64_t off = opaque(kv_off);
       load_tile<D, BN, kThreads, true>(sk, a.k + off, a.ks.seq, int64_t(jj) * BN, skv, tid);
-      load_tile<D, BN, kThreads, true>(sk + kTileBytes, a.v + off, a.ks.seq, int64_t(jj) * BN, skv, tid);
+      load_tile<D, BN, kThreads, true>(sk + kTileBytes, a.v + off, a.ks.seq, int64_t(jj) * BN, skv,
+                                       tid);
     };
     int slot = 0, load_slot = stages - 1;
     for (int j = 0; j < n_t; ++j) {
       // load_slot held tile j - 1, which every warp finished with before the barrier that ended the last step.
-      if (j + stages - 1 < n_t) load_kv_sq(j + stages - 1, load_slot);
+      if (j + stages - 1 < n_t)
+        load_kv_sq(j + stages - 1, load_slot);
       cp_async_commit();
       cp_async_wait_dynamic(stages - 1);
       __syncthreads();
@@ -383,14 +404,16 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
 
       float s[MT][NT][4];
       qk_gemm<T, D, MT, NT>(s, sQ, row_w, sK, 0, lane);
-      if (!kLean && j >= first_mask) apply_mask(s, q0 + row_w, int64_t(j) * BN, lane, sq, skv, a.causal);
+      if (!kLean && j >= first_mask)
+        apply_mask(s, q0 + row_w, int64_t(j) * BN, lane, sq, skv, a.causal);
       if (kLean && j >= first_mask) {
         // Bounds recomputed from the kernel parameters here, so no 64-bit bound is live across the loop.
         const int64_t kv0 = int64_t(j) * BN;
         const int key_lim = static_cast<int>(min(a.seqlen_kv - kv0, int64_t(BN)));
         const int64_t dl = (a.num_q_tiles - 1 - int64_t(blockIdx.x)) * BM + (fresh_tid() / 32) * R +
                            (a.seqlen_kv - a.seqlen_q) - kv0;
-        const int diag_lim = a.causal ? static_cast<int>(max(min(dl, int64_t(BN)), int64_t(-BM))) : BN;
+        const int diag_lim =
+            a.causal ? static_cast<int>(max(min(dl, int64_t(BN)), int64_t(-BM))) : BN;
         // The lane index re-read here (asm volatile): otherwise ptxas hoists the per-lane (key - row) offsets of
         // the mask out of the loop, a dozen registers live across it for a branch taken on a few tiles.
         apply_mask_local(s, key_lim, diag_lim, fresh_lane());
@@ -402,10 +425,12 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
         for (int hh = 0; hh < 2; ++hh) {
           float mx = -INFINITY;
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
+          for (int nt = 0; nt < NT; ++nt)
+            mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
           const float m_new = fmaxf(m[mt][hh], quad_max(mx));
           const float off = softmax_offset(m_new * sl2);
-          const float alpha = kFastExp ? fast_exp2(m[mt][hh] * sl2 - off) : exp2f(m[mt][hh] * sl2 - off);
+          const float alpha =
+              kFastExp ? fast_exp2(m[mt][hh] * sl2 - off) : exp2f(m[mt][hh] * sl2 - off);
           m[mt][hh] = m_new;
           float sum = 0.f;
 #pragma unroll
@@ -418,13 +443,14 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
             }
           // lane-partial; the quad's four parts are summed once at the end
           if constexpr (kLean) {
-            float* lp = l_s + (mt * 2 + hh) * kThreads + tid;
+            float *lp = l_s + (mt * 2 + hh) * kThreads + tid;
             *lp = *lp * alpha + sum;
           } else {
             l[mt][hh] = l[mt][hh] * alpha + sum;
           }
 #pragma unroll
-          for (int dt = 0; dt < DT; ++dt) o[mt][dt][2 * hh] *= alpha, o[mt][dt][2 * hh + 1] *= alpha;
+          for (int dt = 0; dt < DT; ++dt)
+            o[mt][dt][2 * hh] *= alpha, o[mt][dt][2 * hh + 1] *= alpha;
         }
 
       uint32_t pa[MT][NT / 2][4];
@@ -442,7 +468,7 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
     const int64_t e_q0 = kLean ? (a.num_q_tiles - 1 - int64_t(blockIdx.x)) * BM : q0;
     og = a.o + int64_t(blockIdx.z) * a.qs.batch + int64_t(blockIdx.y) * a.qs.head;
     lse = a.lse + (int64_t(blockIdx.z) * a.heads_q + blockIdx.y) * a.seqlen_q;
-    unsigned char* sq_ptr = smem;
+    unsigned char *sq_ptr = smem;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -454,7 +480,7 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
           lse[e_q0 + r] = lt > 0.f ? (m[mt][hh] * sl2 + log2f(lt)) * kLn2 : -INFINITY;
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt)
-          *reinterpret_cast<uint32_t*>(sq_ptr + swz<D>(r, dt) + (e_lane % 4) * 4) =
+          *reinterpret_cast<uint32_t *>(sq_ptr + swz<D>(r, dt) + (e_lane % 4) * 4) =
               Mma<T>::pack(o[mt][dt][2 * hh] * inv, o[mt][dt][2 * hh + 1] * inv);
       }
     __syncwarp();
@@ -462,8 +488,8 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
     for (int idx = e_lane; idx < R * D / 8; idx += 32) {
       const int r = e_row_w + idx / (D / 8), ch = idx % (D / 8);
       if (e_q0 + r < sq)
-        *reinterpret_cast<uint4*>(og + (e_q0 + r) * a.qs.seq + ch * 8) =
-            *reinterpret_cast<const uint4*>(sq_ptr + swz<D>(r, ch));
+        *reinterpret_cast<uint4 *>(og + (e_q0 + r) * a.qs.seq + ch * 8) =
+            *reinterpret_cast<const uint4 *>(sq_ptr + swz<D>(r, ch));
     }
   } else {
     // split_k: warp w owns keys [w·KW, (w+1)·KW) of every K/V tile, for all BM rows.
@@ -472,28 +498,31 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
     // Reduction layout: this warp owns rows [warp·RW, (warp+1)·RW) of O; LPR lanes cover a row's DC columns with
     // float4s, RPP rows per pass.
     constexpr int RW = BM / W, LPR = DC / 4, RPP = 32 / LPR, PASSES = RW / RPP;
-    float* red = reinterpret_cast<float*>(smem + BM * D * 2 + stages * 2 * kTileBytes);
-    float* maxb = red + W * BM * RS;
-    float* lbuf = maxb + W * BM;
+    float *red = reinterpret_cast<float *>(smem + BM * D * 2 + stages * 2 * kTileBytes);
+    float *maxb = red + W * BM * RS;
+    float *lbuf = maxb + W * BM;
     const int kw0 = warp * KW;
     const int own_row0 = warp * RW + lane / LPR, own_col = (lane % LPR) * 4;
 
     float m[MT][2], l[MT][2], m_own[PASSES];
     float o[NCH][PASSES][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.f;
+    for (int mt = 0; mt < MT; ++mt)
+      m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.f;
 #pragma unroll
     for (int p = 0; p < PASSES; ++p) {
       m_own[p] = -INFINITY;
 #pragma unroll
       for (int c = 0; c < NCH; ++c)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) o[c][p][e] = 0.f;
+        for (int e = 0; e < 4; ++e)
+          o[c][p][e] = 0.f;
     }
 
     int slot = 0, load_slot = stages - 1;
     for (int64_t j = 0; j < n_tiles; ++j) {
-      if (j + stages - 1 < n_tiles) load_kv(j + stages - 1, load_slot);
+      if (j + stages - 1 < n_tiles)
+        load_kv(j + stages - 1, load_slot);
       cp_async_commit();
       cp_async_wait_dynamic(stages - 1);
       __syncthreads();
@@ -502,18 +531,21 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
       float s[MT][NT][4];
       qk_gemm<T, D, MT, NT, true>(s, sQ, 0, sK, kw0, lane);
       const int64_t kv0 = j * BN;
-      if (needs_mask(kv0, q0)) apply_mask(s, q0, kv0 + kw0, lane, sq, skv, a.causal);
+      if (needs_mask(kv0, q0))
+        apply_mask(s, q0, kv0 + kw0, lane, sq, skv, a.causal);
 
-      // The tile's row max is the max over the warps' key slices: exchanged through shared memory.
+        // The tile's row max is the max over the warps' key slices: exchanged through shared memory.
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           float mx = -INFINITY;
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
+          for (int nt = 0; nt < NT; ++nt)
+            mx = fmaxf(mx, fmaxf(s[mt][nt][2 * hh], s[mt][nt][2 * hh + 1]));
           mx = quad_max(mx);
-          if (lane % 4 == 0) maxb[warp * BM + mt * 16 + lane / 4 + 8 * hh] = mx;
+          if (lane % 4 == 0)
+            maxb[warp * BM + mt * 16 + lane / 4 + 8 * hh] = mx;
         }
       __syncthreads();
 #pragma unroll
@@ -523,7 +555,8 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
           const int r = mt * 16 + lane / 4 + 8 * hh;
           float mx = -INFINITY;
 #pragma unroll
-          for (int w = 0; w < W; ++w) mx = fmaxf(mx, maxb[w * BM + r]);
+          for (int w = 0; w < W; ++w)
+            mx = fmaxf(mx, maxb[w * BM + r]);
           const float m_new = fmaxf(m[mt][hh], mx);
           const float off = softmax_offset(m_new * sl2);
           const float alpha = exp2f(m[mt][hh] * sl2 - off);
@@ -536,22 +569,25 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
               s[mt][nt][e] = exp2f(fmaf(s[mt][nt][e], sl2, -off));
               sum += s[mt][nt][e];
             }
-          l[mt][hh] = l[mt][hh] * alpha + sum; // this warp's keys only; summed over warps at the end
+          l[mt][hh] =
+              l[mt][hh] * alpha + sum; // this warp's keys only; summed over warps at the end
         }
-      // The same running max for the rows this warp owns in O (identical arithmetic, so identical values).
+        // The same running max for the rows this warp owns in O (identical arithmetic, so identical values).
 #pragma unroll
       for (int p = 0; p < PASSES; ++p) {
         const int r = own_row0 + p * RPP;
         float mx = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < W; ++w) mx = fmaxf(mx, maxb[w * BM + r]);
+        for (int w = 0; w < W; ++w)
+          mx = fmaxf(mx, maxb[w * BM + r]);
         const float m_new = fmaxf(m_own[p], mx);
         const float alpha = exp2f(m_own[p] * sl2 - softmax_offset(m_new * sl2));
         m_own[p] = m_new;
 #pragma unroll
         for (int c = 0; c < NCH; ++c)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) o[c][p][e] *= alpha;
+          for (int e = 0; e < 4; ++e)
+            o[c][p][e] *= alpha;
       }
 
       uint32_t pa[MT][NT / 2][4];
@@ -564,7 +600,8 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
 #pragma unroll
           for (int dt = 0; dt < DC / 8; ++dt)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.f;
+            for (int e = 0; e < 4; ++e)
+              acc[mt][dt][e] = 0.f;
         pv_gemm<T, D, MT, NT / 2, DC / 8>(acc, pa, sV, kw0, c * (DC / 8), lane);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
@@ -572,15 +609,16 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
           for (int dt = 0; dt < DC / 8; ++dt)
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh)
-              *reinterpret_cast<float2*>(red + (warp * BM + mt * 16 + lane / 4 + 8 * hh) * RS + dt * 8 +
-                                         2 * (lane % 4)) = make_float2(acc[mt][dt][2 * hh], acc[mt][dt][2 * hh + 1]);
+              *reinterpret_cast<float2 *>(red + (warp * BM + mt * 16 + lane / 4 + 8 * hh) * RS +
+                                          dt * 8 + 2 * (lane % 4)) =
+                  make_float2(acc[mt][dt][2 * hh], acc[mt][dt][2 * hh + 1]);
         __syncthreads();
 #pragma unroll
         for (int p = 0; p < PASSES; ++p) {
           const int r = own_row0 + p * RPP;
 #pragma unroll
           for (int w = 0; w < W; ++w) {
-            const float4 x = *reinterpret_cast<const float4*>(red + (w * BM + r) * RS + own_col);
+            const float4 x = *reinterpret_cast<const float4 *>(red + (w * BM + r) * RS + own_col);
             o[c][p][0] += x.x, o[c][p][1] += x.y, o[c][p][2] += x.z, o[c][p][3] += x.w;
           }
         }
@@ -596,7 +634,8 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const float lt = quad_sum(l[mt][hh]);
-        if (lane % 4 == 0) lbuf[warp * BM + mt * 16 + lane / 4 + 8 * hh] = lt;
+        if (lane % 4 == 0)
+          lbuf[warp * BM + mt * 16 + lane / 4 + 8 * hh] = lt;
       }
     __syncthreads();
 #pragma unroll
@@ -604,28 +643,32 @@ __device__ __forceinline__ void kernel_body(const KernelArgs<T>& a) {
       const int r = own_row0 + p * RPP;
       float lt = 0.f;
 #pragma unroll
-      for (int w = 0; w < W; ++w) lt += lbuf[w * BM + r];
+      for (int w = 0; w < W; ++w)
+        lt += lbuf[w * BM + r];
       const float inv = lt > 0.f ? 1.f / lt : 0.f;
-      if (q0 + r >= sq) continue;
-      if (lane % LPR == 0) lse[q0 + r] = lt > 0.f ? (m_own[p] * sl2 + log2f(lt)) * kLn2 : -INFINITY;
+      if (q0 + r >= sq)
+        continue;
+      if (lane % LPR == 0)
+        lse[q0 + r] = lt > 0.f ? (m_own[p] * sl2 + log2f(lt)) * kLn2 : -INFINITY;
 #pragma unroll
       for (int c = 0; c < NCH; ++c) {
         uint2 packed;
         packed.x = Mma<T>::pack(o[c][p][0] * inv, o[c][p][1] * inv);
         packed.y = Mma<T>::pack(o[c][p][2] * inv, o[c][p][3] * inv);
-        *reinterpret_cast<uint2*>(og + (q0 + r) * a.qs.seq + c * DC + own_col) = packed;
+        *reinterpret_cast<uint2 *>(og + (q0 + r) * a.qs.seq + c * DC + own_col) = packed;
       }
     }
   }
 }
 
 template <class T, int D, int BM, int BN, int W, bool SQ>
-void launch_tile(const AttentionProblem& p, const Params& c, const LaunchArgs& args, cudaStream_t stream) {
+void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
+                 cudaStream_t stream) {
   KernelArgs<T> a{};
-  a.q = static_cast<const T*>(args.q);
-  a.k = static_cast<const T*>(args.k);
-  a.v = static_cast<const T*>(args.v);
-  a.o = static_cast<T*>(args.o);
+  a.q = static_cast<const T *>(args.q);
+  a.k = static_cast<const T *>(args.k);
+  a.v = static_cast<const T *>(args.v);
+  a.o = static_cast<T *>(args.o);
   a.lse = args.lse;
   a.seqlen_q = p.seqlen_q;
   a.seqlen_kv = p.seqlen_kv;
@@ -639,12 +682,14 @@ void launch_tile(const AttentionProblem& p, const Params& c, const LaunchArgs& a
   a.causal = p.causal;
 
   void (*kernel)(const KernelArgs<T>);
-  if constexpr (SQ) kernel = fa2_q_outer_kernel<T, D, BM, BN, W, true>;
-  else kernel = fa2_split_k_kernel<T, D, BM, BN, W>;
+  if constexpr (SQ)
+    kernel = fa2_q_outer_kernel<T, D, BM, BN, W, true>;
+  else
+    kernel = fa2_split_k_kernel<T, D, BM, BN, W>;
   const int64_t smem = smem_bytes(D, c);
   if (smem > 48 * 1024)
-    FB_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(a.num_q_tiles), static_cast<unsigned>(p.heads_q),
                   static_cast<unsigned>(p.batch));
   kernel<<<grid, W * 32, static_cast<size_t>(smem), stream>>>(a);
@@ -656,10 +701,10 @@ void launch_tile(const AttentionProblem& p, const Params& c, const LaunchArgs& a
 // The launch function of the compiled instantiation for (T, D, tile shape) of one warp layout, or nullptr when
 // that shape is not compiled (tile_instantiated() false). Every structurally valid (block_m, block_n, warps,
 // layout) is listed; one instantiation file compiles one (T, D, layout) slice so that slices build in parallel.
-template <class T, int D, bool LAYOUT_SQ> LaunchFn pick_tile(const Params& c) {
-#define FB_FA2_TILE(BM, BN, W, SQ)                                                                                   \
-  if constexpr (SQ == LAYOUT_SQ && tile_instantiated(D, BM, BN, W, SQ))                                              \
-    if (c.block_m == BM && c.block_n == BN && c.warps == W && split_q(c) == SQ)                                      \
+template <class T, int D, bool LAYOUT_SQ> LaunchFn pick_tile(const Params &c) {
+#define FB_FA2_TILE(BM, BN, W, SQ)                                                                 \
+  if constexpr (SQ == LAYOUT_SQ && tile_instantiated(D, BM, BN, W, SQ))                            \
+    if (c.block_m == BM && c.block_n == BN && c.warps == W && split_q(c) == SQ)                    \
       return &detail::launch_tile<T, D, BM, BN, W, SQ>;
   FB_FA2_TILE(64, 32, 4, true)
   FB_FA2_TILE(64, 64, 4, true)

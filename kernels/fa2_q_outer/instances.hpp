@@ -6,9 +6,9 @@
 
 namespace fb::fa2 {
 
-#define FB_FA2_SLICE(T, D)                                                                                           \
-  LaunchFn pick_##T##_d##D##_split_q(const Params& c);                                                              \
-  LaunchFn pick_##T##_d##D##_split_k(const Params& c);
+#define FB_FA2_SLICE(T, D)                                                                         \
+  LaunchFn pick_##T##_d##D##_split_q(const Params &c);                                             \
+  LaunchFn pick_##T##_d##D##_split_k(const Params &c);
 FB_FA2_SLICE(bf16, 64)
 FB_FA2_SLICE(bf16, 128)
 FB_FA2_SLICE(bf16, 256)

@@ -3,10 +3,10 @@
 // may include this file; everything here is constexpr or inline so that the kernel files see the same numbers.
 #pragma once
 
-#include "kernels/common/mask.hpp"
 #include "flashbench/config.hpp"
 #include "flashbench/problem.hpp"
 #include "flashbench/variant.hpp"
+#include "kernels/common/mask.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -26,14 +26,14 @@ constexpr int kMmaK = 16;
 constexpr int kMaxStages = 3;
 
 struct Params {
-  int block_m = 128;          // query rows per CTA
-  int block_n = 64;           // keys per K/V tile
-  int warps = 8;              // warps per CTA (8 x 16 rows: compiles spill-free for every head_dim)
-  int stages = 2;             // K/V tiles in flight (cp.async pipeline depth)
-  int warp_layout = kSplitQ;  // split_q: warps own Q rows; split_k: warps own keys of each K/V tile
+  int block_m = 128;         // query rows per CTA
+  int block_n = 64;          // keys per K/V tile
+  int warps = 8;             // warps per CTA (8 x 16 rows: compiles spill-free for every head_dim)
+  int stages = 2;            // K/V tiles in flight (cp.async pipeline depth)
+  int warp_layout = kSplitQ; // split_q: warps own Q rows; split_k: warps own keys of each K/V tile
 };
 
-constexpr bool split_q(const Params& c) { return c.warp_layout == kSplitQ; }
+constexpr bool split_q(const Params &c) { return c.warp_layout == kSplitQ; }
 
 // split_k reduces P·V partials through shared memory in column chunks of this many head_dim columns; the chunk
 // bounds the partial accumulator at block_m·chunk/32 registers per thread.
@@ -44,12 +44,15 @@ constexpr int splitk_red_stride(int block_m, int warps) { return splitk_chunk(bl
 
 // Structural limits, independent of the problem: a split_q warp needs a whole MMA row tile, a split_k warp a whole
 // MMA k-step of keys.
-inline std::optional<std::string> config_problem(const Params& c) {
-  if (c.warp_layout != kSplitQ && c.warp_layout != kSplitK) return "warp_layout must be split_q or split_k";
+inline std::optional<std::string> config_problem(const Params &c) {
+  if (c.warp_layout != kSplitQ && c.warp_layout != kSplitK)
+    return "warp_layout must be split_q or split_k";
   if (c.block_m % kMmaM || c.block_n % kMmaK || c.block_m < kMmaM || c.block_n < kMmaK)
     return "block_m and block_n must be multiples of 16";
-  if (c.warps < 1 || c.warps > 8) return "warps must be 1 to 8";
-  if (c.stages < 1 || c.stages > kMaxStages) return "stages must be 1 to " + std::to_string(kMaxStages);
+  if (c.warps < 1 || c.warps > 8)
+    return "warps must be 1 to 8";
+  if (c.stages < 1 || c.stages > kMaxStages)
+    return "stages must be 1 to " + std::to_string(kMaxStages);
   if (split_q(c) && c.block_m / c.warps < kMmaM)
     return "split_q gives each warp " + std::to_string(c.block_m / c.warps) +
            " query rows; an MMA row tile needs 16 (use more block_m or fewer warps)";
@@ -58,23 +61,28 @@ inline std::optional<std::string> config_problem(const Params& c) {
   if (!split_q(c) && c.block_n / c.warps < kMmaK)
     return "split_k gives each warp " + std::to_string(c.block_n / c.warps) +
            " keys of a K/V tile; an MMA k-step needs 16 (use more block_n or fewer warps)";
-  if (!split_q(c) && c.block_n % (c.warps * kMmaK)) return "split_k needs block_n to be a multiple of 16 x warps";
+  if (!split_q(c) && c.block_n % (c.warps * kMmaK))
+    return "split_k needs block_n to be a multiple of 16 x warps";
   if (!split_q(c)) {
-    const int rows_per_warp = c.block_m / c.warps, lanes_per_row = splitk_chunk(c.block_m, c.warps) / 4;
+    const int rows_per_warp = c.block_m / c.warps,
+              lanes_per_row = splitk_chunk(c.block_m, c.warps) / 4;
     if (rows_per_warp < 32 / lanes_per_row || rows_per_warp % (32 / lanes_per_row))
-      return "split_k reduction needs block_m / warps to be a multiple of " + std::to_string(32 / lanes_per_row);
+      return "split_k reduction needs block_m / warps to be a multiple of " +
+             std::to_string(32 / lanes_per_row);
   }
   return std::nullopt;
 }
 
-inline Params params_of(const Config& c) {
+inline Params params_of(const Config &c) {
   const Params d;
-  return Params{static_cast<int>(c.get_or("block_m", d.block_m)), static_cast<int>(c.get_or("block_n", d.block_n)),
-                static_cast<int>(c.get_or("warps", d.warps)), static_cast<int>(c.get_or("stages", d.stages)),
+  return Params{static_cast<int>(c.get_or("block_m", d.block_m)),
+                static_cast<int>(c.get_or("block_n", d.block_n)),
+                static_cast<int>(c.get_or("warps", d.warps)),
+                static_cast<int>(c.get_or("stages", d.stages)),
                 static_cast<int>(c.get_or("warp_layout", d.warp_layout))};
 }
 
-Config default_for(Config base, const AttentionProblem& p, const DeviceInfo& dev);
+Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev);
 
 inline ConfigSpace make_space() {
   const Params d;
@@ -82,15 +90,21 @@ inline ConfigSpace make_space() {
       {Axis{"block_m", {64, 128}, {}, "query rows per CTA (one CTA per Q tile)"},
        Axis{"block_n", {32, 64, 128}, {}, "keys per K/V tile (the inner loop's step)"},
        Axis{"warps", {4, 8}, {}, "warps per CTA"},
-       Axis{"stages", {1, 2, 3}, {}, "K/V tiles in flight in the cp.async pipeline (1 = no overlap)"},
-       Axis{"warp_layout", {kSplitQ, kSplitK}, {"split_q", "split_k"},
-            "split_q: each warp owns Q rows (FA2); split_k: warps split each K/V tile, reduce through smem (FA1)"}},
+       Axis{"stages",
+            {1, 2, 3},
+            {},
+            "K/V tiles in flight in the cp.async pipeline (1 = no overlap)"},
+       Axis{"warp_layout",
+            {kSplitQ, kSplitK},
+            {"split_q", "split_k"},
+            "split_q: each warp owns Q rows (FA2); split_k: warps split each K/V tile, reduce "
+            "through smem (FA1)"}},
       Config({{"block_m", d.block_m},
               {"block_n", d.block_n},
               {"warps", d.warps},
               {"stages", d.stages},
               {"warp_layout", d.warp_layout}}),
-      [](const Config& c) { return config_problem(params_of(c)); }, default_for);
+      [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
@@ -140,11 +154,12 @@ constexpr bool tile_instantiated(int head_dim, int block_m, int block_n, int war
 
 // Dynamic shared memory: the Q tile, `stages` K/V tile pairs (all in the input type), for lean_loop shapes the row
 // sums, and for split_k the fp32 reduction buffer plus the per-warp row max and row sum exchange.
-constexpr int64_t smem_bytes(int64_t head_dim, const Params& c) {
+constexpr int64_t smem_bytes(int64_t head_dim, const Params &c) {
   const int64_t e = 2;
   int64_t bytes = e * c.block_m * head_dim + int64_t(c.stages) * 2 * e * c.block_n * head_dim;
   if (split_q(c) && lean_loop(static_cast<int>(head_dim), c.block_m, c.block_n, c.warps))
-    bytes += 4 * 4 * int64_t(c.block_m); // lean_loop's row sums: 2·MT floats per thread = 4 floats per row
+    bytes += 4 * 4 *
+             int64_t(c.block_m); // lean_loop's row sums: 2·MT floats per thread = 4 floats per row
   if (!split_q(c))
     bytes += 4 * int64_t(c.warps) * c.block_m * splitk_red_stride(c.block_m, c.warps) +
              2 * 4 * int64_t(c.warps) * c.block_m;
@@ -158,7 +173,7 @@ constexpr int64_t smem_bytes(int64_t head_dim, const Params& c) {
 //  - where the device allows less shared memory per block than the tiles need (d256 on an A100: 192 KB at 2
 //    stages, 163 KB allowed): block_n 32, then 1 stage.
 // dtype, causality and length keep the base.
-inline Config default_for(Config base, const AttentionProblem& p, const DeviceInfo& dev) {
+inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev) {
   const bool sm90 = !dev.present || dev.cc() >= 90;
   const int d = static_cast<int>(p.head_dim);
   if (sm90 && (d == 64 || d == 128)) {
@@ -168,21 +183,24 @@ inline Config default_for(Config base, const AttentionProblem& p, const DeviceIn
       base.set("warps", q.warps);
   }
   if (dev.smem_per_block_optin > 0 && head_dim_ok(p.head_dim)) {
-    if (smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin) base.set("block_n", 32);
-    if (smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin) base.set("stages", 1);
+    if (smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin)
+      base.set("block_n", 32);
+    if (smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin)
+      base.set("stages", 1);
   }
   return base;
 }
 
-inline int64_t num_q_tiles(const AttentionProblem& p, const Params& c) {
+inline int64_t num_q_tiles(const AttentionProblem &p, const Params &c) {
   return (p.seqlen_q + c.block_m - 1) / c.block_m;
 }
 
 // K/V tiles that Q tile i visits: up to its last row's last visible key (0 when no row sees a key).
-FB_HOST_DEVICE int64_t kv_tiles_for(int64_t i, int64_t block_m, int64_t block_n, int64_t seqlen_q, int64_t seqlen_kv,
-                                    bool causal) {
+FB_HOST_DEVICE int64_t kv_tiles_for(int64_t i, int64_t block_m, int64_t block_n, int64_t seqlen_q,
+                                    int64_t seqlen_kv, bool causal) {
   int64_t last_row = (i + 1) * block_m - 1;
-  if (last_row > seqlen_q - 1) last_row = seqlen_q - 1;
+  if (last_row > seqlen_q - 1)
+    last_row = seqlen_q - 1;
   const int64_t visible = fb::kernels::visible_keys(last_row, seqlen_q, seqlen_kv, causal);
   return (visible + block_n - 1) / block_n;
 }
@@ -190,22 +208,24 @@ FB_HOST_DEVICE int64_t kv_tiles_for(int64_t i, int64_t block_m, int64_t block_n,
 // HBM bytes of the loop structure: Q read once, O and LSE written once, and each CTA reads the K/V tiles it visits
 // (the model counts a K/V tile once per CTA; in practice L2 serves some of the re-reads by neighbouring CTAs and
 // by the q heads of one GQA group, which the measured DRAM bytes show).
-inline double traffic_bytes(const AttentionProblem& p, const Params& c) {
+inline double traffic_bytes(const AttentionProblem &p, const Params &c) {
   const double e = dtype_bytes(p.dtype), d = static_cast<double>(p.head_dim);
   double kv_rows = 0;
   for (int64_t i = 0, n = num_q_tiles(p, c); i < n; ++i) {
     const int64_t tiles = kv_tiles_for(i, c.block_m, c.block_n, p.seqlen_q, p.seqlen_kv, p.causal);
     kv_rows += static_cast<double>(std::min<int64_t>(p.seqlen_kv, tiles * c.block_n));
   }
-  const double per_head = 2.0 * e * d * static_cast<double>(p.seqlen_q) + 4.0 * static_cast<double>(p.seqlen_q) +
-                          2.0 * e * d * kv_rows;
+  const double per_head = 2.0 * e * d * static_cast<double>(p.seqlen_q) +
+                          4.0 * static_cast<double>(p.seqlen_q) + 2.0 * e * d * kv_rows;
   return per_head * static_cast<double>(p.batch * p.heads_q);
 }
 
-using LaunchFn = void (*)(const AttentionProblem&, const Params&, const LaunchArgs&, cudaStream_t);
+using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
+                          cudaStream_t);
 
 // Enqueues the kernel on `stream` (dispatch.cpp picks the compiled instantiation). The caller has checked
 // supports(); a shape that was not compiled throws std::invalid_argument.
-void launch(const AttentionProblem& p, const Params& c, const LaunchArgs& args, cudaStream_t stream);
+void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
+            cudaStream_t stream);
 
 } // namespace fb::fa2

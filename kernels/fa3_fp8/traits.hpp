@@ -22,84 +22,97 @@ constexpr int kTileBytes = kBlockN * kHeadDim; // one 128 x 128 e4m3 tile (Q, K,
 constexpr int kMaxStages = 4;
 constexpr int kThreads = 384; // producer warpgroup + 2 consumer warpgroups
 constexpr int64_t kSmemOptinHopper = 232448;
-static_assert(kBlockM == kFp8ScaleBlock && kBlockN == kFp8ScaleBlock, "one descale per Q tile and per K/V tile");
+static_assert(kBlockM == kFp8ScaleBlock && kBlockN == kFp8ScaleBlock,
+              "one descale per Q tile and per K/V tile");
 
 // Defaults (the space's default config), from an ablation on an H100 (fastest samples): with O through TMA,
 // intra_wg_overlap with Q in registers is best or within 1% from N = 2048 (up to 6% over overlap off), 0-3% behind
 // it at N = 512-1024; stages 3; the persistent grid 4-20% faster up to N = 2048 (the one-shot grid is 0.6-4% faster
 // at N = 8192-16384); O through TMA 4-10% faster than from registers up to N = 2048, within +-4% above.
 struct Params {
-  int stages = 3;      // K and V^T tiles in flight
-  bool overlap = true; // intra_wg_overlap: the next Q K^T issued with this P V, the softmax under it
-  bool pingpong = false; // the two consumer warpgroups issue their GEMMs in turn (slower at every N)
-  bool q_in_regs = true;  // Q K^T takes Q from registers (RS), not shared memory
-  bool persistent = true; // one CTA an SM over several work items, the next item's loads under this one's
-  bool o_tma = true;      // O through shared memory and TMA stores, not 4-byte stores from registers
+  int stages = 3; // K and V^T tiles in flight
+  bool overlap =
+      true; // intra_wg_overlap: the next Q K^T issued with this P V, the softmax under it
+  bool pingpong =
+      false; // the two consumer warpgroups issue their GEMMs in turn (slower at every N)
+  bool q_in_regs = true; // Q K^T takes Q from registers (RS), not shared memory
+  bool persistent =
+      true; // one CTA an SM over several work items, the next item's loads under this one's
+  bool o_tma = true; // O through shared memory and TMA stores, not 4-byte stores from registers
 };
 
 // Combinations that cannot run, by construction.
-inline std::optional<std::string> config_problem(const Params& p) {
-  if (p.stages < 2 || p.stages > kMaxStages) return "stages must be 2..4";
+inline std::optional<std::string> config_problem(const Params &p) {
+  if (p.stages < 2 || p.stages > kMaxStages)
+    return "stages must be 2..4";
   // ptxas (CUDA 13.0) gave Q's fragment registers to P's packing after the first K/V tile in the loop without
   // overlap (its SASS reads P where the PTX reads Q; every shape with 2+ K/V tiles failed verification), and kept
   // them apart in the overlapped loop, which passes. Not instantiated until that compiles correctly.
-  if (p.q_in_regs && !p.overlap) return "q_in_regs needs intra_wg_overlap on (ptxas reuses Q's registers without it)";
+  if (p.q_in_regs && !p.overlap)
+    return "q_in_regs needs intra_wg_overlap on (ptxas reuses Q's registers without it)";
   return std::nullopt;
 }
 
-inline Params params_of(const Config& c);
+inline Params params_of(const Config &c);
 
 inline ConfigSpace make_space() {
-  return ConfigSpace({Axis{"stages", {2, 3, 4}, {}, "K and V^T tiles in flight (the raw V ring is 2 deep)"},
-                      Axis{"intra_wg_overlap",
-                           {0, 1},
-                           {"off", "on"},
-                           "issue tile j's Q K^T with tile j-1's P V and run tile j's softmax under it"},
-                      Axis{"pingpong",
-                           {0, 1},
-                           {"off", "on"},
-                           "the two consumer warpgroups take turns to issue their GEMMs (named barriers)"},
-                      Axis{"q_in_regs",
-                           {0, 1},
-                           {"off", "on"},
-                           "Q K^T reads Q's A fragments from registers (loaded once) instead of shared memory"},
-                      Axis{"scheduler",
-                           {0, 1},
-                           {"oneshot", "persistent"},
-                           "one CTA a work item, or one CTA an SM looping over items (longest causal items first)"},
-                      Axis{"o_store",
-                           {0, 1},
-                           {"regs", "tma"},
-                           "O by 4-byte stores from registers, or through shared memory and TMA stores"}},
-                     Config({{"stages", 3},
-                             {"intra_wg_overlap", 1},
-                             {"pingpong", 0},
-                             {"q_in_regs", 1},
-                             {"scheduler", 1},
-                             {"o_store", 1}}),
-                     [](const Config& c) { return config_problem(params_of(c)); });
+  return ConfigSpace(
+      {Axis{"stages", {2, 3, 4}, {}, "K and V^T tiles in flight (the raw V ring is 2 deep)"},
+       Axis{"intra_wg_overlap",
+            {0, 1},
+            {"off", "on"},
+            "issue tile j's Q K^T with tile j-1's P V and run tile j's softmax under it"},
+       Axis{"pingpong",
+            {0, 1},
+            {"off", "on"},
+            "the two consumer warpgroups take turns to issue their GEMMs (named barriers)"},
+       Axis{"q_in_regs",
+            {0, 1},
+            {"off", "on"},
+            "Q K^T reads Q's A fragments from registers (loaded once) instead of shared memory"},
+       Axis{
+           "scheduler",
+           {0, 1},
+           {"oneshot", "persistent"},
+           "one CTA a work item, or one CTA an SM looping over items (longest causal items first)"},
+       Axis{"o_store",
+            {0, 1},
+            {"regs", "tma"},
+            "O by 4-byte stores from registers, or through shared memory and TMA stores"}},
+      Config({{"stages", 3},
+              {"intra_wg_overlap", 1},
+              {"pingpong", 0},
+              {"q_in_regs", 1},
+              {"scheduler", 1},
+              {"o_store", 1}}),
+      [](const Config &c) { return config_problem(params_of(c)); });
 }
 
-inline Params params_of(const Config& c) {
-  return Params{static_cast<int>(c.get("stages")), c.get("intra_wg_overlap") != 0, c.get("pingpong") != 0,
-                c.get("q_in_regs") != 0, c.get("scheduler") != 0, c.get("o_store") != 0};
+inline Params params_of(const Config &c) {
+  return Params{
+      static_cast<int>(c.get("stages")), c.get("intra_wg_overlap") != 0, c.get("pingpong") != 0,
+      c.get("q_in_regs") != 0,           c.get("scheduler") != 0,        c.get("o_store") != 0};
 }
 
 // The persistent grid's CTAs load the next work item's Q into a second buffer; a one-shot CTA has one item.
-inline int q_buffers(const Params& p) { return p.persistent ? 2 : 1; }
+inline int q_buffers(const Params &p) { return p.persistent ? 2 : 1; }
 // The Q buffers, the K ring, two raw V tiles, the V^T ring, O's staging (o_store=tma: 64 rows x 128 bf16 columns
 // a consumer warpgroup), 2 KB of mbarriers and pin slots, and 1 KB of alignment slack. At stages 4 on the persistent
 // grid with O through TMA that is 232448 bytes, exactly Hopper's opt-in limit.
-inline int64_t smem_bytes(const Params& p) {
+inline int64_t smem_bytes(const Params &p) {
   return int64_t(kTileBytes) * (q_buffers(p) + 2 * p.stages + 2 + (p.o_tma ? 2 : 0)) + 3072;
 }
 
-inline int64_t num_q_tiles(const AttentionProblem& p) { return (p.seqlen_q + kBlockM - 1) / kBlockM; }
+inline int64_t num_q_tiles(const AttentionProblem &p) {
+  return (p.seqlen_q + kBlockM - 1) / kBlockM;
+}
 // Work items: one per (Q tile, head, batch).
-inline int64_t num_work_items(const AttentionProblem& p) { return num_q_tiles(p) * p.heads_q * p.batch; }
+inline int64_t num_work_items(const AttentionProblem &p) {
+  return num_q_tiles(p) * p.heads_q * p.batch;
+}
 
 // HBM bytes: Q, K and V once (e4m3), O once (bf16), LSE once. A CTA re-reads its head's K and V for every Q tile;
 // the model counts those reads as L2 hits, as for the other variants' one-shot grids at these sizes.
-inline double traffic_bytes(const AttentionProblem& p) { return min_bytes(p); }
+inline double traffic_bytes(const AttentionProblem &p) { return min_bytes(p); }
 
 } // namespace fb::fa3fp8

@@ -41,7 +41,6 @@
 
 #include <cuda_runtime.h>
 
-
 namespace fb::fdec {
 
 // Diagnostics (off unless FDEC_TRACE is defined, as tools/dev/fdec_trace.cu does): thread 0 / lane 0
@@ -67,11 +66,11 @@ __device__ __forceinline__ unsigned fdec_smid() {
   asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
   return s;
 }
-#define FDEC_MARK(slot, value)                                                                      \
-  do {                                                                                              \
-    const unsigned fdec_cta_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);      \
-    if (fdec_cta_ < 2048) /* the first 2048 CTAs of a larger grid */                              \
-      fdec_trace[fdec_cta_ * 32 + (slot)] = (value);                                                \
+#define FDEC_MARK(slot, value)                                                                     \
+  do {                                                                                             \
+    const unsigned fdec_cta_ = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);     \
+    if (fdec_cta_ < 2048) /* the first 2048 CTAs of a larger grid */                               \
+      fdec_trace[fdec_cta_ * 32 + (slot)] = (value);                                               \
   } while (0)
 #else
 #define FDEC_MARK(slot, value) ((void)0)
@@ -85,9 +84,10 @@ template <class T> struct KArgs {
   float *lse;
   float *o_part;   // [groups, splits, 16, D]
   float *lse_part; // [groups, splits, 16], log2 units
-  unsigned int *counters; // [groups]: arrivals; zero on entry, reset to zero by each group's last CTA
-  const int *seqlens;           // [batch] or null (every entry has seqlen_kv keys)
-  const int *page_table;        // [batch, pages_per_seq] or null (contiguous)
+  unsigned int
+      *counters;      // [groups]: arrivals; zero on entry, reset to zero by each group's last CTA
+  const int *seqlens; // [batch] or null (every entry has seqlen_kv keys)
+  const int *page_table;          // [batch, pages_per_seq] or null (contiguous)
   int64_t q_batch, q_seq, q_head; // element strides of Q and O
   int64_t k_batch, k_seq, k_head; // contiguous K/V strides
   int page_size, pages_per_seq;
@@ -98,8 +98,7 @@ template <class T> struct KArgs {
 };
 
 // Keys [0, kv_end) that row block mb of entry b reads (its last row's visible keys).
-template <class T>
-__device__ __forceinline__ int group_kv_end(const KArgs<T> &a, int len, int mb) {
+template <class T> __device__ __forceinline__ int group_kv_end(const KArgs<T> &a, int len, int mb) {
   if (!a.causal)
     return len;
   const int last_row = min(a.rows, (mb + 1) * kRowsPerCta) - 1;
@@ -109,8 +108,8 @@ __device__ __forceinline__ int group_kv_end(const KArgs<T> &a, int len, int mb) 
 
 // Final outputs of packed row r: O element offset of column 0 and the LSE index.
 template <class T>
-__device__ __forceinline__ void row_outputs(const KArgs<T> &a, int b, int hkv, int r, int64_t &o_off,
-                                            int64_t &lse_idx) {
+__device__ __forceinline__ void row_outputs(const KArgs<T> &a, int b, int hkv, int r,
+                                            int64_t &o_off, int64_t &lse_idx) {
   const int i = r / a.group, h = hkv * a.group + r % a.group;
   o_off = b * a.q_batch + int64_t(i) * a.q_seq + int64_t(h) * a.q_head;
   lse_idx = (int64_t(b) * a.heads_q + h) * a.seqlen_q + i;
@@ -153,7 +152,8 @@ __device__ void combine_group(const KArgs<T> &a, int b, int hkv, int mb, int n_a
     const int item = threadIdx.x / P, sub = threadIdx.x % P;
     const bool active = item < items;
     const float4 *src =
-        reinterpret_cast<const float4 *>(op + int64_t(active ? item / (D / 4) : 0) * D) + item % (D / 4);
+        reinterpret_cast<const float4 *>(op + int64_t(active ? item / (D / 4) : 0) * D) +
+        item % (D / 4);
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int s = sub + u * P;
@@ -270,12 +270,12 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
     FDEC_MARK(29, fdec_now());
 #endif
   constexpr int NTH = W * 32;
-  constexpr int BN = KW * W;      // keys per CTA step
-  constexpr int CH = D / 8;       // 16-byte chunks per row
-  constexpr int SUB = KW * D;     // elements per warp sub-tile (K or V)
-  constexpr int CPL = KW * CH / 32; // chunks per lane per sub-tile (each of K and V)
-  constexpr int NT = KW / 8;      // n-tiles of S per warp
-  constexpr int KD = D / 16;      // k-steps over head_dim
+  constexpr int BN = KW * W;           // keys per CTA step
+  constexpr int CH = D / 8;            // 16-byte chunks per row
+  constexpr int SUB = KW * D;          // elements per warp sub-tile (K or V)
+  constexpr int CPL = KW * CH / 32;    // chunks per lane per sub-tile (each of K and V)
+  constexpr int NT = KW / 8;           // n-tiles of S per warp
+  constexpr int KD = D / 16;           // k-steps over head_dim
   constexpr int SC = D <= 128 ? 2 : 1; // independent S accumulator chains over head_dim
   static_assert(KW * CH % 32 == 0 && KD % SC == 0, "tile shape");
   extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   const int row0 = mb * kRowsPerCta;
   const int rows_here = min(kRowsPerCta, a.rows - row0);
   const int k_begin = split * kps, k_end = min(kv_end, k_begin + kps);
-  const int kw_first = k_begin + warp * KW; // this warp's first key
+  const int kw_first = k_begin + warp * KW;                                // this warp's first key
   const int n_w = kw_first < k_end ? (k_end - kw_first + BN - 1) / BN : 0; // this warp's sub-tiles
   T *ring = reinterpret_cast<T *>(smem_raw) + int64_t(warp) * a.stages * 2 * SUB;
 
@@ -510,8 +510,8 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
   cp_async_wait<0>();
   __syncthreads();
   float *obuf = reinterpret_cast<float *>(smem_raw); // [W][16][D]
-  float *mbuf = obuf + W * kRowsPerCta * D;           // [W][16]
-  float *lbuf = mbuf + W * kRowsPerCta;               // [W][16]
+  float *mbuf = obuf + W * kRowsPerCta * D;          // [W][16]
+  float *lbuf = mbuf + W * kRowsPerCta;              // [W][16]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l_run[h] = quad_sum(l_run[h]);
@@ -527,7 +527,7 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
       const int rr = lane / 4 + 8 * h, col = n * 8 + (lane % 4) * 2;
       if (h == 0 || rows_here > 8) // rows 8-15 only where they exist (GQA 4 decode has 4 rows)
         *reinterpret_cast<float2 *>(obuf + (warp * kRowsPerCta + rr) * D + col) =
-          make_float2(oacc[n][2 * h], oacc[n][2 * h + 1]);
+            make_float2(oacc[n][2 * h], oacc[n][2 * h + 1]);
     }
   __syncthreads();
   if (threadIdx.x == 0)
@@ -551,7 +551,8 @@ __global__ void __launch_bounds__(W * 32) split_kernel(const KArgs<T> a) {
     for (int w = 0; w < W; ++w) {
       const float cw = exp2f(mw[w] - Mu);
       L += cw * lbuf[w * kRowsPerCta + rr];
-      const float4 x = *reinterpret_cast<const float4 *>(obuf + (w * kRowsPerCta + rr) * D + c4 * 4);
+      const float4 x =
+          *reinterpret_cast<const float4 *>(obuf + (w * kRowsPerCta + rr) * D + c4 * 4);
       acc.x = fmaf(cw, x.x, acc.x);
       acc.y = fmaf(cw, x.y, acc.y);
       acc.z = fmaf(cw, x.z, acc.z);
@@ -689,7 +690,8 @@ template <class T, int D> const void *split_ptr(const Params &c) {
   } else {
     if (c.warps == 8)
       return split_kernel_ptr<T, D, 16, 8>();
-    return keys_per_warp(c) == 32 ? split_kernel_ptr<T, D, 32, 4>() : split_kernel_ptr<T, D, 16, 4>();
+    return keys_per_warp(c) == 32 ? split_kernel_ptr<T, D, 32, 4>()
+                                  : split_kernel_ptr<T, D, 16, 4>();
   }
 }
 
@@ -719,9 +721,15 @@ void launch_typed(const AttentionProblem &p, const Params &c, const SplitPlan &p
   // The group counters are zero on entry (LaunchArgs::semaphores): the last arrival of a launch
   // resets them, so no memset node runs in front of the kernel.
   switch (p.head_dim) {
-  case 64: launch_d<T, 64>(a, p, c, stream); break;
-  case 128: launch_d<T, 128>(a, p, c, stream); break;
-  default: launch_d<T, 256>(a, p, c, stream); break;
+  case 64:
+    launch_d<T, 64>(a, p, c, stream);
+    break;
+  case 128:
+    launch_d<T, 128>(a, p, c, stream);
+    break;
+  default:
+    launch_d<T, 256>(a, p, c, stream);
+    break;
   }
 }
 
@@ -730,14 +738,21 @@ std::vector<KernelDesc> kernel_descs_typed(const AttentionProblem &p, const Para
                                            const SplitPlan &plan) {
   const void *f = nullptr;
   switch (p.head_dim) {
-  case 64: f = split_ptr<T, 64>(c); break;
-  case 128: f = split_ptr<T, 128>(c); break;
-  default: f = split_ptr<T, 256>(c); break;
+  case 64:
+    f = split_ptr<T, 64>(c);
+    break;
+  case 128:
+    f = split_ptr<T, 128>(c);
+    break;
+  default:
+    f = split_ptr<T, 256>(c);
+    break;
   }
   std::vector<KernelDesc> out;
   Params fit = c;
   fit.stages = plan.stages;
-  out.push_back(KernelDesc{"flash_decoding_split", f, threads_of(c), size_t(smem_bytes(p.head_dim, fit)),
+  out.push_back(KernelDesc{"flash_decoding_split", f, threads_of(c),
+                           size_t(smem_bytes(p.head_dim, fit)),
                            int64_t(plan.splits) * num_groups(p)});
   return out;
 }

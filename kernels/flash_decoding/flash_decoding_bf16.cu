@@ -5,7 +5,7 @@
 namespace fb::fdec {
 
 void launch_bf16(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
-               const LaunchArgs &args, cudaStream_t stream) {
+                 const LaunchArgs &args, cudaStream_t stream) {
   launch_typed<__nv_bfloat16>(p, c, plan, args, stream);
 }
 

@@ -5,7 +5,7 @@
 namespace fb::fdec {
 
 void launch_fp16(const AttentionProblem &p, const Params &c, const SplitPlan &plan,
-               const LaunchArgs &args, cudaStream_t stream) {
+                 const LaunchArgs &args, cudaStream_t stream) {
   launch_typed<__half>(p, c, plan, args, stream);
 }
 

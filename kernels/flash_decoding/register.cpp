@@ -25,8 +25,7 @@ fdec::DeviceFacts current_device_facts() {
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
       cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) ==
           cudaSuccess &&
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) ==
-          cudaSuccess &&
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) == cudaSuccess &&
       sms > 0) {
     f.sm_count = sms;
     f.smem_per_sm = smem;
@@ -42,7 +41,8 @@ public:
   std::string name() const override { return "flash_decoding"; }
   std::string description() const override {
     return "flash-decoding: split-KV partials (fp32 O + LSE) and a log-sum-exp combine, GQA heads "
-           "packed per K/V load, variable KV lengths and paged caches (mma.sync, a cp.async ring per warp)";
+           "packed per K/V load, variable KV lengths and paged caches (mma.sync, a cp.async ring "
+           "per warp)";
   }
   const ConfigSpace &space() const override { return space_; }
 

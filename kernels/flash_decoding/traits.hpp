@@ -64,8 +64,14 @@ inline Params params_of(const Config &c) {
 inline ConfigSpace make_space() {
   const Params d;
   return ConfigSpace(
-      {Axis{"block_n", {64, 128}, {}, "keys per CTA step (one pipeline stage; block_n / warps per warp)"},
-       Axis{"stages", {2, 3, 4}, {}, "cp.async ring depth of each warp (K/V sub-tiles in flight per warp)"},
+      {Axis{"block_n",
+            {64, 128},
+            {},
+            "keys per CTA step (one pipeline stage; block_n / warps per warp)"},
+       Axis{"stages",
+            {2, 3, 4},
+            {},
+            "cp.async ring depth of each warp (K/V sub-tiles in flight per warp)"},
        Axis{"num_splits",
             {0, 1, 2, 4, 8, 16, 32, 64},
             {},
@@ -77,7 +83,10 @@ inline ConfigSpace make_space() {
             {1, 0},
             {"last_cta", "two_kernels"},
             "combine in the last CTA of each group (one launch), or in a second kernel"},
-       Axis{"warps", {4, 8}, {}, "warps per CTA, each with its own K/V ring (block_n / warps keys each)"}},
+       Axis{"warps",
+            {4, 8},
+            {},
+            "warps per CTA, each with its own K/V ring (block_n / warps keys each)"}},
       Config({{"block_n", d.block_n},
               {"stages", d.stages},
               {"num_splits", d.num_splits},
@@ -92,9 +101,11 @@ inline bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
 // register file without spilling (and block_n 128 does not fit two stages of shared memory anyway).
 inline std::optional<std::string> head_dim_problem(int64_t d, const Params &c) {
   if (d == 256 && keys_per_warp(c) != 16)
-    return std::string("head_dim 256 takes 16 keys a warp (block_n / warps = 16): 32 would spill registers");
+    return std::string(
+        "head_dim 256 takes 16 keys a warp (block_n / warps = 16): 32 would spill registers");
   if (d == 256 && c.warps != 4)
-    return std::string("head_dim 256 runs with 4 warps only (8 warps need block_n 128: 256 KB for two stages)");
+    return std::string(
+        "head_dim 256 runs with 4 warps only (8 warps need block_n 128: 256 KB for two stages)");
   return std::nullopt;
 }
 
@@ -112,7 +123,9 @@ inline int64_t row_blocks(const AttentionProblem &p) {
   return (packed_rows(p) + kRowsPerCta - 1) / kRowsPerCta;
 }
 // Independent (entry, KV head, row block) groups; each is split num_splits ways.
-inline int64_t num_groups(const AttentionProblem &p) { return p.batch * p.heads_kv * row_blocks(p); }
+inline int64_t num_groups(const AttentionProblem &p) {
+  return p.batch * p.heads_kv * row_blocks(p);
+}
 
 inline int64_t max_kv_len(const AttentionProblem &p) {
   if (p.kv_lens.empty())
@@ -144,7 +157,8 @@ struct SplitPlan {
   int splits = 1;
   int64_t keys_per_split = 0;
   int ctas_per_sm = 1;
-  int stages = 2; // the config's stages, lowered to what fits a block's shared memory (0: not even 1)
+  int stages =
+      2; // the config's stages, lowered to what fits a block's shared memory (0: not even 1)
 };
 
 // `stages` is an upper bound: head_dim 256 with block_n 64 fits 3 stages in 227 KB, so stages = 4
@@ -243,7 +257,8 @@ inline double traffic_bytes(const AttentionProblem &p, const Params &c, const Sp
     for (int64_t mb = 0; mb < mbs; ++mb) {
       const int64_t kv_end = group_kv_end(p, b, mb);
       bytes += double(p.heads_kv) * 2.0 * e * d * double(kv_end);
-      const int64_t active = (kv_end + plan.keys_per_split - 1) / std::max<int64_t>(plan.keys_per_split, 1);
+      const int64_t active =
+          (kv_end + plan.keys_per_split - 1) / std::max<int64_t>(plan.keys_per_split, 1);
       if (active >= 2) {
         const double rows_here = double(std::min<int64_t>(kRowsPerCta, rows - mb * kRowsPerCta));
         bytes += double(p.heads_kv) * 2.0 * double(active) * rows_here * (4.0 * d + 4.0);

@@ -3,8 +3,8 @@
 //   illegal_access: a store to an unmapped address -> cudaErrorIllegalAddress, a sticky error;
 //   trap:           __trap() -> cudaErrorLaunchFailure, sticky;
 //   spin:           never returns (a hang: only killing the process ends it).
-#include <cstdint>
 #include "kernels/test_faults/test_faults.hpp"
+#include <cstdint>
 
 #include "flashbench/check.hpp"
 
@@ -13,9 +13,9 @@
 namespace fb::test_faults {
 namespace {
 
-__global__ void illegal_access_kernel(int* p) {
+__global__ void illegal_access_kernel(int *p) {
   // An address no allocation ever gets; volatile so that the store is not optimised away.
-  *reinterpret_cast<volatile int*>(p) = threadIdx.x;
+  *reinterpret_cast<volatile int *>(p) = threadIdx.x;
 }
 
 __global__ void trap_kernel() { __trap(); }
@@ -23,7 +23,8 @@ __global__ void trap_kernel() { __trap(); }
 __global__ void spin_kernel(long long never) {
   // clock64() never equals `never` (-1), but the compiler cannot know that, so the loop stays.
   for (;;) {
-    if (clock64() == never) break;
+    if (clock64() == never)
+      break;
     __nanosleep(1000);
   }
 }
@@ -33,11 +34,16 @@ __global__ void spin_kernel(long long never) {
 void launch_fault(Fault f, cudaStream_t stream) {
   switch (f) {
   case Fault::illegal_access:
-    illegal_access_kernel<<<1, 32, 0, stream>>>(reinterpret_cast<int*>(uintptr_t{0x10}));
+    illegal_access_kernel<<<1, 32, 0, stream>>>(reinterpret_cast<int *>(uintptr_t{0x10}));
     break;
-  case Fault::trap: trap_kernel<<<1, 32, 0, stream>>>(); break;
-  case Fault::spin: spin_kernel<<<1, 32, 0, stream>>>(-1); break;
-  case Fault::none: return;
+  case Fault::trap:
+    trap_kernel<<<1, 32, 0, stream>>>();
+    break;
+  case Fault::spin:
+    spin_kernel<<<1, 32, 0, stream>>>(-1);
+    break;
+  case Fault::none:
+    return;
   }
   FB_CHECK_LAUNCH();
 }

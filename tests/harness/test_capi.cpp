@@ -14,11 +14,12 @@
 
 namespace {
 
-const char* kProblem = R"({"batch": 2, "heads_q": 4, "heads_kv": 2, "seqlen_q": 77, "seqlen_kv": 131,
+const char *kProblem =
+    R"({"batch": 2, "heads_q": 4, "heads_kv": 2, "seqlen_q": 77, "seqlen_kv": 131,
                            "head_dim": 64, "causal": true, "dtype": "bf16", "layout": "bshd", "scale": 0.0})";
 
-std::string create_error(const char* variant, const char* config, const char* problem) {
-  fb_capi_launcher* l = fb_capi_create(variant, config, problem);
+std::string create_error(const char *variant, const char *config, const char *problem) {
+  fb_capi_launcher *l = fb_capi_create(variant, config, problem);
   EXPECT_EQ(l, nullptr);
   fb_capi_destroy(l);
   return fb_capi_last_error();
@@ -34,23 +35,28 @@ TEST(Capi, UnknownVariantNamesTheKnownOnes) {
 }
 
 TEST(Capi, MalformedProblemSaysWhichField) {
-  EXPECT_NE(create_error("fa2_q_outer", "default", "{\"batch\": 1}").find("problem_json"), std::string::npos);
-  EXPECT_NE(create_error("fa2_q_outer", "default", "not json").find("problem_json"), std::string::npos);
-  const std::string e = create_error("fa2_q_outer", "default",
-                                     R"({"batch": 1, "heads_q": 3, "heads_kv": 2, "seqlen_q": 8, "seqlen_kv": 8,
+  EXPECT_NE(create_error("fa2_q_outer", "default", "{\"batch\": 1}").find("problem_json"),
+            std::string::npos);
+  EXPECT_NE(create_error("fa2_q_outer", "default", "not json").find("problem_json"),
+            std::string::npos);
+  const std::string e =
+      create_error("fa2_q_outer", "default",
+                   R"({"batch": 1, "heads_q": 3, "heads_kv": 2, "seqlen_q": 8, "seqlen_kv": 8,
                                          "head_dim": 64, "causal": false, "dtype": "bf16"})");
   EXPECT_NE(e.find("heads"), std::string::npos) << e; // heads_q not a multiple of heads_kv
 }
 
 TEST(Capi, BadConfigSaysWhichAxis) {
   EXPECT_NE(create_error("fa2_q_outer", "block_m=7", kProblem).find("block_m"), std::string::npos);
-  EXPECT_NE(create_error("fa2_q_outer", "no_such_axis=1", kProblem).find("no_such_axis"), std::string::npos);
+  EXPECT_NE(create_error("fa2_q_outer", "no_such_axis=1", kProblem).find("no_such_axis"),
+            std::string::npos);
   EXPECT_NE(create_error("fa2_q_outer", "block_m", kProblem).find("name=value"), std::string::npos);
 }
 
 TEST(Capi, PagedProblemsAreRefused) {
-  const std::string e = create_error("flash_decoding", "default",
-                                     R"({"batch": 1, "heads_q": 8, "heads_kv": 1, "seqlen_q": 1, "seqlen_kv": 300,
+  const std::string e =
+      create_error("flash_decoding", "default",
+                   R"({"batch": 1, "heads_q": 8, "heads_kv": 1, "seqlen_q": 1, "seqlen_kv": 300,
                                          "head_dim": 128, "causal": false, "dtype": "bf16", "page_size": 64})");
   EXPECT_NE(e.find("paged"), std::string::npos) << e;
 }
@@ -79,8 +85,8 @@ struct TableDir {
   }
 };
 
-nlohmann::json choose(const char* variant, const char* config, const std::string& problem) {
-  const char* out = fb_capi_choose(variant, config, problem.c_str());
+nlohmann::json choose(const char *variant, const char *config, const std::string &problem) {
+  const char *out = fb_capi_choose(variant, config, problem.c_str());
   if (!out) {
     ADD_FAILURE() << variant << " / " << (config ? config : "NULL") << ": " << fb_capi_last_error();
     return nlohmann::json::object();
@@ -94,12 +100,14 @@ TEST(Capi, AutoReportsTheTablesChoiceAndTheHeuristicElsewhere) {
   TableDir d;
   const fb::DeviceInfo dev = fb::device_count() > 0 ? fb::query_device(0) : fb::nominal_device();
   fb::AttentionProblem p;
-  p.batch = 4, p.heads_q = 32, p.heads_kv = 8, p.seqlen_q = p.seqlen_kv = 4096, p.head_dim = 128, p.causal = true;
-  const fb::Variant& fa2 = fb::catalog().get("fa2_q_outer");
+  p.batch = 4, p.heads_q = 32, p.heads_kv = 8, p.seqlen_q = p.seqlen_kv = 4096, p.head_dim = 128,
+  p.causal = true;
+  const fb::Variant &fa2 = fb::catalog().get("fa2_q_outer");
   fb::TuningTable t;
   t.gpu = {{"name", dev.name}, {"slug", dev.slug()}};
   fb::TuningEntry e = fb::make_entry_key("fa2_q_outer", p);
-  e.config = fa2.space().make({{"block_m", "64"}, {"block_n", "32"}, {"warps", "4"}, {"stages", "3"}});
+  e.config =
+      fa2.space().make({{"block_m", "64"}, {"block_n", "32"}, {"warps", "4"}, {"stages", "3"}});
   e.config_str = fa2.space().to_string(e.config);
   e.tflops = 123;
   e.source_hash = fb::variant_source_hashes().at("fa2_q_outer");
@@ -136,9 +144,10 @@ TEST(Capi, AutoReportsTheTablesChoiceAndTheHeuristicElsewhere) {
 TEST(Capi, DefaultIsValidAtHeadDim256) {
   // fa3_pipelined's base default has block_n 128, which is not compiled at head_dim 256: "default" must take the
   // problem's own default (block_n 64) rather than refuse.
-  const std::string pj = R"({"batch": 1, "heads_q": 8, "heads_kv": 8, "seqlen_q": 1024, "seqlen_kv": 1024,
+  const std::string pj =
+      R"({"batch": 1, "heads_q": 8, "heads_kv": 8, "seqlen_q": 1024, "seqlen_kv": 1024,
                              "head_dim": 256, "causal": true, "dtype": "bf16"})";
-  for (const char* config : {"", "default"}) {
+  for (const char *config : {"", "default"}) {
     const nlohmann::json c = choose("fa3_pipelined", config, pj);
     EXPECT_NE(c.value("config", "").find("block_n=64"), std::string::npos) << c;
   }
@@ -146,7 +155,8 @@ TEST(Capi, DefaultIsValidAtHeadDim256) {
 
 TEST(Capi, AutoTakesNoConfig) {
   EXPECT_EQ(fb_capi_choose("auto", "block_m=64", kProblem), nullptr);
-  EXPECT_NE(std::string(fb_capi_last_error()).find("auto"), std::string::npos) << fb_capi_last_error();
+  EXPECT_NE(std::string(fb_capi_last_error()).find("auto"), std::string::npos)
+      << fb_capi_last_error();
   EXPECT_NE(create_error("auto", "block_m=64", kProblem).find("auto"), std::string::npos);
   EXPECT_STREQ(fb_capi_variant(nullptr), "");
   EXPECT_STREQ(fb_capi_choice(nullptr), "");

@@ -19,13 +19,14 @@ struct Outcome {
   std::string out, err;
 };
 
-Outcome run_cli(const std::string& args) {
+Outcome run_cli(const std::string &args) {
   const fs::path dir = fs::temp_directory_path() / "fb_cli_test";
   fs::create_directories(dir);
   // Unique names: CTest runs these tests in parallel.
   static int counter = 0;
   const std::string tag = std::to_string(::getpid()) + "_" + std::to_string(counter++);
-  const std::string out = (dir / ("stdout_" + tag)).string(), err = (dir / ("stderr_" + tag)).string();
+  const std::string out = (dir / ("stdout_" + tag)).string(),
+                    err = (dir / ("stderr_" + tag)).string();
   const std::string cmd = std::string(FLASHBENCH_BIN) + " " + args + " >" + out + " 2>" + err;
   const int status = std::system(cmd.c_str());
   Outcome o;
@@ -39,16 +40,18 @@ Outcome run_cli(const std::string& args) {
   return o;
 }
 
-std::string write_temp(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / "fb_cli_test" / (std::to_string(::getpid()) + "_" + name);
+std::string write_temp(const std::string &name, const std::string &text) {
+  const fs::path p =
+      fs::temp_directory_path() / "fb_cli_test" / (std::to_string(::getpid()) + "_" + name);
   fs::create_directories(p.parent_path());
   std::ofstream(p) << text;
   return p.string();
 }
 
-void expect_user_error(const std::string& args, const std::string& needle) {
-  const std::string result =
-      (fs::temp_directory_path() / "fb_cli_test" / ("never_" + std::to_string(::getpid()) + ".json")).string();
+void expect_user_error(const std::string &args, const std::string &needle) {
+  const std::string result = (fs::temp_directory_path() / "fb_cli_test" /
+                              ("never_" + std::to_string(::getpid()) + ".json"))
+                                 .string();
   fs::remove(result);
   const Outcome o = run_cli(args + " -o " + result);
   EXPECT_EQ(o.code, 2) << args << "\nstderr: " << o.err;
@@ -58,29 +61,36 @@ void expect_user_error(const std::string& args, const std::string& needle) {
   EXPECT_FALSE(fs::exists(result + ".partial.jsonl"));
 }
 
-const char* kGood = "problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64}\nvariants: [naive]\n";
+const char *kGood =
+    "problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64}\nvariants: [naive]\n";
 
 } // namespace
 
 TEST(Cli, MalformedYamlNamesFileAndLine) {
-  const std::string spec = write_temp("bad.yaml", "problems:\n  - {batch: 1, heads: 2\nvariants: [naive]\n");
+  const std::string spec =
+      write_temp("bad.yaml", "problems:\n  - {batch: 1, heads: 2\nvariants: [naive]\n");
   expect_user_error("run " + spec, spec + ":3:");
 }
 
 TEST(Cli, UnknownVariantAndParameter) {
-  expect_user_error("run " + write_temp("v.yaml", "problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
-                                                  "variants: [nope]\n"),
+  expect_user_error(
+      "run " + write_temp("v.yaml", "problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
+                                    "variants: [nope]\n"),
+      "unknown variant 'nope'");
+  expect_user_error(
+      "run --variant fa1_kv_outer --shape batch=1,heads=2,seqlen=64,head_dim=64 --config tile=3",
+      "unknown config parameter 'tile'");
+  expect_user_error("run --variant nope --shape batch=1,heads=2,seqlen=64,head_dim=64",
                     "unknown variant 'nope'");
-  expect_user_error("run --variant fa1_kv_outer --shape batch=1,heads=2,seqlen=64,head_dim=64 --config tile=3",
-                    "unknown config parameter 'tile'");
-  expect_user_error("run --variant nope --shape batch=1,heads=2,seqlen=64,head_dim=64", "unknown variant 'nope'");
-  expect_user_error("run " + write_temp("f.yaml", "problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64, "
-                                                  "wings: 2}\nvariants: [naive]\n"),
-                    "unknown problem field 'wings'");
+  expect_user_error(
+      "run " + write_temp("f.yaml", "problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64, "
+                                    "wings: 2}\nvariants: [naive]\n"),
+      "unknown problem field 'wings'");
 }
 
 TEST(Cli, ImpossibleValues) {
-  expect_user_error("run --variant naive --shape batch=1,heads=2,seqlen=0,head_dim=64", "seqlen_q = 0 is impossible");
+  expect_user_error("run --variant naive --shape batch=1,heads=2,seqlen=0,head_dim=64",
+                    "seqlen_q = 0 is impossible");
   expect_user_error("run --variant naive --shape batch=1,heads_q=6,heads_kv=4,seqlen=8,head_dim=64",
                     "not a multiple of heads_kv");
   expect_user_error("run --frobnicate", "flashbench: error:");
@@ -104,7 +114,8 @@ TEST(Cli, ListAndDryRunNeedNoGpu) {
 }
 
 TEST(Cli, RunWithoutDeviceSaysSoAndShowsThePlan) {
-  if (fb::device_count() > 0) GTEST_SKIP() << "a CUDA device is present; this test covers machines without one";
+  if (fb::device_count() > 0)
+    GTEST_SKIP() << "a CUDA device is present; this test covers machines without one";
   const std::string result = (fs::temp_directory_path() / "fb_cli_test" / "none.json").string();
   const Outcome o = run_cli("run " + write_temp("good.yaml", kGood) + " -o " + result);
   EXPECT_EQ(o.code, 3);
@@ -117,20 +128,22 @@ TEST(Cli, RunWithoutDeviceSaysSoAndShowsThePlan) {
 // path is one line and exit code 2 with nothing left behind, and an earlier run's file is never replaced unasked.
 namespace {
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path d = fs::temp_directory_path() / "fb_cli_test" / (std::to_string(::getpid()) + "_" + name);
+fs::path fresh_dir(const std::string &name) {
+  const fs::path d =
+      fs::temp_directory_path() / "fb_cli_test" / (std::to_string(::getpid()) + "_" + name);
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
 }
 
-size_t entries(const fs::path& d) {
+size_t entries(const fs::path &d) {
   size_t n = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(d)) ++n;
+  for ([[maybe_unused]] const auto &e : fs::directory_iterator(d))
+    ++n;
   return n;
 }
 
-void expect_path_error(const std::string& args, const std::string& needle, const fs::path& dir) {
+void expect_path_error(const std::string &args, const std::string &needle, const fs::path &dir) {
   const size_t before = entries(dir);
   const Outcome o = run_cli(args);
   EXPECT_EQ(o.code, 2) << args << "\nstderr: " << o.err;
@@ -147,7 +160,8 @@ TEST(Cli, BadOutputPathsFailBeforeAnyWork) {
   const std::string spec = write_temp("paths.yaml", kGood);
   const std::string run = "run " + spec + " --fake-worker --fake-delay-ms 1 -o ";
   expect_path_error(run + d.string(), "is a directory", d);
-  expect_path_error(run + (d / "missing" / "r.json").string(), "does not exist; create it (mkdir -p", d);
+  expect_path_error(run + (d / "missing" / "r.json").string(),
+                    "does not exist; create it (mkdir -p", d);
   expect_path_error(run + (d / "r.json" / "x.json").string(), "does not exist", d);
   // No permission: /proc takes no new files, even for root; a read-only directory for everyone else.
   expect_path_error(run + "/proc/flashbench-test.json", "cannot create files in /proc", d);
@@ -160,8 +174,10 @@ TEST(Cli, BadOutputPathsFailBeforeAnyWork) {
   }
   // Every command that writes: merge, tune (table and report) and probe check theirs the same way.
   expect_path_error("merge " + spec + " -o " + d.string(), "is a directory", d);
-  expect_path_error("tune " + spec + " --fake-worker --no-cache --report " + d.string(), "--report", d);
-  expect_path_error("tune " + spec + " --fake-worker --no-cache -o " + d.string(), "is a directory", d);
+  expect_path_error("tune " + spec + " --fake-worker --no-cache --report " + d.string(), "--report",
+                    d);
+  expect_path_error("tune " + spec + " --fake-worker --no-cache -o " + d.string(), "is a directory",
+                    d);
   expect_path_error("probe -o " + d.string(), "is a directory", d);
 }
 
@@ -198,7 +214,8 @@ TEST(Cli, AnInterruptedRunsPointsAreKeptUnlessResumedOrForced) {
   const std::string spec = write_temp("partial.yaml", kGood);
   const std::string out = (d / "r.json").string();
   std::ofstream(out + ".partial.jsonl") << "{\"name\": \"naive/x/y\", \"status\": \"ok\"}\n";
-  expect_path_error("run " + spec + " --fake-worker -o " + out, "continue that run with --resume", d);
+  expect_path_error("run " + spec + " --fake-worker -o " + out, "continue that run with --resume",
+                    d);
   const Outcome o = run_cli("run " + spec + " --fake-worker --fake-delay-ms 1 --resume -o " + out);
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_TRUE(fs::exists(out));
@@ -223,7 +240,9 @@ TEST(Cli, ResumingAFinishedRunKeepsItsPoints) {
   EXPECT_NE(o.out.find("finished points kept from " + out), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("0 points to run"), std::string::npos) << o.out;
   // Another plan's results are not this run's to continue.
-  const std::string other = write_temp("resume_other.yaml", "problems:\n  - {batch: 1, heads: 2, seqlen: 32, "
-                                                           "head_dim: 64}\nvariants: [naive]\n");
-  expect_path_error("run " + other + " --fake-worker --resume -o " + out, "holds the results of another plan", d);
+  const std::string other =
+      write_temp("resume_other.yaml", "problems:\n  - {batch: 1, heads: 2, seqlen: 32, "
+                                      "head_dim: 64}\nvariants: [naive]\n");
+  expect_path_error("run " + other + " --fake-worker --resume -o " + out,
+                    "holds the results of another plan", d);
 }

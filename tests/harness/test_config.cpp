@@ -12,8 +12,9 @@ ConfigSpace space() {
                             {"block_n", {32, 64, 128}, {}, ""},
                             {"warp_layout", {0, 1}, {"split_q", "split_k"}, ""}};
   Config def({{"block_m", 64}, {"block_n", 64}, {"warp_layout", 0}});
-  return ConfigSpace(axes, def, [](const Config& c) -> std::optional<std::string> {
-    if (c.get("block_m") == 128 && c.get("block_n") == 128) return "128x128 tile needs too much shared memory";
+  return ConfigSpace(axes, def, [](const Config &c) -> std::optional<std::string> {
+    if (c.get("block_m") == 128 && c.get("block_n") == 128)
+      return "128x128 tile needs too much shared memory";
     return std::nullopt;
   });
 }
@@ -23,7 +24,8 @@ TEST(Config, ExpandIsTheCartesianProductWithReasons) {
   const auto entries = space().expand();
   ASSERT_EQ(entries.size(), 12u);
   int invalid = 0;
-  for (const auto& e : entries) invalid += e.invalid_reason.has_value();
+  for (const auto &e : entries)
+    invalid += e.invalid_reason.has_value();
   EXPECT_EQ(invalid, 2); // (128,128) x both layouts, reported, not dropped
   EXPECT_EQ(entries.front().config.get("block_m"), 64);
   EXPECT_EQ(entries.back().config.get("warp_layout"), 1);
@@ -55,13 +57,15 @@ TEST(Config, EmptySpaceHasOneDefaultConfig) {
 
 TEST(Config, ParseAssignmentsKeepsOrderAndNamesTheBadItem) {
   using V = std::vector<std::pair<std::string, std::string>>;
-  EXPECT_EQ(parse_assignments("block_m=128,pingpong=on", "--config", "e"), (V{{"block_m", "128"}, {"pingpong", "on"}}));
+  EXPECT_EQ(parse_assignments("block_m=128,pingpong=on", "--config", "e"),
+            (V{{"block_m", "128"}, {"pingpong", "on"}}));
   EXPECT_EQ(parse_assignments("", "--config", "e"), V{});
   try {
     parse_assignments("block_m=64,block_n", "--config", "--config block_m=64");
     FAIL() << "no error for an item without '='";
-  } catch (const UserError& e) {
-    EXPECT_EQ(std::string(e.what()), "--config: 'block_n' is not name=value; e.g. --config block_m=64");
+  } catch (const UserError &e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--config: 'block_n' is not name=value; e.g. --config block_m=64");
   }
   EXPECT_THROW(parse_assignments("=1", "--shape", "e"), UserError);
 }

@@ -37,7 +37,8 @@ TEST(Counters, UnavailableSessionDegradesWithAReason) {
   EXPECT_FALSE(s.available());
   EXPECT_NE(s.reason().find("INSUFFICIENT_PRIVILEGES"), std::string::npos);
   bool launched = false;
-  const Counters c = s.profile("p", [&](cudaStream_t) { launched = true; }, [] {}, nullptr);
+  const Counters c = s.profile(
+      "p", [&](cudaStream_t) { launched = true; }, [] {}, nullptr);
   EXPECT_FALSE(c.available);
   EXPECT_FALSE(launched) << "an unavailable session must not launch anything";
   EXPECT_EQ(c.reason, s.reason());
@@ -49,7 +50,8 @@ TEST(Counters, UnavailableSessionDegradesWithAReason) {
   r.counters = c;
   const nlohmann::json j = to_json(r);
   EXPECT_TRUE(j["counters"].is_null());
-  EXPECT_NE(j["counters_reason"].get<std::string>().find("INSUFFICIENT_PRIVILEGES"), std::string::npos);
+  EXPECT_NE(j["counters_reason"].get<std::string>().find("INSUFFICIENT_PRIVILEGES"),
+            std::string::npos);
   EXPECT_EQ(j["status"], "ok") << "timings stay when counters are missing";
   EXPECT_DOUBLE_EQ(j["median_us"].get<double>(), 2.0);
 }
@@ -64,7 +66,8 @@ TEST(Counters, NoDeviceIsAReasonNotAnError) {
 TEST(Counters, SummaryNamesTheReportFields) {
   Counters c;
   c.available = true;
-  c.values = {{"dram__bytes_read.sum", 1e9}, {"dram__bytes_write.sum", 2e8},
+  c.values = {{"dram__bytes_read.sum", 1e9},
+              {"dram__bytes_write.sum", 2e8},
               {"sm__warps_active.avg.pct_of_peak_sustained_active", 40.0}};
   const nlohmann::json s = summarize_counters(c);
   EXPECT_DOUBLE_EQ(s["dram_bytes"].get<double>(), 1.2e9);

@@ -19,10 +19,11 @@ AttentionProblem make(int64_t sq, int64_t skv, bool causal) {
   return p;
 }
 
-int64_t brute_pairs(const AttentionProblem& p) {
+int64_t brute_pairs(const AttentionProblem &p) {
   int64_t n = 0;
   for (int64_t i = 0; i < p.seqlen_q; ++i)
-    for (int64_t j = 0; j < p.seqlen_kv; ++j) n += j <= p.last_key(i);
+    for (int64_t j = 0; j < p.seqlen_kv; ++j)
+      n += j <= p.last_key(i);
   return n;
 }
 } // namespace
@@ -75,7 +76,7 @@ TEST(Problem, ValidateRejectsImpossibleShapes) {
   try {
     validate(p);
     FAIL() << "heads_q % heads_kv != 0 accepted";
-  } catch (const UserError& e) {
+  } catch (const UserError &e) {
     EXPECT_NE(std::string(e.what()).find("not a multiple of heads_kv"), std::string::npos);
   }
   EXPECT_NO_THROW(validate(make(1, 1, true)));
@@ -142,7 +143,8 @@ TEST(Problem, KvLensAndPagingAreValidatedKeyedAndSerialised) {
 }
 
 TEST(Problem, RandomKvLensAreDeterministicAndInRange) {
-  const auto a = random_kv_lens(64, 8192, 3), b = random_kv_lens(64, 8192, 3), c = random_kv_lens(64, 8192, 4);
+  const auto a = random_kv_lens(64, 8192, 3), b = random_kv_lens(64, 8192, 3),
+             c = random_kv_lens(64, 8192, 4);
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
   for (int64_t len : a) {

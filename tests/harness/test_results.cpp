@@ -42,9 +42,9 @@ Result sample_ok() {
 
 TEST(Results, RecordCarriesGoogleBenchmarkAndFlashbenchFields) {
   const nlohmann::json j = to_json(sample_ok());
-  for (const char* f : {"name", "run_name", "run_type", "iterations", "real_time", "cpu_time", "time_unit",
-                        "variant", "config", "problem", "status", "reason", "tflops", "median_us", "cv",
-                        "max_error", "samples_us"})
+  for (const char *f : {"name", "run_name", "run_type", "iterations", "real_time", "cpu_time",
+                        "time_unit", "variant", "config", "problem", "status", "reason", "tflops",
+                        "median_us", "cv", "max_error", "samples_us"})
     EXPECT_TRUE(j.contains(f)) << f;
   EXPECT_EQ(j["status"], "ok");
   EXPECT_DOUBLE_EQ(j["real_time"].get<double>(), 11.0);
@@ -73,7 +73,7 @@ TEST(Results, FileRoundTripIsAtomicAndVersioned) {
   skipped.reason = "head_dim 72 unsupported";
   skipped.timing.reset();
   write_results_file(path, {{"device", {{"name", "test"}}}}, {sample_ok(), skipped});
-  for (const auto& e : std::filesystem::directory_iterator(dir))
+  for (const auto &e : std::filesystem::directory_iterator(dir))
     EXPECT_EQ(e.path().filename(), "r.json") << "temporary file left behind";
   const nlohmann::json doc = read_results_file(path);
   ASSERT_EQ(doc["benchmarks"].size(), 2u);
@@ -81,7 +81,8 @@ TEST(Results, FileRoundTripIsAtomicAndVersioned) {
   EXPECT_EQ(back.problem, sample_ok().problem);
   EXPECT_EQ(back.status, Status::ok);
   EXPECT_DOUBLE_EQ(back.timing->median_us, 11.0);
-  EXPECT_DOUBLE_EQ(back.timing->busy_fraction, 0.93); // the timed loop's load travels with the point
+  EXPECT_DOUBLE_EQ(back.timing->busy_fraction,
+                   0.93); // the timed loop's load travels with the point
   EXPECT_DOUBLE_EQ(back.timing->power_w, 612.5);
   EXPECT_EQ(back.timing->void_batches, 2);
   EXPECT_EQ(back.config.get("block_m"), 32);

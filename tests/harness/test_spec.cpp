@@ -12,12 +12,12 @@ using namespace fb;
 
 namespace {
 // Expects a UserError whose message matches `pattern` (a regex).
-void expect_error(const std::string& yaml, const std::string& pattern) {
+void expect_error(const std::string &yaml, const std::string &pattern) {
   try {
     const SweepSpec s = parse_spec(yaml, "t.yaml");
     plan(s, catalog(), nominal_device());
     FAIL() << "accepted:\n" << yaml;
-  } catch (const UserError& e) {
+  } catch (const UserError &e) {
     EXPECT_TRUE(std::regex_search(e.what(), std::regex(pattern))) << "message: " << e.what();
     EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "not one line: " << e.what();
   }
@@ -43,11 +43,11 @@ variants: [naive]
   EXPECT_EQ(TimingPolicy{}.queue, "round_trip"); // the default keeps the history's method
   EXPECT_EQ(TimingPolicy{}.flush, "read"); // the default: clean L2 lines (timing.hpp says why)
   ASSERT_EQ(s.problems.size(), 8u + 3u);
-  const AttentionProblem& p = s.problems[0];
+  const AttentionProblem &p = s.problems[0];
   EXPECT_EQ(p.batch, 32);   // 16384 / 512
   EXPECT_EQ(p.heads_q, 32); // 2048 / 64
   EXPECT_EQ(p.heads_kv, 32);
-  const AttentionProblem& d = s.problems[8];
+  const AttentionProblem &d = s.problems[8];
   EXPECT_EQ(d.heads_kv, 2);
   EXPECT_EQ(d.seqlen_kv, 256);
   EXPECT_EQ(s.problems[10].seqlen_kv, 1024);
@@ -66,7 +66,8 @@ variants: {naive: default}
 )",
                                  "t.yaml");
   EXPECT_EQ(s.problems.size(), 6u); // (1,1)(1,3)(1,5)(3,3)(3,5)(5,5)
-  for (const auto& p : s.problems) EXPECT_GE(p.seqlen_kv, p.seqlen_q);
+  for (const auto &p : s.problems)
+    EXPECT_GE(p.seqlen_kv, p.seqlen_q);
 }
 
 TEST(Spec, PlanReportsSkipsWithReasonsNeverDrops) {
@@ -78,10 +79,10 @@ variants:
 )",
                                  "t.yaml");
   const auto points = plan(s, catalog(), nominal_device());
-  const Variant& v = catalog().get("fa1_kv_outer");
+  const Variant &v = catalog().get("fa1_kv_outer");
   EXPECT_EQ(points.size(), 2 * v.space().size());
   int skipped_72 = 0;
-  for (const auto& pt : points)
+  for (const auto &pt : points)
     if (pt.problem.head_dim == 72) {
       // 72 is a multiple of 8, so FA1 may support it; any skip must carry a reason.
       if (pt.skip_reason) {
@@ -94,35 +95,43 @@ variants:
 
 TEST(Spec, ErrorsNameFileLineAndWhatToDo) {
   expect_error("problems: [ {batch: 1\nvariants: [naive]\n", R"(^t\.yaml:\d+:\d+: malformed YAML)");
-  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64, colour: red}\nvariants: [naive]\n",
+  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64, colour: "
+               "red}\nvariants: [naive]\n",
                R"(^t\.yaml:2:\d+: unknown problem field 'colour'; known fields: )");
   expect_error("problems:\n  - {batch: x, heads: 2, seqlen: 64, head_dim: 64}\nvariants: [naive]\n",
                R"(^t\.yaml:2:\d+: batch must be an integer, got 'x')");
-  expect_error("problems:\n  - {batch: [], heads: 2, seqlen: 64, head_dim: 64}\nvariants: [naive]\n",
-               R"(^t\.yaml:2:\d+: batch is an empty axis)");
+  expect_error(
+      "problems:\n  - {batch: [], heads: 2, seqlen: 64, head_dim: 64}\nvariants: [naive]\n",
+      R"(^t\.yaml:2:\d+: batch is an empty axis)");
   expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 0, head_dim: 64}\nvariants: [naive]\n",
                R"(^t\.yaml:2:\d+: impossible problem .*seqlen_q = 0 is impossible)");
-  expect_error("problems:\n  - {batch: 1, heads_q: 6, heads_kv: 4, seqlen: 8, head_dim: 64}\nvariants: [naive]\n",
+  expect_error("problems:\n  - {batch: 1, heads_q: 6, heads_kv: 4, seqlen: 8, head_dim: "
+               "64}\nvariants: [naive]\n",
                R"(^t\.yaml:2:\d+: impossible problem .*not a multiple of heads_kv)");
   expect_error("problems:\n  - {batch: 1, heads: 2, seqlen_q: 8, seqlen_kv: 4, head_dim: 64,\n"
                "     constraints: ['seqlen_kv >= seqlen_q']}\nvariants: [naive]\n",
                R"(^t\.yaml:3:\d+: the constraints exclude every problem)");
-  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\nvariants: [warp_drive]\n",
-               R"(^t\.yaml:3:\d+: unknown variant 'warp_drive'; known variants: .*naive)");
+  expect_error(
+      "problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\nvariants: [warp_drive]\n",
+      R"(^t\.yaml:3:\d+: unknown variant 'warp_drive'; known variants: .*naive)");
   expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
                "variants:\n  fa1_kv_outer:\n    configs: [{block_q: 64}]\n",
                R"(^t\.yaml:4:\d+: fa1_kv_outer: unknown config parameter 'block_q')");
-  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\nvariants: [naive]\nextra: 1\n",
-               R"(^t\.yaml:4:1: unknown top-level field 'extra')");
-  expect_error("timing: {min_samples: 0}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
-               "variants: [naive]\n",
-               R"(^t\.yaml:1:\d+: timing values out of range)");
-  expect_error("timing: {flush: erase}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
-               "variants: [naive]\n",
-               R"(^t\.yaml:1:\d+: timing.flush must be 'read' .* or 'write')");
-  expect_error("timing: {queue: fast}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
-               "variants: [naive]\n",
-               R"(^t\.yaml:1:\d+: timing.queue must be 'round_trip' .* or 'back_to_back')");
+  expect_error(
+      "problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\nvariants: [naive]\nextra: 1\n",
+      R"(^t\.yaml:4:1: unknown top-level field 'extra')");
+  expect_error(
+      "timing: {min_samples: 0}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
+      "variants: [naive]\n",
+      R"(^t\.yaml:1:\d+: timing values out of range)");
+  expect_error(
+      "timing: {flush: erase}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
+      "variants: [naive]\n",
+      R"(^t\.yaml:1:\d+: timing.flush must be 'read' .* or 'write')");
+  expect_error(
+      "timing: {queue: fast}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
+      "variants: [naive]\n",
+      R"(^t\.yaml:1:\d+: timing.queue must be 'round_trip' .* or 'back_to_back')");
 }
 
 // Every spec shipped under sweeps/ (any depth) parses and plans, so a new spec is covered without
@@ -164,11 +173,13 @@ variants:
   flash_decoding: {configs: default, problems: [decode]}
 )",
                                  "t.yaml");
-  ASSERT_EQ(s.problems.size(), 3u); // the 'both' entry repeats a prefill problem: kept once, with both names
+  ASSERT_EQ(s.problems.size(),
+            3u); // the 'both' entry repeats a prefill problem: kept once, with both names
   EXPECT_EQ(s.problem_entries[0], (std::set<std::string>{"prefill", "both"}));
   size_t naive = 0, fdec = 0;
   for (const auto &pt : plan(s, catalog(), nominal_device())) {
-    if (pt.variant->name() == "naive") ++naive;
+    if (pt.variant->name() == "naive")
+      ++naive;
     if (pt.variant->name() == "flash_decoding") {
       ++fdec;
       EXPECT_EQ(pt.problem.seqlen_q, 1);
@@ -177,7 +188,8 @@ variants:
   EXPECT_EQ(naive, 3u);
   EXPECT_EQ(fdec, 1u);
   try {
-    parse_spec("problems:\n  - {name: a, heads: 2, seqlen: 64, head_dim: 64}\nvariants:\n  naive: {problems: [b]}\n",
+    parse_spec("problems:\n  - {name: a, heads: 2, seqlen: 64, head_dim: 64}\nvariants:\n  naive: "
+               "{problems: [b]}\n",
                "u.yaml");
     ADD_FAILURE() << "an unknown entry name must be refused";
   } catch (const UserError &e) {
@@ -203,21 +215,25 @@ variants: [naive]
   EXPECT_EQ(s.problems[2].kv_lens, random_kv_lens(8, 4096, 5));
   EXPECT_EQ(s.problems[3].kv_lens, random_kv_lens(2, 64, 0));
   // naive cannot take them: skipped with a reason, never dropped.
-  for (const auto& pt : plan(s, catalog(), nominal_device())) {
+  for (const auto &pt : plan(s, catalog(), nominal_device())) {
     ASSERT_TRUE(pt.skip_reason.has_value());
     EXPECT_NE(pt.skip_reason->find("decode variant"), std::string::npos) << *pt.skip_reason;
   }
 }
 
 TEST(Spec, KvLensErrors) {
-  expect_error("problems:\n  - {batch: 2, heads: 8, seqlen_q: 1, seqlen_kv: 64, head_dim: 64, kv_lens: [1, 2, 3]}\n"
+  expect_error("problems:\n  - {batch: 2, heads: 8, seqlen_q: 1, seqlen_kv: 64, head_dim: 64, "
+               "kv_lens: [1, 2, 3]}\n"
                "variants: [naive]\n",
                "t.yaml:2:.*kv_lens has 3 entries but batch = 2");
-  expect_error("problems:\n  - {heads: 8, seqlen_q: 1, seqlen_kv: 64, head_dim: 64, kv_lens: [1, 65]}\nvariants: [naive]\n",
+  expect_error("problems:\n  - {heads: 8, seqlen_q: 1, seqlen_kv: 64, head_dim: 64, kv_lens: [1, "
+               "65]}\nvariants: [naive]\n",
                "t.yaml:2:.*outside \\[0, seqlen_kv = 64\\]");
-  expect_error("problems:\n  - {heads: 8, seqlen_q: 1, seqlen_kv: 64, head_dim: 64, kv_lens: sometimes}\nvariants: [naive]\n",
+  expect_error("problems:\n  - {heads: 8, seqlen_q: 1, seqlen_kv: 64, head_dim: 64, kv_lens: "
+               "sometimes}\nvariants: [naive]\n",
                "t.yaml:2:.*kv_lens must be a list");
-  expect_error("problems:\n  - {heads: 8, seqlen: 64, head_dim: 64, page_size: 16, layout: bhsd}\nvariants: [naive]\n",
+  expect_error("problems:\n  - {heads: 8, seqlen: 64, head_dim: 64, page_size: 16, layout: "
+               "bhsd}\nvariants: [naive]\n",
                "t.yaml:2:.*layout bshd");
 }
 
@@ -232,19 +248,19 @@ variants: [naive]
                                  "t.yaml");
   ASSERT_EQ(s.problems.size(), 4u + 1u + 1u);
   for (size_t i = 0; i < 4; ++i) {
-    const AttentionProblem& p = s.problems[i];
+    const AttentionProblem &p = s.problems[i];
     EXPECT_EQ(p.heads_q, 32);
     EXPECT_EQ(p.heads_kv, 8);
     EXPECT_EQ(p.head_dim, 128);
     EXPECT_TRUE(p.causal);
     EXPECT_EQ(p.batch * p.seqlen_q, 16384);
   }
-  const AttentionProblem& big = s.problems[4];
+  const AttentionProblem &big = s.problems[4];
   EXPECT_EQ(big.heads_q, 64);
   EXPECT_EQ(big.heads_kv, 8);
   EXPECT_EQ(big.seqlen_q, 4096);
   EXPECT_EQ(big.dtype, DType::f16);
-  const AttentionProblem& dec = s.problems[5];
+  const AttentionProblem &dec = s.problems[5];
   EXPECT_EQ(dec.batch, 8);
   EXPECT_EQ(dec.seqlen_q, 1); // seqlen_kv replaces only the preset's seqlen_kv
   EXPECT_EQ(dec.seqlen_kv, 8192);
@@ -255,23 +271,30 @@ variants: [naive]
 TEST(Spec, NewFieldsKeepFileLineErrors) {
   // Unknown preset, a preset field made impossible by an override (points at the preset line), configs: tuned
   // accepted but a typo refused, and the point deadline checked against the sampling timeout.
-  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64}\n  - {preset: llama9-prefill}\n"
-               "variants: [naive]\n",
-               R"(^t\.yaml:3:\d+: unknown preset 'llama9-prefill'; known presets: llama3-8b-prefill)");
+  expect_error(
+      "problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64}\n  - {preset: "
+      "llama9-prefill}\n"
+      "variants: [naive]\n",
+      R"(^t\.yaml:3:\d+: unknown preset 'llama9-prefill'; known presets: llama3-8b-prefill)");
   expect_error("problems:\n  - preset: llama3-8b-prefill\n    heads_q: 30\nvariants: [naive]\n",
                R"(^t\.yaml:2:\d+: gqa = 4 must divide heads_q = 30)");
-  expect_error("problems:\n  - {preset: [a, b]}\nvariants: [naive]\n", R"(^t\.yaml:2:\d+: preset must be a name)");
-  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\nvariants:\n  naive: {configs: tunned}\n",
+  expect_error("problems:\n  - {preset: [a, b]}\nvariants: [naive]\n",
+               R"(^t\.yaml:2:\d+: preset must be a name)");
+  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\nvariants:\n  naive: "
+               "{configs: tunned}\n",
                R"(^t\.yaml:4:\d+: configs must be 'all', 'default', 'tuned')");
-  expect_error("timing: {timeout_s: 30, point_timeout_s: 20}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, "
+  expect_error("timing: {timeout_s: 30, point_timeout_s: 20}\nproblems:\n  - {batch: 1, heads: 2, "
+               "seqlen: 8, "
                "head_dim: 64}\nvariants: [naive]\n",
                R"(^t\.yaml:1:\d+: timing.point_timeout_s .* must exceed timeout_s)");
-  expect_error("timing: {point_timeout_s: soon}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, head_dim: 64}\n"
+  expect_error("timing: {point_timeout_s: soon}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, "
+               "head_dim: 64}\n"
                "variants: [naive]\n",
                R"(^t\.yaml:1:\d+: point_timeout_s must be a number, got 'soon')");
-  const SweepSpec s = parse_spec("timing: {point_timeout_s: 30}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, "
-                                 "head_dim: 64}\nvariants:\n  fa1_kv_outer: {configs: tuned}\n",
-                                 "t.yaml");
+  const SweepSpec s =
+      parse_spec("timing: {point_timeout_s: 30}\nproblems:\n  - {batch: 1, heads: 2, seqlen: 8, "
+                 "head_dim: 64}\nvariants:\n  fa1_kv_outer: {configs: tuned}\n",
+                 "t.yaml");
   EXPECT_DOUBLE_EQ(s.timing.point_timeout_s, 30.0);
   ASSERT_EQ(s.variants.size(), 1u);
   EXPECT_EQ(s.variants[0].mode, VariantSelection::Mode::tuned);

@@ -14,7 +14,8 @@ TEST(Stopping, QuietSamplesStopOnNoiseAfterMinimums) {
   p.min_time_s = 0.001; // 1 ms of GPU time = 10 samples of 100 us
   StoppingRule rule(p);
   int n = 0;
-  while (!rule.add(100.0 + (n % 2) * 0.1, 0.01 * n)) ++n;
+  while (!rule.add(100.0 + (n % 2) * 0.1, 0.01 * n))
+    ++n;
   EXPECT_EQ(rule.reason(), "noise");
   EXPECT_GE(rule.samples().size(), 10u);
 }
@@ -25,7 +26,8 @@ TEST(Stopping, MinTimeIsRespected) {
   p.min_time_s = 0.5;
   StoppingRule rule(p);
   int n = 0;
-  while (!rule.add(1000.0, 0.001 * n)) ++n; // 1 ms samples: needs 500 of them
+  while (!rule.add(1000.0, 0.001 * n))
+    ++n; // 1 ms samples: needs 500 of them
   EXPECT_EQ(rule.samples().size(), 500u);
 }
 
@@ -36,7 +38,8 @@ TEST(Stopping, NoisySamplesStopAtTimeout) {
   std::mt19937 rng(1);
   std::uniform_real_distribution<double> u(50, 150);
   double wall = 0;
-  while (!rule.add(u(rng), wall)) wall += 0.01;
+  while (!rule.add(u(rng), wall))
+    wall += 0.01;
   EXPECT_EQ(rule.reason(), "timeout");
   EXPECT_GT(rule.relative_stddev(), p.max_noise);
 }
@@ -72,7 +75,8 @@ TEST(SampleLoop, KeepsBatchesAndCountsTheLoad) {
     wall.t += 0.004; // 3 x 1 ms of GPU time in 4 ms of wall time
     return SampleBatch{{1000.0, 1000.0, 1000.0}, false};
   };
-  const TimingStats t = sample_loop(next, [] { return 1980; }, 1980, p, std::ref(wall));
+  const TimingStats t = sample_loop(
+      next, [] { return 1980; }, 1980, p, std::ref(wall));
   EXPECT_EQ(t.samples_us.size(), 6u);
   EXPECT_EQ(t.stop_reason, "noise");
   EXPECT_NEAR(t.busy_fraction, 0.75, 1e-9);
@@ -91,7 +95,8 @@ TEST(SampleLoop, VoidBatchesAreLoadButNotSamples) {
   };
   const TimingStats t = sample_loop(next, nullptr, 0, p, std::ref(wall));
   ASSERT_EQ(t.samples_us.size(), 4u);
-  for (double us : t.samples_us) EXPECT_EQ(us, 100.0) << "a void batch's samples were kept";
+  for (double us : t.samples_us)
+    EXPECT_EQ(us, 100.0) << "a void batch's samples were kept";
   EXPECT_EQ(t.void_batches, 2);
   EXPECT_NEAR(t.busy_fraction, (4 * 900.0 + 4 * 100.0) * 1e-6 / 0.004, 1e-9);
   EXPECT_EQ(t.sm_clock_mhz, 0) << "no clock, no median clock";
@@ -101,7 +106,9 @@ TEST(SampleLoop, ThrottledBatchesAreDropped) {
   const TimingPolicy p = after_samples(2);
   FakeWall wall;
   int calls = 0;
-  auto clock = [&] { return calls <= 2 ? 900 : 1980; }; // the first two batches under 75% of 1980 MHz
+  auto clock = [&] {
+    return calls <= 2 ? 900 : 1980;
+  }; // the first two batches under 75% of 1980 MHz
   auto next = [&] {
     ++calls;
     wall.t += 0.001;

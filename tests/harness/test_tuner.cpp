@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path test_dir(const std::string& name) {
+fs::path test_dir(const std::string &name) {
   const fs::path d = fs::temp_directory_path() / ("fb_tuner_" + std::to_string(::getpid())) / name;
   fs::remove_all(d);
   fs::create_directories(d);
@@ -42,41 +42,44 @@ AttentionProblem prefill(int64_t seqlen, int64_t d, bool causal) {
   return p;
 }
 
-std::vector<Config> candidates(const Variant& v, const AttentionProblem& p) {
+std::vector<Config> candidates(const Variant &v, const AttentionProblem &p) {
   std::vector<Config> out;
-  for (const auto& e : v.space().expand())
-    if (!e.invalid_reason && v.supports(p, e.config, nominal_device())) out.push_back(e.config);
+  for (const auto &e : v.space().expand())
+    if (!e.invalid_reason && v.supports(p, e.config, nominal_device()))
+      out.push_back(e.config);
   return out;
 }
 
 // A synthetic landscape over a config space: each axis value scales the time by a factor in [1, 1.6], plus a
 // pairwise interaction; measurements at fidelity f carry multiplicative noise of 0.5%/sqrt(f).
 struct Landscape {
-  const ConfigSpace& space;
+  const ConfigSpace &space;
   uint64_t seed;
   std::map<std::string, double> factor;
   std::mt19937_64 noise_rng{1};
 
-  double truth(const Config& c) {
+  double truth(const Config &c) {
     double t = 100;
     std::string prev;
-    for (const auto& [name, value] : c.params()) {
+    for (const auto &[name, value] : c.params()) {
       const std::string k = name + "=" + std::to_string(value);
       t *= f(k);
-      if (!prev.empty()) t *= 1 + 0.1 * (f(prev + "&" + k) - 1);
+      if (!prev.empty())
+        t *= 1 + 0.1 * (f(prev + "&" + k) - 1);
       prev = k;
     }
     return t;
   }
-  double f(const std::string& k) {
+  double f(const std::string &k) {
     auto it = factor.find(k);
-    if (it != factor.end()) return it->second;
+    if (it != factor.end())
+      return it->second;
     std::mt19937_64 r(seed ^ std::hash<std::string>{}(k));
     return factor[k] = 1 + 0.6 * std::uniform_real_distribution<double>(0, 1)(r);
   }
-  std::vector<Measurement> operator()(const std::vector<Trial>& trials) {
+  std::vector<Measurement> operator()(const std::vector<Trial> &trials) {
     std::vector<Measurement> out;
-    for (const auto& t : trials) {
+    for (const auto &t : trials) {
       Measurement m;
       m.config = t.config;
       m.fidelity = t.fidelity;
@@ -93,7 +96,7 @@ struct Landscape {
 } // namespace
 
 TEST(Tuner, HalvingFindsNearBestWithThirtyPercentOfTheEvaluations) {
-  const Variant& v = catalog().get("fa2_q_outer");
+  const Variant &v = catalog().get("fa2_q_outer");
   int shapes = 0;
   for (int64_t d : {64, 128})
     for (int64_t s : {1024, 4096})
@@ -103,26 +106,29 @@ TEST(Tuner, HalvingFindsNearBestWithThirtyPercentOfTheEvaluations) {
           ASSERT_GE(cands.size(), 10u);
           Landscape land{v.space(), seed * 1000 + static_cast<uint64_t>(d + s + causal)};
           double best = INFINITY;
-          for (const auto& c : cands) best = std::min(best, land.truth(c));
-          const SearchResult r = search_configs(
-              v.space(), cands, "halving", 0.3, 0, [&](const std::vector<Trial>& t) { return land(t); });
+          for (const auto &c : cands)
+            best = std::min(best, land.truth(c));
+          const SearchResult r =
+              search_configs(v.space(), cands, "halving", 0.3, 0,
+                             [&](const std::vector<Trial> &t) { return land(t); });
           ASSERT_TRUE(r.winner);
           EXPECT_LE(r.evaluations, 0.3 * static_cast<double>(cands.size()) + 1e-9);
-          EXPECT_LE(land.truth(r.measurements[*r.winner].config), best * 1.02) << "shape " << d << "/" << s;
+          EXPECT_LE(land.truth(r.measurements[*r.winner].config), best * 1.02)
+              << "shape " << d << "/" << s;
           ++shapes;
         }
   EXPECT_EQ(shapes, 40);
 }
 
 TEST(Tuner, ExhaustiveAndRandomAndFailuresNeverAbort) {
-  const Variant& v = catalog().get("fa2_q_outer");
+  const Variant &v = catalog().get("fa2_q_outer");
   const auto cands = candidates(v, prefill(2048, 128, true));
   Landscape land{v.space(), 7};
   int calls = 0;
   // Every third config "crashes": recorded, never eligible, never stops the search.
-  auto eval = [&](const std::vector<Trial>& t) {
+  auto eval = [&](const std::vector<Trial> &t) {
     auto ms = land(t);
-    for (auto& m : ms)
+    for (auto &m : ms)
       if (calls++ % 3 == 0) {
         m.status = Status::crashed;
         m.reason = "launch rejected";
@@ -137,15 +143,18 @@ TEST(Tuner, ExhaustiveAndRandomAndFailuresNeverAbort) {
   const SearchResult r1 = search_configs(v.space(), cands, "random", 5, 42, land);
   const SearchResult r2 = search_configs(v.space(), cands, "random", 5, 42, land);
   ASSERT_EQ(r1.measurements.size(), 5u);
-  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(r1.measurements[i].config, r2.measurements[i].config); // seeded
+  for (size_t i = 0; i < 5; ++i)
+    EXPECT_EQ(r1.measurements[i].config, r2.measurements[i].config); // seeded
   EXPECT_THROW(search_configs(v.space(), cands, "psychic", 1, 0, land), UserError);
 }
 
 TEST(Tuner, TiesWithinOnePercentGoToFewerResources) {
-  const Variant& v = catalog().get("fa2_q_outer");
-  const Config big = v.space().make({{"block_m", "128"}, {"block_n", "128"}, {"warps", "8"}, {"stages", "3"}});
-  const Config small = v.space().make({{"block_m", "64"}, {"block_n", "64"}, {"warps", "4"}, {"stages", "2"}});
-  auto m = [](const Config& c, double us) {
+  const Variant &v = catalog().get("fa2_q_outer");
+  const Config big =
+      v.space().make({{"block_m", "128"}, {"block_n", "128"}, {"warps", "8"}, {"stages", "3"}});
+  const Config small =
+      v.space().make({{"block_m", "64"}, {"block_n", "64"}, {"warps", "4"}, {"stages", "2"}});
+  auto m = [](const Config &c, double us) {
     Measurement x;
     x.config = c;
     x.status = Status::ok;
@@ -153,7 +162,7 @@ TEST(Tuner, TiesWithinOnePercentGoToFewerResources) {
     return x;
   };
   // Within 1%: the smaller config wins whichever is faster and in whichever order they come.
-  for (const auto& ms : {std::vector<Measurement>{m(big, 100.0), m(small, 100.8)},
+  for (const auto &ms : {std::vector<Measurement>{m(big, 100.0), m(small, 100.8)},
                          std::vector<Measurement>{m(small, 100.8), m(big, 100.0)},
                          std::vector<Measurement>{m(small, 100.0), m(big, 100.9)}}) {
     const auto w = pick_winner(v.space(), ms);
@@ -211,12 +220,14 @@ TEST(Tuner, TableBucketsLookupAndRoundTrip) {
   t.upsert(a); // same bucket: replaced
   ASSERT_EQ(t.entries.size(), 2u);
   bool exact = false;
-  const AttentionProblem p = prefill(1000, 128, true); // seqlen bucket 1024, batch*heads 16*16: a's bucket
-  const TuningEntry* e = t.lookup("fa2_q_outer", p, &exact);
+  const AttentionProblem p =
+      prefill(1000, 128, true); // seqlen bucket 1024, batch*heads 16*16: a's bucket
+  const TuningEntry *e = t.lookup("fa2_q_outer", p, &exact);
   ASSERT_TRUE(e);
   EXPECT_TRUE(exact);
   EXPECT_EQ(e->tflops, 120);
-  e = t.lookup("fa2_q_outer", prefill(4096, 128, true), &exact); // log2 distance 3 to b's bucket, 6 to a's
+  e = t.lookup("fa2_q_outer", prefill(4096, 128, true),
+               &exact); // log2 distance 3 to b's bucket, 6 to a's
   ASSERT_TRUE(e);
   EXPECT_FALSE(exact);
   EXPECT_EQ(e->seqlen_q_bucket, 8192);
@@ -237,7 +248,8 @@ TEST(Tuner, GqaGroupIsPartOfTheKey) {
   // Decode: GQA 32/8 and MHA 32/32 at the same batch and length share every other bucket; each keeps its own
   // entry, and a table written before the group key (no group_bucket) reads as group 1.
   AttentionProblem gqa;
-  gqa.batch = 1, gqa.heads_q = 32, gqa.heads_kv = 8, gqa.seqlen_q = 1, gqa.seqlen_kv = 32768, gqa.head_dim = 128;
+  gqa.batch = 1, gqa.heads_q = 32, gqa.heads_kv = 8, gqa.seqlen_q = 1, gqa.seqlen_kv = 32768,
+  gqa.head_dim = 128;
   AttentionProblem mha = gqa;
   mha.heads_kv = 32;
   TuningTable t;
@@ -261,7 +273,7 @@ TEST(Tuner, GqaGroupIsPartOfTheKey) {
   EXPECT_FALSE(exact);
 
   nlohmann::json j = to_json(t);
-  for (auto& e : j["entries"])
+  for (auto &e : j["entries"])
     e.erase("group_bucket");
   const TuningTable old = tuning_table_from_json(j, "old.json");
   ASSERT_EQ(old.entries.size(), 2u);
@@ -291,7 +303,10 @@ TEST(Tuner, DispatcherUsesTheTableThenTheHeuristic) {
   fa1.config = Config({{"block_m", 32}, {"block_n", 32}, {"q_tiles_per_cta", 1}, {"threads", 128}});
   fa1.tflops = 300; // pretend: faster than FA2 here
   TuningEntry fa2 = make_entry_key("fa2_q_outer", p);
-  fa2.config = catalog().get("fa2_q_outer").space().make({{"block_m", "64"}, {"block_n", "64"}, {"warps", "4"}});
+  fa2.config = catalog()
+                   .get("fa2_q_outer")
+                   .space()
+                   .make({{"block_m", "64"}, {"block_n", "64"}, {"warps", "4"}});
   fa2.tflops = 200;
   t.upsert(fa1);
   t.upsert(fa2);
@@ -302,7 +317,8 @@ TEST(Tuner, DispatcherUsesTheTableThenTheHeuristic) {
   c = choose_kernel(p, dev, "fa2_q_outer", &t);
   EXPECT_EQ(c.config, fa2.config);
   // A shape the table has nothing for (another head_dim) falls back to the heuristic.
-  EXPECT_NE(choose_kernel(prefill(2048, 64, true), dev, "auto", &t).source.find("heuristic"), std::string::npos);
+  EXPECT_NE(choose_kernel(prefill(2048, 64, true), dev, "auto", &t).source.find("heuristic"),
+            std::string::npos);
 }
 
 namespace {
@@ -310,9 +326,9 @@ struct Cli {
   int code;
   std::string out, err;
 };
-Cli cli(const std::string& args, const fs::path& dir, const std::string& env = "") {
-  const std::string cmd = env + " " + FLASHBENCH_BIN + " " + args + " >" + (dir / "o").string() + " 2>" +
-                          (dir / "e").string();
+Cli cli(const std::string &args, const fs::path &dir, const std::string &env = "") {
+  const std::string cmd = env + " " + FLASHBENCH_BIN + " " + args + " >" + (dir / "o").string() +
+                          " 2>" + (dir / "e").string();
   const int st = std::system(cmd.c_str());
   std::stringstream a, b;
   a << std::ifstream(dir / "o").rdbuf();
@@ -324,20 +340,23 @@ Cli cli(const std::string& args, const fs::path& dir, const std::string& env = "
 TEST(Tuner, CommandWritesTableCachesAndFeedsConfigsTuned) {
   const fs::path d = test_dir("cmd");
   // The dry run below looks up the table of the GPU it plans for: the real one where there is a GPU.
-  const std::string table = (device_count() > 0 ? query_device(0).slug() : nominal_device().slug()) + ".json";
+  const std::string table =
+      (device_count() > 0 ? query_device(0).slug() : nominal_device().slug()) + ".json";
   fs::create_directories(d / "tuning"); // tune checks its output's folder before measuring
-  std::ofstream(d / "t.yaml") << "name: t\nproblems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096], "
-                                 "head_dim: 128, causal: true}\nvariants: [fa2_q_outer]\n";
-  const std::string args = "tune " + (d / "t.yaml").string() + " --fake-worker --strategy halving -o " +
-                           (d / "tuning" / table).string() + " --cache " +
-                           (d / "cache.jsonl").string() + " --report " + (d / "report.json").string();
+  std::ofstream(d / "t.yaml")
+      << "name: t\nproblems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096], "
+         "head_dim: 128, causal: true}\nvariants: [fa2_q_outer]\n";
+  const std::string args =
+      "tune " + (d / "t.yaml").string() + " --fake-worker --strategy halving -o " +
+      (d / "tuning" / table).string() + " --cache " + (d / "cache.jsonl").string() + " --report " +
+      (d / "report.json").string();
   Cli r = cli(args, d);
   ASSERT_EQ(r.code, 0) << r.err << r.out;
   EXPECT_NE(r.out.find("0 served from the cache"), std::string::npos) << r.out;
   nlohmann::json report;
   std::ifstream(d / "report.json") >> report;
   ASSERT_EQ(report["results"].size(), 2u);
-  for (const auto& item : report["results"]) {
+  for (const auto &item : report["results"]) {
     EXPECT_LE(item["evaluations"].get<double>(), 0.3 * item["candidates"].get<double>() + 1e-9);
     EXPECT_TRUE(item.contains("winner"));
   }
@@ -349,24 +368,29 @@ TEST(Tuner, CommandWritesTableCachesAndFeedsConfigsTuned) {
   ASSERT_EQ(t.entries.size(), 2u);
 
   // configs: tuned picks the table's configs for this GPU.
-  std::ofstream(d / "run.yaml") << "problems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096, 512], "
-                                   "head_dim: 128, causal: true}\nvariants:\n  fa2_q_outer: {configs: tuned}\n";
-  r = cli("run --dry-run " + (d / "run.yaml").string(), d, "FLASHBENCH_TUNING_DIR=" + (d / "tuning").string());
+  std::ofstream(d / "run.yaml")
+      << "problems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096, 512], "
+         "head_dim: 128, causal: true}\nvariants:\n  fa2_q_outer: {configs: tuned}\n";
+  r = cli("run --dry-run " + (d / "run.yaml").string(), d,
+          "FLASHBENCH_TUNING_DIR=" + (d / "tuning").string());
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("[tuned: bucket sq<=1024"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("[tuned: nearest bucket"), std::string::npos) << r.out; // 512: no exact bucket
+  EXPECT_NE(r.out.find("[tuned: nearest bucket"), std::string::npos)
+      << r.out; // 512: no exact bucket
   EXPECT_NE(r.out.find(t.entries[0].config_str), std::string::npos) << r.out;
-  r = cli("run --dry-run " + (d / "run.yaml").string(), d, "FLASHBENCH_TUNING_DIR=" + (d / "none").string());
+  r = cli("run --dry-run " + (d / "run.yaml").string(), d,
+          "FLASHBENCH_TUNING_DIR=" + (d / "none").string());
   EXPECT_NE(r.out.find("[default: no tuning table"), std::string::npos) << r.out;
 }
 
 namespace {
 AttentionProblem gqa_prefill(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t n) {
   AttentionProblem p;
-  p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv, p.seqlen_q = p.seqlen_kv = n, p.head_dim = 128;
+  p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv, p.seqlen_q = p.seqlen_kv = n,
+  p.head_dim = 128;
   return p;
 }
-TuningEntry entry_for(const std::string& variant, const AttentionProblem& p, int64_t block_m) {
+TuningEntry entry_for(const std::string &variant, const AttentionProblem &p, int64_t block_m) {
   TuningEntry e = make_entry_key(variant, p);
   e.config = Config({{"block_m", block_m}});
   return e;
@@ -382,11 +406,12 @@ TEST(Tuner, NearestBucketRule) {
   t.upsert(entry_for("fa2_q_outer", gqa_prefill(1, 64, 8, 4096), 3)); // 0.90 + 1.17 + 0.42 = 2.48
   bool exact = true;
   double d = 0;
-  const TuningEntry* e = t.lookup("fa2_q_outer", p, &exact, &d);
+  const TuningEntry *e = t.lookup("fa2_q_outer", p, &exact, &d);
   ASSERT_TRUE(e);
   EXPECT_FALSE(exact);
   EXPECT_EQ(e->config.get("block_m"), 2);
-  EXPECT_NEAR(d, 2 * std::log2(4096.0 / 3000) + std::log2(128.0 / 144) * -1 + std::log2(6.0 / 4), 1e-9);
+  EXPECT_NEAR(d, 2 * std::log2(4096.0 / 3000) + std::log2(128.0 / 144) * -1 + std::log2(6.0 / 4),
+              1e-9);
   EXPECT_NEAR(bucket_distance(*e, p), d, 1e-12);
   // Other dtype, head_dim or causality never match, however near.
   AttentionProblem other = p;
@@ -399,31 +424,38 @@ TEST(Tuner, NearestBucketRule) {
 
   // Ties: at equal distance the smaller length part wins; then the larger problem; then table order.
   TuningTable ties;
-  const AttentionProblem q = gqa_prefill(4, 32, 8, 2048); // b*h 128, group 4
+  const AttentionProblem q = gqa_prefill(4, 32, 8, 2048);                // b*h 128, group 4
   ties.upsert(entry_for("fa2_q_outer", gqa_prefill(8, 32, 8, 2048), 1)); // one doubling of b*h
-  ties.upsert(entry_for("fa2_q_outer", gqa_prefill(4, 32, 8, 1024), 2)); // one halving of both lengths: 2
+  ties.upsert(
+      entry_for("fa2_q_outer", gqa_prefill(4, 32, 8, 1024), 2)); // one halving of both lengths: 2
   ties.upsert(entry_for("fa2_q_outer", gqa_prefill(2, 32, 8, 2048), 3)); // one halving of b*h
-  EXPECT_EQ(ties.lookup("fa2_q_outer", q)->config.get("block_m"), 1); // 1 and 3 tie at 1, no length: larger
+  EXPECT_EQ(ties.lookup("fa2_q_outer", q)->config.get("block_m"),
+            1); // 1 and 3 tie at 1, no length: larger
   TuningTable ties2;
   ties2.upsert(entry_for("fa2_q_outer", gqa_prefill(4, 16, 4, 2048), 5)); // b*h halved
-  ties2.upsert(entry_for("fa2_q_outer", gqa_prefill(4, 64, 16, 2048), 6)); // b*h doubled: larger wins
+  ties2.upsert(
+      entry_for("fa2_q_outer", gqa_prefill(4, 64, 16, 2048), 6)); // b*h doubled: larger wins
   EXPECT_EQ(ties2.lookup("fa2_q_outer", q)->config.get("block_m"), 6);
   TuningTable ties3;
   AttentionProblem longer = gqa_prefill(2, 32, 8, 4096), wider = gqa_prefill(8, 32, 8, 1024);
-  ties3.upsert(entry_for("fa2_q_outer", wider, 7));  // lengths halved (2), b*h doubled (1): 3, length part 2
-  ties3.upsert(entry_for("fa2_q_outer", longer, 8)); // lengths doubled (2), b*h halved (1): 3, length part 2
-  EXPECT_EQ(ties3.lookup("fa2_q_outer", q)->config.get("block_m"), 8); // equal in all but size: the larger
+  ties3.upsert(
+      entry_for("fa2_q_outer", wider, 7)); // lengths halved (2), b*h doubled (1): 3, length part 2
+  ties3.upsert(
+      entry_for("fa2_q_outer", longer, 8)); // lengths doubled (2), b*h halved (1): 3, length part 2
+  EXPECT_EQ(ties3.lookup("fa2_q_outer", q)->config.get("block_m"),
+            8); // equal in all but size: the larger
 }
 
 TEST(Tuner, EntriesRecordTheirVariantsSourceHash) {
-  const auto& hashes = variant_source_hashes();
-  for (const auto& v : catalog().all()) {
+  const auto &hashes = variant_source_hashes();
+  for (const auto &v : catalog().all()) {
     ASSERT_TRUE(hashes.count(v->name())) << v->name();
     EXPECT_EQ(hashes.at(v->name()).size(), 16u);
   }
   EXPECT_NE(hashes.at("fa2_q_outer"), hashes.at("fa3_pipelined"));
   TuningEntry e = make_entry_key("fa2_q_outer", prefill(1024, 128, false));
-  EXPECT_NE(stale_reason(e).find("no source hash"), std::string::npos); // tables from before the hash
+  EXPECT_NE(stale_reason(e).find("no source hash"),
+            std::string::npos); // tables from before the hash
   e.source_hash = hashes.at("fa2_q_outer");
   EXPECT_EQ(stale_reason(e), "");
   e.source_hash = "0123456789abcdef";
@@ -450,7 +482,8 @@ TEST(Tuner, CheckReportsStaleEntriesAndExitCodes) {
   fresh.upsert(e);
   save_tuning_table((d / "fresh.json").string(), fresh);
   TuningTable stale = fresh;
-  TuningEntry old = make_entry_key("fa3_pipelined", prefill(4096, 64, true)); // no hash: an old table's entry
+  TuningEntry old =
+      make_entry_key("fa3_pipelined", prefill(4096, 64, true)); // no hash: an old table's entry
   old.config = Config({{"block_m", 192}});
   stale.upsert(old);
   save_tuning_table((d / "stale.json").string(), stale);
@@ -460,7 +493,8 @@ TEST(Tuner, CheckReportsStaleEntriesAndExitCodes) {
   EXPECT_NE(r.out.find("1 fresh, 0 stale"), std::string::npos) << r.out;
   r = cli("tune --check " + (d / "fresh.json").string() + " " + (d / "stale.json").string(), d);
   EXPECT_EQ(r.code, 1) << r.out << r.err;
-  EXPECT_NE(r.out.find("stale: fa3_pipelined bf16 d64 causal bucket sq<=4096"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("stale: fa3_pipelined bf16 d64 causal bucket sq<=4096"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("1 fresh, 1 stale"), std::string::npos) << r.out;
   // No tables named: every table of the tuning directory.
   r = cli("tune --check", d, "FLASHBENCH_TUNING_DIR=" + d.string());
@@ -477,7 +511,8 @@ TEST(Tuner, CheckReportsStaleEntriesAndExitCodes) {
 
   // The committed tables are listed too (the acceptance's `tune --check` on tuning/): this only checks that they
   // load; whether they are fresh is for the GPU run that regenerates them.
-  r = cli("tune --check", d, "FLASHBENCH_TUNING_DIR=" + std::string(FLASHBENCH_SOURCE_DIR) + "/tuning");
+  r = cli("tune --check", d,
+          "FLASHBENCH_TUNING_DIR=" + std::string(FLASHBENCH_SOURCE_DIR) + "/tuning");
   EXPECT_TRUE(r.code == 0 || r.code == 1) << r.out << r.err;
 }
 
@@ -493,30 +528,35 @@ TEST(Tuner, StaleTableWarnsOnceWhenLoaded) {
   other.config = old.config;
   t.upsert(other);
   save_tuning_table((d / (slug + ".json")).string(), t);
-  std::ofstream(d / "run.yaml") << "problems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096], head_dim: "
-                                   "128, causal: true}\nvariants:\n  fa2_q_outer: {configs: tuned}\n";
-  Cli r = cli("run --dry-run " + (d / "run.yaml").string(), d, "FLASHBENCH_TUNING_DIR=" + d.string());
+  std::ofstream(d / "run.yaml")
+      << "problems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096], head_dim: "
+         "128, causal: true}\nvariants:\n  fa2_q_outer: {configs: tuned}\n";
+  Cli r =
+      cli("run --dry-run " + (d / "run.yaml").string(), d, "FLASHBENCH_TUNING_DIR=" + d.string());
   ASSERT_EQ(r.code, 0) << r.err;
   const size_t first = r.err.find("warning: ");
   ASSERT_NE(first, std::string::npos) << r.err;
   EXPECT_NE(r.err.find("2 of 2 entries"), std::string::npos) << r.err;
-  EXPECT_EQ(r.err.find("warning: ", first + 1), std::string::npos) << "more than one warning: " << r.err;
+  EXPECT_EQ(r.err.find("warning: ", first + 1), std::string::npos)
+      << "more than one warning: " << r.err;
 }
 
 TEST(Tuner, SeveralGpusShareTheWorkAndGiveTheSameTable) {
   // --gpus 0,1 with fake workers (no CUDA): two workers take the measurements, and the table equals one GPU's.
   const fs::path d = test_dir("gpus");
-  std::ofstream(d / "t.yaml") << "name: t\nproblems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096], "
-                                 "head_dim: 128, causal: [false, true]}\nvariants: [fa2_q_outer]\n";
-  auto tune = [&](const std::string& gpus, const std::string& out) {
-    return cli("tune " + (d / "t.yaml").string() + " --fake-worker --no-cache --gpus " + gpus + " -o " +
-                   (d / out).string() + " --report " + (d / (out + ".report")).string(),
+  std::ofstream(d / "t.yaml")
+      << "name: t\nproblems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 4096], "
+         "head_dim: 128, causal: [false, true]}\nvariants: [fa2_q_outer]\n";
+  auto tune = [&](const std::string &gpus, const std::string &out) {
+    return cli("tune " + (d / "t.yaml").string() + " --fake-worker --no-cache --gpus " + gpus +
+                   " -o " + (d / out).string() + " --report " + (d / (out + ".report")).string(),
                d);
   };
   Cli one = tune("0", "one.json"), two = tune("0,1", "two.json");
   ASSERT_EQ(one.code, 0) << one.err << one.out;
   ASSERT_EQ(two.code, 0) << two.err << two.out;
-  const TuningTable a = load_tuning_table((d / "one.json").string()), b = load_tuning_table((d / "two.json").string());
+  const TuningTable a = load_tuning_table((d / "one.json").string()),
+                    b = load_tuning_table((d / "two.json").string());
   ASSERT_EQ(a.entries.size(), 4u);
   ASSERT_EQ(b.entries.size(), a.entries.size());
   for (size_t i = 0; i < a.entries.size(); ++i) {
@@ -533,14 +573,16 @@ TEST(Tuner, TableSpecsCoverWhatAutoPicksAndTheAcceptanceShapes) {
   // acceptance shapes and the Llama-3 presets, and every (variant, problem) has a candidate on an H100.
   const std::string dir = std::string(FLASHBENCH_SOURCE_DIR) + "/sweeps/";
   std::map<std::string, std::vector<AttentionProblem>> tuned; // variant -> problems
-  for (const char* f : {"tune/table-prefill.yaml", "tune/table-decode.yaml", "tune/table-fp8.yaml"}) {
+  for (const char *f :
+       {"tune/table-prefill.yaml", "tune/table-decode.yaml", "tune/table-fp8.yaml"}) {
     const SweepSpec s = load_spec(dir + f);
-    for (const auto& sel : s.variants) {
-      const Variant& v = catalog().get(sel.variant);
-      ASSERT_EQ(sel.mode, VariantSelection::Mode::list) << f << ": a list keeps the search within the time budget";
-      for (const auto& p : s.problems) {
+    for (const auto &sel : s.variants) {
+      const Variant &v = catalog().get(sel.variant);
+      ASSERT_EQ(sel.mode, VariantSelection::Mode::list)
+          << f << ": a list keeps the search within the time budget";
+      for (const auto &p : s.problems) {
         bool any = false;
-        for (const auto& m : sel.configs) {
+        for (const auto &m : sel.configs) {
           const Config c = v.space().make(m);
           any = any || (!v.space().check(c) && v.supports(p, c, nominal_device()).ok);
         }
@@ -549,34 +591,39 @@ TEST(Tuner, TableSpecsCoverWhatAutoPicksAndTheAcceptanceShapes) {
       }
     }
   }
-  for (const char* v : {"fa3_pipelined", "fa2_q_outer", "flash_decoding", "fa3_fp8"})
+  for (const char *v : {"fa3_pipelined", "fa2_q_outer", "flash_decoding", "fa3_fp8"})
     EXPECT_FALSE(tuned[v].empty()) << v << " is never tuned";
-  auto covers = [&](const std::string& variant, const AttentionProblem& p) {
-    const auto& ps = tuned[variant];
+  auto covers = [&](const std::string &variant, const AttentionProblem &p) {
+    const auto &ps = tuned[variant];
     return std::find(ps.begin(), ps.end(), p) != ps.end();
   };
   // The acceptance specs: sweeps/accept/<name>.yaml, or sweeps/<name>-accept.yaml in a tree not grouped by job.
-  for (const auto& [name, variant] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto &[name, variant] : std::vector<std::pair<std::string, std::string>>{
            {"fa3", "fa3_pipelined"}, {"fa2", "fa2_q_outer"}, {"decode", "flash_decoding"}}) {
-    const std::string grouped = dir + "accept/" + name + ".yaml", flat = dir + name + "-accept.yaml";
+    const std::string grouped = dir + "accept/" + name + ".yaml",
+                      flat = dir + name + "-accept.yaml";
     const std::string spec = fs::exists(grouped) ? grouped : flat;
-    for (const auto& p : load_spec(spec).problems) EXPECT_TRUE(covers(variant, p)) << spec << ": " << key(p);
+    for (const auto &p : load_spec(spec).problems)
+      EXPECT_TRUE(covers(variant, p)) << spec << ": " << key(p);
   }
   // The acceptance's long GQA decode shapes, the presets' shapes and each head_dim.
   AttentionProblem d;
-  d.batch = 16, d.heads_q = 32, d.heads_kv = 8, d.seqlen_q = 1, d.seqlen_kv = 20000, d.head_dim = 128;
+  d.batch = 16, d.heads_q = 32, d.heads_kv = 8, d.seqlen_q = 1, d.seqlen_kv = 20000,
+  d.head_dim = 128;
   EXPECT_TRUE(covers("flash_decoding", d));
   d.batch = 4, d.heads_q = 64, d.seqlen_kv = 50000;
   EXPECT_TRUE(covers("flash_decoding", d));
-  const SweepSpec presets = parse_spec("problems:\n  - {preset: llama3-8b-prefill}\n  - {preset: llama3-70b-prefill}\n"
-                                       "  - {preset: llama3-8b-decode}\n  - {preset: llama3-70b-decode}\n"
-                                       "variants: [naive]\n",
-                                       "presets");
-  for (const auto& p : presets.problems)
+  const SweepSpec presets =
+      parse_spec("problems:\n  - {preset: llama3-8b-prefill}\n  - {preset: llama3-70b-prefill}\n"
+                 "  - {preset: llama3-8b-decode}\n  - {preset: llama3-70b-decode}\n"
+                 "variants: [naive]\n",
+                 "presets");
+  for (const auto &p : presets.problems)
     EXPECT_TRUE(covers(p.seqlen_q == 1 ? "flash_decoding" : "fa3_pipelined", p)) << key(p);
   for (int64_t hd : {64, 128, 256}) {
-    const auto has = [&](const std::string& v) {
-      return std::any_of(tuned[v].begin(), tuned[v].end(), [&](const AttentionProblem& p) { return p.head_dim == hd; });
+    const auto has = [&](const std::string &v) {
+      return std::any_of(tuned[v].begin(), tuned[v].end(),
+                         [&](const AttentionProblem &p) { return p.head_dim == hd; });
     };
     EXPECT_TRUE(has("fa3_pipelined") && has("fa2_q_outer") && has("flash_decoding")) << "d" << hd;
   }

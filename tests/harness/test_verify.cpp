@@ -62,24 +62,32 @@ TEST(Verify, E4m3ElementBoundScalesWithTheReferenceOfAbsV) {
   const Tolerance t = tolerance_for(p.dtype);
   ASSERT_GT(t.p_round, 0);
   std::vector<double> ref = {0.5, -0.25, 1.0, 2.0}, ref_lse = {1.0, 2.0};
-  std::vector<double> ref_abs = {2.0, 2.0, 2.0, 2.0}; // |V| averaged by the softmax: P's rounding may move O by 0.075 x 2
+  std::vector<double> ref_abs = {
+      2.0, 2.0, 2.0, 2.0}; // |V| averaged by the softmax: P's rounding may move O by 0.075 x 2
   std::vector<float> out = {0.5f, -0.25f, 1.0f, 2.0f}, lse = {1.0f, 2.0f};
   out[0] = 0.5f + 0.1f; // inside 1e-2 + 2e-2 x 0.5 + 0.075 x 2 = 0.17
   EXPECT_FALSE(verify<double>(p, out.data(), lse.data(), ref.data(), ref_lse.data(), t).pass)
       << "without the |V| reference the element bound is bf16's";
   // 0.1 / ||ref|| = 0.043 is under the norm bound (5%): only the element bound decides here.
-  EXPECT_TRUE(verify<double>(p, out.data(), lse.data(), ref.data(), ref_lse.data(), t, ref_abs.data()).pass);
+  EXPECT_TRUE(
+      verify<double>(p, out.data(), lse.data(), ref.data(), ref_lse.data(), t, ref_abs.data())
+          .pass);
   out[0] = 0.5f + 0.2f; // beyond it
-  EXPECT_FALSE(verify<double>(p, out.data(), lse.data(), ref.data(), ref_lse.data(), t, ref_abs.data()).pass);
+  EXPECT_FALSE(
+      verify<double>(p, out.data(), lse.data(), ref.data(), ref_lse.data(), t, ref_abs.data())
+          .pass);
 }
 
 TEST(Verify, NormBoundFailsWhatEveryElementBoundLetsThrough) {
   AttentionProblem p = small();
   p.dtype = DType::e4m3;
   const Tolerance t = tolerance_for(p.dtype);
-  std::vector<double> ref = {0.5, -0.25, 1.0, 2.0}, ref_lse = {1.0, 2.0}, ref_abs = {2.0, 2.0, 2.0, 2.0};
-  std::vector<float> out = {0.6f, -0.15f, 1.11f, 2.13f}, lse = {1.0f, 2.0f}; // each within its element bound
-  const VerifyResult r = verify<double>(p, out.data(), lse.data(), ref.data(), ref_lse.data(), t, ref_abs.data());
+  std::vector<double> ref = {0.5, -0.25, 1.0, 2.0}, ref_lse = {1.0, 2.0},
+                      ref_abs = {2.0, 2.0, 2.0, 2.0};
+  std::vector<float> out = {0.6f, -0.15f, 1.11f, 2.13f},
+                     lse = {1.0f, 2.0f}; // each within its element bound
+  const VerifyResult r =
+      verify<double>(p, out.data(), lse.data(), ref.data(), ref_lse.data(), t, ref_abs.data());
   EXPECT_EQ(r.mismatches, 0);
   EXPECT_GT(r.rel_l2_error, t.rel_l2);
   EXPECT_FALSE(r.pass);

@@ -37,7 +37,7 @@
     FB_SKIP_WITHOUT_GPU();                                                                         \
     if (::fb::test::test_device().cc() != 90)                                                      \
       GTEST_SKIP() << "sm_90a kernel; device is cc " << ::fb::test::test_device().cc_major << "."  \
-                   << ::fb::test::test_device().cc_minor;                                         \
+                   << ::fb::test::test_device().cc_minor;                                          \
   } while (0)
 
 namespace fb::test {
@@ -93,8 +93,8 @@ inline const DeviceInfo &test_device() {
 // near 0 (a guessed exp2 offset, unscaled exp) is not.
 class Case {
 public:
-  explicit Case(const AttentionProblem &p, uint64_t seed = std::random_device{}(), float key_growth = 0.f,
-                float score_shift = 0.f)
+  explicit Case(const AttentionProblem &p, uint64_t seed = std::random_device{}(),
+                float key_growth = 0.f, float score_shift = 0.f)
       : p_(p), seed_(seed), e_(dtype_bytes(p.dtype)) {
     validate(p_);
     q_ = DeviceBuffer(size_t(p_.q_elems() * e_));
@@ -117,9 +117,9 @@ public:
         for (int q = 0; q < 4; ++q) {
           const int64_t s0 = S * q / 4, s1 = S * (q + 1) / 4;
           if (s1 > s0)
-            fill_normal(static_cast<char *>(k_.get()) + (b * S + s0) * row * e_, p_.dtype, (s1 - s0) * row,
-                        seed_ * 3 + 1 + 1000 * uint64_t(4 * b + q + 1), std::pow(key_growth, float(q)),
-                        nullptr);
+            fill_normal(static_cast<char *>(k_.get()) + (b * S + s0) * row * e_, p_.dtype,
+                        (s1 - s0) * row, seed_ * 3 + 1 + 1000 * uint64_t(4 * b + q + 1),
+                        std::pow(key_growth, float(q)), nullptr);
         }
     }
     if (score_shift != 0.f) {
@@ -216,13 +216,16 @@ public:
 private:
   // e4m3: inputs quantized per block as the harness does (buffers.hpp), and the reference on their values.
   void init_e4m3() {
-    if (!p_.kv_lens.empty() || p_.paged()) throw std::invalid_argument("Case: e4m3 needs contiguous K/V");
+    if (!p_.kv_lens.empty() || p_.paged())
+      throw std::invalid_argument("Case: e4m3 needs contiguous K/V");
     descale_[0] = DeviceBuffer(size_t(p_.q_descale_elems()) * sizeof(float));
     descale_[1] = DeviceBuffer(size_t(p_.k_descale_elems()) * sizeof(float));
     descale_[2] = DeviceBuffer(size_t(p_.v_descale_elems()) * sizeof(float));
-    DeviceBuffer qf(size_t(p_.q_elems()) * 4), kf(size_t(p_.kv_elems()) * 4), vf(size_t(p_.kv_elems()) * 4);
+    DeviceBuffer qf(size_t(p_.q_elems()) * 4), kf(size_t(p_.kv_elems()) * 4),
+        vf(size_t(p_.kv_elems()) * 4);
     void *const codes[3] = {q_.get(), k_.get(), v_.get()};
-    float *const ds[3] = {descale_[0].as<float>(), descale_[1].as<float>(), descale_[2].as<float>()};
+    float *const ds[3] = {descale_[0].as<float>(), descale_[1].as<float>(),
+                          descale_[2].as<float>()};
     float *const vals[3] = {qf.as<float>(), kf.as<float>(), vf.as<float>()};
     const uint64_t seeds[3] = {seed_ * 3 + 0, seed_ * 3 + 1, seed_ * 3 + 2};
     fill_e4m3_inputs(p_, codes, ds, vals, seeds, nullptr);
@@ -234,7 +237,8 @@ private:
     const auto v = download_as_float(vf.get(), DType::f32, p_.kv_elems());
     ref_ = cpu_reference(pf, q.data(), k.data(), v.data());
     std::vector<float> v_abs(v);
-    for (float& x : v_abs) x = std::abs(x);
+    for (float &x : v_abs)
+      x = std::abs(x);
     ref_abs_ = cpu_reference(pf, q.data(), k.data(), v_abs.data()).o; // Tolerance::p_round's scale
     kv_ = build_kv_cache(p_, k_.get(), v_.get(), seed_ * 3 + 3, nullptr);
   }

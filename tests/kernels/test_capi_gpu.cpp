@@ -11,10 +11,11 @@ using namespace fb;
 
 namespace {
 
-void expect_capi_matches_reference(const char* variant, const char* config, const AttentionProblem& p) {
+void expect_capi_matches_reference(const char *variant, const char *config,
+                                   const AttentionProblem &p) {
   test::Case c(p);
   const std::string problem_json = nlohmann::json(p).dump();
-  fb_capi_launcher* l = fb_capi_create(variant, config, problem_json.c_str());
+  fb_capi_launcher *l = fb_capi_create(variant, config, problem_json.c_str());
   ASSERT_NE(l, nullptr) << variant << ": " << fb_capi_last_error();
   DeviceBuffer o(size_t(p.q_elems() * dtype_bytes(p.dtype)));
   DeviceBuffer lse(size_t(p.lse_elems()) * sizeof(float));
@@ -24,15 +25,16 @@ void expect_capi_matches_reference(const char* variant, const char* config, cons
   for (int i = 0; i < 2; ++i) {
     poison(o.get(), o.bytes(), stream);
     poison(lse.get(), lse.bytes(), stream);
-    ASSERT_EQ(fb_capi_launch(l, c.q(), c.k(), c.v(), o.get(), lse.as<float>(), stream), 0) << fb_capi_last_error();
+    ASSERT_EQ(fb_capi_launch(l, c.q(), c.k(), c.v(), o.get(), lse.as<float>(), stream), 0)
+        << fb_capi_last_error();
   }
   FB_CUDA_CHECK(cudaStreamSynchronize(stream));
   FB_CUDA_CHECK(cudaStreamDestroy(stream));
-  const VerifyResult r = c.verify_against_reference(download_as_float(o.get(), p.dtype, p.q_elems()),
-                                                    download_as_float(lse.get(), DType::f32, p.lse_elems()),
-                                                    tolerance_for(p.dtype));
-  EXPECT_TRUE(r.pass) << variant << " [" << fb_capi_config_string(l) << "] on " << key(p) << " (seed " << c.seed()
-                      << "): " << r.summary();
+  const VerifyResult r = c.verify_against_reference(
+      download_as_float(o.get(), p.dtype, p.q_elems()),
+      download_as_float(lse.get(), DType::f32, p.lse_elems()), tolerance_for(p.dtype));
+  EXPECT_TRUE(r.pass) << variant << " [" << fb_capi_config_string(l) << "] on " << key(p)
+                      << " (seed " << c.seed() << "): " << r.summary();
   fb_capi_destroy(l);
 }
 
@@ -50,21 +52,24 @@ TEST(CapiGpu, Fa2MatchesReference) {
 TEST(CapiGpu, Fa3MatchesReference) {
   FB_SKIP_WITHOUT_GPU();
   const AttentionProblem p = awkward(128);
-  const Variant& fa3 = catalog().get("fa3_pipelined");
+  const Variant &fa3 = catalog().get("fa3_pipelined");
   if (const Support s = fa3.supports(p, fa3.space().default_config(), test::test_device()); !s)
     GTEST_SKIP() << "fa3_pipelined: " << s.reason;
-  expect_capi_matches_reference("fa3_pipelined",
-                                "block_m=128,block_n=128,stages=2,consumer_wgs=2,pingpong=on,intra_wg_overlap=on,"
-                                "scheduler=dynamic",
-                                p);
+  expect_capi_matches_reference(
+      "fa3_pipelined",
+      "block_m=128,block_n=128,stages=2,consumer_wgs=2,pingpong=on,intra_wg_overlap=on,"
+      "scheduler=dynamic",
+      p);
 }
 
 TEST(CapiGpu, UnsupportedConfigIsRefusedAtCreate) {
   FB_SKIP_WITHOUT_GPU();
   // Three consumer warpgroups at head_dim 128 (or any fa3 config off Hopper): refused with the variant's reason.
   const std::string problem_json = nlohmann::json(awkward(128)).dump();
-  fb_capi_launcher* l = fb_capi_create("fa3_pipelined", "block_m=192,consumer_wgs=3", problem_json.c_str());
+  fb_capi_launcher *l =
+      fb_capi_create("fa3_pipelined", "block_m=192,consumer_wgs=3", problem_json.c_str());
   EXPECT_EQ(l, nullptr);
-  EXPECT_NE(std::string(fb_capi_last_error()).find("fa3_pipelined ["), std::string::npos) << fb_capi_last_error();
+  EXPECT_NE(std::string(fb_capi_last_error()).find("fa3_pipelined ["), std::string::npos)
+      << fb_capi_last_error();
   fb_capi_destroy(l);
 }

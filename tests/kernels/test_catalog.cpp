@@ -25,14 +25,15 @@ TEST(Catalog, HoldsTheFoundationVariants) {
 
 TEST(Catalog, DefaultConfigsAreValidAndSupportedOnCommonShapes) {
   const DeviceInfo dev = nominal_device();
-  for (const auto& v : catalog().all()) {
+  for (const auto &v : catalog().all()) {
     EXPECT_FALSE(v->description().empty()) << v->name();
     const Config c = v->space().default_config();
     EXPECT_FALSE(v->space().check(c).has_value()) << v->name();
     for (int64_t d : {64, 128}) {
       AttentionProblem p = prob(1024, d, true);
       if (v->name() == "fa3_fp8") { // e4m3 inputs, head_dim 128 only
-        if (d != 128) continue;
+        if (d != 128)
+          continue;
         p.dtype = DType::e4m3;
       }
       const Support s = v->supports(p, c, dev);
@@ -43,21 +44,24 @@ TEST(Catalog, DefaultConfigsAreValidAndSupportedOnCommonShapes) {
 
 TEST(Catalog, TrafficModelsAreAtLeastTheMinimum) {
   const DeviceInfo dev = nominal_device();
-  for (const auto& v : catalog().all())
-    for (const auto& e : v->space().expand()) {
-      if (e.invalid_reason) continue;
+  for (const auto &v : catalog().all())
+    for (const auto &e : v->space().expand()) {
+      if (e.invalid_reason)
+        continue;
       for (bool causal : {false, true}) {
         const AttentionProblem p = prob(512, 64, causal);
-        if (!v->supports(p, e.config, dev)) continue;
-        EXPECT_GE(v->model_bytes(p, e.config), min_bytes(p) * 0.999) << v->name() << " " << v->space().to_string(e.config);
+        if (!v->supports(p, e.config, dev))
+          continue;
+        EXPECT_GE(v->model_bytes(p, e.config), min_bytes(p) * 0.999)
+            << v->name() << " " << v->space().to_string(e.config);
       }
     }
 }
 
 TEST(Catalog, QuadraticTrafficIsVisibleInTheModels) {
   // Naive writes S and P; FA1 re-reads Q and round-trips O/l/m once per K/V tile: both grow as N^2.
-  for (const char* name : {"naive", "fa1_kv_outer"}) {
-    const Variant& v = catalog().get(name);
+  for (const char *name : {"naive", "fa1_kv_outer"}) {
+    const Variant &v = catalog().get(name);
     const Config c = v.space().default_config();
     const double small = v.model_bytes(prob(4096, 128, false), c);
     const double big = v.model_bytes(prob(8192, 128, false), c);
@@ -66,7 +70,7 @@ TEST(Catalog, QuadraticTrafficIsVisibleInTheModels) {
 }
 
 TEST(Catalog, NaiveSkipsProblemsWhoseScoresDoNotFit) {
-  const Variant& v = catalog().get("naive");
+  const Variant &v = catalog().get("naive");
   AttentionProblem p = prob(131072, 128, false);
   p.batch = 8;
   p.heads_q = p.heads_kv = 32;
@@ -76,7 +80,7 @@ TEST(Catalog, NaiveSkipsProblemsWhoseScoresDoNotFit) {
 }
 
 TEST(Catalog, UnsupportedHeadDimIsSkippedWithAReason) {
-  const Variant& v = catalog().get("fa1_kv_outer");
+  const Variant &v = catalog().get("fa1_kv_outer");
   const Support s = v.supports(prob(128, 100, false), v.space().default_config(), nominal_device());
   EXPECT_FALSE(s.ok);
   EXPECT_NE(s.reason.find("head_dim"), std::string::npos) << s.reason;
@@ -147,14 +151,16 @@ TEST(Catalog, OnlyDecodeVariantsTakeKvLensOrPagedCaches) {
   p.kv_lens = {1024, 7};
   AttentionProblem paged = decode(2, 8, 2, 1024);
   paged.page_size = 16;
-  for (const auto& v : catalog().all()) {
+  for (const auto &v : catalog().all()) {
     const Config c = v->space().default_config();
     const bool decode_variant = v->name() == "flash_decoding";
     for (AttentionProblem q : {p, paged}) {
-      if (v->name() == "fa3_fp8") q.dtype = DType::e4m3; // its own dtype, so that the decode reason is the one left
+      if (v->name() == "fa3_fp8")
+        q.dtype = DType::e4m3; // its own dtype, so that the decode reason is the one left
       const Support s = v->supports(q, c, nominal_device());
       EXPECT_EQ(s.ok, decode_variant) << v->name() << " on " << key(q) << ": " << s.reason;
-      if (!decode_variant) EXPECT_NE(s.reason.find("decode variant"), std::string::npos) << s.reason;
+      if (!decode_variant)
+        EXPECT_NE(s.reason.find("decode variant"), std::string::npos) << s.reason;
     }
   }
 }
@@ -163,15 +169,17 @@ TEST(Catalog, Fa1ModelCountsWhatStaysInL2OnADevice) {
   // With a device, FA1's model drops the per-step re-reads that stay in L2 (see kernels/fa1_kv_outer/traits.hpp);
   // without one it is the no-reuse upper bound. A small per-CTA state (16-row tiles) fits L2 entirely, so the
   // model comes down to about Q, K, V, O once plus the fp32 accumulator written back once.
-  const Variant& v = catalog().get("fa1_kv_outer");
+  const Variant &v = catalog().get("fa1_kv_outer");
   const DeviceInfo dev = nominal_device();
   AttentionProblem p = prob(4096, 128, false);
-  const Config small = v.space().make({{"block_m", "16"}, {"block_n", "64"}, {"q_tiles_per_cta", "1"}});
+  const Config small =
+      v.space().make({{"block_m", "16"}, {"block_n", "64"}, {"q_tiles_per_cta", "1"}});
   const double with_dev = v.model_bytes(p, small, dev), bound = v.model_bytes(p, small);
   EXPECT_LT(with_dev, bound / 10);
   EXPECT_GE(with_dev, min_bytes(p));
   EXPECT_LT(with_dev, min_bytes(p) + 4.0 * p.q_elems() + 1e6); // + the fp32 O written back once
   // A large per-CTA state does not fit: the O/l/m round trips stay in the model.
-  const Config big = v.space().make({{"block_m", "64"}, {"block_n", "64"}, {"q_tiles_per_cta", "0"}});
+  const Config big =
+      v.space().make({{"block_m", "64"}, {"block_n", "64"}, {"q_tiles_per_cta", "0"}});
   EXPECT_GT(v.model_bytes(p, big, dev), 0.5 * v.model_bytes(p, big));
 }

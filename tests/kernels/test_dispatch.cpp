@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <string>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,28 +28,32 @@ TEST(Dispatch, AttentionForwardMatchesTheReference) {
   };
   // A named variant where it runs at all (its default for the problem is supported wherever any config is):
   // fa3_pipelined and fa2_q_outer take no fp32, fa3_pipelined needs sm_90.
-  const auto runs = [](const std::string& name, const AttentionProblem& p) {
-    if (name == "auto") return true;
-    const Variant& v = catalog().get(name);
+  const auto runs = [](const std::string &name, const AttentionProblem &p) {
+    if (name == "auto")
+      return true;
+    const Variant &v = catalog().get(name);
     return v.supports(p, v.space().default_config(p, test_device()), test_device()).ok;
   };
-  for (const Shape& s : shapes)
-    for (const char* variant : {"auto", "naive", "fa3_pipelined", "fa2_q_outer"}) {
+  for (const Shape &s : shapes)
+    for (const char *variant : {"auto", "naive", "fa3_pipelined", "fa2_q_outer"}) {
       const AttentionProblem p = s.problem();
-      if (!runs(variant, p)) continue;
+      if (!runs(variant, p))
+        continue;
       Case c(p);
       const KernelChoice choice = choose_kernel(p, test_device(), variant);
-      DeviceBuffer o(size_t(p.q_elems() * dtype_bytes(p.dtype))), lse(size_t(p.lse_elems()) * sizeof(float));
+      DeviceBuffer o(size_t(p.q_elems() * dtype_bytes(p.dtype))),
+          lse(size_t(p.lse_elems()) * sizeof(float));
       poison(o.get(), o.bytes(), nullptr);
       poison(lse.get(), lse.bytes(), nullptr);
-      flashbench::attention_forward(p, c.q(), c.k(), c.v(), o.get(), lse.as<float>(), nullptr, variant);
+      flashbench::attention_forward(p, c.q(), c.k(), c.v(), o.get(), lse.as<float>(), nullptr,
+                                    variant);
       FB_CUDA_CHECK(cudaDeviceSynchronize());
-      const VerifyResult r = c.verify_against_reference(download_as_float(o.get(), p.dtype, p.q_elems()),
-                                                        download_as_float(lse.get(), DType::f32, p.lse_elems()),
-                                                        tolerance_for(p.dtype));
+      const VerifyResult r = c.verify_against_reference(
+          download_as_float(o.get(), p.dtype, p.q_elems()),
+          download_as_float(lse.get(), DType::f32, p.lse_elems()), tolerance_for(p.dtype));
       EXPECT_TRUE(r.pass) << s.name << " via " << choice.variant->name() << " ["
-                          << choice.variant->space().to_string(choice.config) << "] (" << choice.source
-                          << "): " << r.summary();
+                          << choice.variant->space().to_string(choice.config) << "] ("
+                          << choice.source << "): " << r.summary();
     }
 }
 
@@ -66,7 +70,8 @@ TEST(Dispatch, ConcurrentStreamsKeepTheirOwnScratch) {
   const AttentionProblem p = s.problem();
   constexpr int kStreams = 8, kRounds = 4;
   const KernelChoice choice = choose_kernel(p, test_device(), "flash_decoding");
-  ASSERT_GT(choice.variant->workspace_bytes(p, choice.config), 0u) << "the chosen config has no partials to share";
+  ASSERT_GT(choice.variant->workspace_bytes(p, choice.config), 0u)
+      << "the chosen config has no partials to share";
   std::vector<std::unique_ptr<Case>> cases;
   std::vector<DeviceBuffer> o, lse;
   std::vector<cudaStream_t> streams(kStreams);
@@ -78,8 +83,8 @@ TEST(Dispatch, ConcurrentStreamsKeepTheirOwnScratch) {
   }
   // Round 0 allocates each stream's scratch (growing it waits for the stream, so not behind the gate).
   for (int i = 0; i < kStreams; ++i)
-    flashbench::attention_forward(p, cases[i]->q(), cases[i]->k(), cases[i]->v(), o[i].get(), lse[i].as<float>(),
-                                  streams[i], "flash_decoding");
+    flashbench::attention_forward(p, cases[i]->q(), cases[i]->k(), cases[i]->v(), o[i].get(),
+                                  lse[i].as<float>(), streams[i], "flash_decoding");
   FB_CUDA_CHECK(cudaDeviceSynchronize());
   // Then every stream waits on one event until all its launches are queued, so that they start together rather
   // than one host call apart. The gate is a host function that spins until the test opens it (also on failure).
@@ -97,7 +102,8 @@ TEST(Dispatch, ConcurrentStreamsKeepTheirOwnScratch) {
       &open));
   // Each stream's window (first launch to last) is timed: if the windows did not overlap, the test proves nothing.
   std::vector<cudaEvent_t> begin(kStreams), end(kStreams);
-  std::string failure; // anything thrown while the gate is closed: open it and wait before reporting
+  std::string
+      failure; // anything thrown while the gate is closed: open it and wait before reporting
   try {
     FB_CUDA_CHECK(cudaEventRecord(gate_open, gate));
     for (int i = 0; i < kStreams; ++i) {
@@ -131,20 +137,23 @@ TEST(Dispatch, ConcurrentStreamsKeepTheirOwnScratch) {
     first_end = std::min(first_end, e);
     windows += " [" + std::to_string(int(b * 1e3f)) + ", " + std::to_string(int(e * 1e3f)) + "] us";
   }
-  for (int i = 0; i < kStreams; ++i) { // after the loop above: every window is timed from stream 0's start
+  for (int i = 0; i < kStreams;
+       ++i) { // after the loop above: every window is timed from stream 0's start
     FB_CUDA_CHECK(cudaEventDestroy(begin[i]));
     FB_CUDA_CHECK(cudaEventDestroy(end[i]));
   }
   FB_CUDA_CHECK(cudaEventDestroy(gate_open));
   FB_CUDA_CHECK(cudaStreamDestroy(gate));
-  EXPECT_LT(last_begin, first_end) << "the streams' launches did not overlap, so this run tests nothing:" << windows;
+  EXPECT_LT(last_begin, first_end)
+      << "the streams' launches did not overlap, so this run tests nothing:" << windows;
   std::printf("stream windows (from stream 0's start):%s; config %s\n", windows.c_str(),
               choice.variant->space().to_string(choice.config).c_str());
   for (int i = 0; i < kStreams; ++i) {
-    const VerifyResult r = cases[i]->verify_against_reference(download_as_float(o[i].get(), p.dtype, p.q_elems()),
-                                                              download_as_float(lse[i].get(), DType::f32, p.lse_elems()),
-                                                              tolerance_for(p.dtype));
-    EXPECT_TRUE(r.pass) << "stream " << i << " [" << choice.variant->space().to_string(choice.config) << "] (seed "
+    const VerifyResult r = cases[i]->verify_against_reference(
+        download_as_float(o[i].get(), p.dtype, p.q_elems()),
+        download_as_float(lse[i].get(), DType::f32, p.lse_elems()), tolerance_for(p.dtype));
+    EXPECT_TRUE(r.pass) << "stream " << i << " ["
+                        << choice.variant->space().to_string(choice.config) << "] (seed "
                         << cases[i]->seed() << "): " << r.summary();
     FB_CUDA_CHECK(cudaStreamDestroy(streams[i]));
   }

@@ -9,14 +9,15 @@ using fb::test::Shape;
 
 namespace {
 
-const Variant& fa2() { return catalog().get("fa2_q_outer"); }
+const Variant &fa2() { return catalog().get("fa2_q_outer"); }
 
 // Runs every config that the variant supports on this problem; returns how many ran. Unsupported combinations
 // must say why.
-int run_all_configs(Case& c) {
+int run_all_configs(Case &c) {
   int ran = 0;
-  for (const auto& e : fa2().space().expand()) {
-    if (e.invalid_reason) continue; // structural (e.g. split_q with 8 rows per warp): reported as skipped
+  for (const auto &e : fa2().space().expand()) {
+    if (e.invalid_reason)
+      continue; // structural (e.g. split_q with 8 rows per warp): reported as skipped
     const Support s = fa2().supports(c.problem(), e.config, fb::test::test_device());
     if (!s) {
       EXPECT_FALSE(s.reason.empty()) << fa2().space().to_string(e.config);
@@ -57,17 +58,19 @@ const std::vector<Shape> kLongShapes = {
     {"causal_q190_kv190_d256", 1, 2, 2, 190, 190, 256, true, DType::bf16},
     {"q70_kv300_d256_f16", 1, 2, 1, 70, 300, 256, false, DType::f16},
 };
-INSTANTIATE_TEST_SUITE_P(Long, Fa2AllConfigs, ::testing::ValuesIn(kLongShapes), fb::test::shape_name);
+INSTANTIATE_TEST_SUITE_P(Long, Fa2AllConfigs, ::testing::ValuesIn(kLongShapes),
+                         fb::test::shape_name);
 
 TEST(Fa2QOuter, BothWarpLayoutsAreCompiledForTheRequiredHeadDims) {
   // Host-only: at least one config of each layout is supported at head_dim 64 and 128 (the acceptance shapes).
   const DeviceInfo dev = nominal_device();
   for (int64_t d : {64, 128})
-    for (const char* layout : {"split_q", "split_k"}) {
+    for (const char *layout : {"split_q", "split_k"}) {
       AttentionProblem p = Shape{"x", 1, 16, 16, 4096, 4096, d, true, DType::bf16}.problem();
       int supported = 0;
-      for (const auto& e : fa2().space().expand())
-        if (!e.invalid_reason && fa2().space().to_string(e.config).find(layout) != std::string::npos &&
+      for (const auto &e : fa2().space().expand())
+        if (!e.invalid_reason &&
+            fa2().space().to_string(e.config).find(layout) != std::string::npos &&
             fa2().supports(p, e.config, dev))
           ++supported;
       EXPECT_GT(supported, 0) << layout << " head_dim " << d;
@@ -77,10 +80,12 @@ TEST(Fa2QOuter, BothWarpLayoutsAreCompiledForTheRequiredHeadDims) {
 TEST(Fa2QOuter, UnsupportedCombinationsSayWhy) {
   const DeviceInfo dev = nominal_device();
   AttentionProblem p = Shape{"x", 1, 2, 2, 128, 128, 64, false, DType::f32}.problem();
-  EXPECT_NE(fa2().supports(p, fa2().space().default_config(), dev).reason.find("fp32"), std::string::npos);
+  EXPECT_NE(fa2().supports(p, fa2().space().default_config(), dev).reason.find("fp32"),
+            std::string::npos);
   p.dtype = DType::bf16;
   p.head_dim = 96;
-  EXPECT_NE(fa2().supports(p, fa2().space().default_config(), dev).reason.find("head_dim 96"), std::string::npos);
+  EXPECT_NE(fa2().supports(p, fa2().space().default_config(), dev).reason.find("head_dim 96"),
+            std::string::npos);
   p.head_dim = 256;
   const Config big = fa2().space().make(
       {{"block_m", "128"}, {"block_n", "128"}, {"warps", "4"}, {"warp_layout", "split_q"}});
@@ -98,16 +103,18 @@ TEST(Fa2QOuter, UnsupportedCombinationsSayWhy) {
   const Config fa2_shape = fa2().space().make(
       {{"block_m", "128"}, {"block_n", "64"}, {"warps", "4"}, {"warp_layout", "split_q"}});
   EXPECT_TRUE(fa2().supports(p, fa2_shape, dev).ok) << fa2().supports(p, fa2_shape, dev).reason;
-  EXPECT_NE(fa2().supports(p, fa2_shape, ampere).reason.find("compute capability 8"), std::string::npos);
+  EXPECT_NE(fa2().supports(p, fa2_shape, ampere).reason.find("compute capability 8"),
+            std::string::npos);
   EXPECT_NE(fa2().supports(p, big, dev).reason.find("registers"), std::string::npos);
-  const Config narrow = fa2().space().make({{"block_m", "64"}, {"warps", "8"}, {"warp_layout", "split_q"}});
+  const Config narrow =
+      fa2().space().make({{"block_m", "64"}, {"warps", "8"}, {"warp_layout", "split_q"}});
   ASSERT_TRUE(fa2().space().check(narrow).has_value());
   EXPECT_NE(fa2().space().check(narrow)->find("16"), std::string::npos);
 }
 
 TEST(Fa2QOuter, TrafficModelIsOneKvPassPerQTile) {
   AttentionProblem p = Shape{"x", 1, 1, 1, 1024, 1024, 128, false, DType::bf16}.problem();
-  const Variant& v = fa2();
+  const Variant &v = fa2();
   const Config c = v.space().make({{"block_m", "128"}});
   // Q + O once, LSE, and K/V once per Q tile (8 tiles).
   const double want = 2.0 * 2 * 1024 * 128 + 4.0 * 1024 + 8 * 2.0 * 2 * 1024 * 128;

@@ -20,7 +20,7 @@ using fb::test::Shape;
 
 namespace {
 
-const Variant& fp8() { return catalog().get("fa3_fp8"); }
+const Variant &fp8() { return catalog().get("fa3_fp8"); }
 
 std::vector<Shape> fp8_shapes() {
   using enum DType;
@@ -52,11 +52,13 @@ class Fa3Fp8Shapes : public ::testing::TestWithParam<Shape> {};
 TEST_P(Fa3Fp8Shapes, EveryConfigMatchesReference) {
   FB_SKIP_WITHOUT_HOPPER();
   Case cs(GetParam().problem());
-  for (const auto& e : fp8().space().expand())
-    if (!e.invalid_reason) cs.expect_pass(fp8(), e.config, /*launches=*/2);
+  for (const auto &e : fp8().space().expand())
+    if (!e.invalid_reason)
+      cs.expect_pass(fp8(), e.config, /*launches=*/2);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Fa3Fp8Shapes, ::testing::ValuesIn(fp8_shapes()), fb::test::shape_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, Fa3Fp8Shapes, ::testing::ValuesIn(fp8_shapes()),
+                         fb::test::shape_name);
 
 TEST(Fa3Fp8, WrongBlockDescaleFails) {
   FB_SKIP_WITHOUT_HOPPER();
@@ -87,8 +89,9 @@ TEST(Fa3Fp8Host, SupportsE4m3HeadDim128Only) {
 TEST(Fa3Fp8Host, OtherVariantsTurnDownE4m3) {
   DeviceInfo none;
   const AttentionProblem p = Shape{"p", 1, 2, 2, 100, 100, 128, false, DType::e4m3}.problem();
-  for (const auto& v : catalog().all()) {
-    if (v->name() == "fa3_fp8") continue;
+  for (const auto &v : catalog().all()) {
+    if (v->name() == "fa3_fp8")
+      continue;
     const Support s = v->supports(p, v->space().default_config(), none);
     EXPECT_FALSE(s.ok) << v->name() << " accepted e4m3 inputs";
   }
@@ -97,7 +100,7 @@ TEST(Fa3Fp8Host, OtherVariantsTurnDownE4m3) {
 TEST(Fa3Fp8Host, QInRegsNeedsIntraWarpgroupOverlap) {
   // Without intra_wg_overlap, ptxas reused Q's fragment registers for P; the space must not offer it.
   int invalid = 0, valid_with_q = 0;
-  for (const auto& e : fp8().space().expand()) {
+  for (const auto &e : fp8().space().expand()) {
     const fa3fp8::Params p = fa3fp8::params_of(e.config);
     if (p.q_in_regs && !p.overlap) {
       ASSERT_TRUE(e.invalid_reason.has_value());
@@ -114,7 +117,8 @@ TEST(Fa3Fp8Host, QInRegsNeedsIntraWarpgroupOverlap) {
 
 TEST(Fa3Fp8Host, SharedMemoryFitsHopperAtEveryDepth) {
   for (int st = 2; st <= fa3fp8::kMaxStages; ++st)
-    EXPECT_LE(fa3fp8::smem_bytes(fa3fp8::Params{st, true, true, true, true, true}), fa3fp8::kSmemOptinHopper)
+    EXPECT_LE(fa3fp8::smem_bytes(fa3fp8::Params{st, true, true, true, true, true}),
+              fa3fp8::kSmemOptinHopper)
         << "stages " << st;
 }
 

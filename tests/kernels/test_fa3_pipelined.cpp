@@ -16,12 +16,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <queue>
-#include <tuple>
-#include <vector>
 #include <cstdio>
 #include <iostream>
+#include <queue>
 #include <sstream>
+#include <tuple>
+#include <vector>
 
 using namespace fb;
 using fb::test::Case;
@@ -462,12 +462,14 @@ TEST(Fa3Pipelined, PersistentGridAndL2Sections) {
   EXPECT_EQ(fb::fa3::tile_order(p, 128, 128, 50ll << 20, 264).sections, 16);
   // Acceptance shape d128 N512 causal (32 x 16 heads, 4 Q tiles each): 66 heads a section, 8 sections.
   AttentionProblem s = Shape{"x", 32, 16, 16, 512, 512, 128, true, DType::bf16}.problem();
-  fb::fa3::TileOrder so = fb::fa3::tile_order(s, 128, 128, 50ll << 20, fb::fa3::section_tile_cap(s, 132));
+  fb::fa3::TileOrder so =
+      fb::fa3::tile_order(s, 128, 128, 50ll << 20, fb::fa3::section_tile_cap(s, 132));
   EXPECT_EQ(so.sections, 8);
   EXPECT_EQ(fb::fa3::tile_order(s, 128, 128, 50ll << 20).sections, 6); // half-L2 rule alone
   s.causal = false;
-  EXPECT_EQ(fb::fa3::tile_order(s, 128, 128, 50ll << 20, fb::fa3::section_tile_cap(s, 132)).sections,
-            512);
+  EXPECT_EQ(
+      fb::fa3::tile_order(s, 128, 128, 50ll << 20, fb::fa3::section_tile_cap(s, 132)).sections,
+      512);
 }
 
 // A launch's grid, work order and stream-K tail from the device's SMs, resident CTAs and L2
@@ -482,9 +484,9 @@ TEST(Fa3Pipelined, LaunchPlanGridOrderAndTail) {
   EXPECT_EQ(plan.total_tiles, 2048);
   EXPECT_EQ(plan.grid, 132);
   EXPECT_EQ(plan.split.ctas, 0);
-  EXPECT_EQ(plan.split.first, 2048); // every tile whole
+  EXPECT_EQ(plan.split.first, 2048);   // every tile whole
   EXPECT_EQ(plan.order.sections, 128); // non-causal: one GQA group a section
-  c.scheduler = kSchedOneShot; // a CTA per work tile
+  c.scheduler = kSchedOneShot;         // a CTA per work tile
   EXPECT_EQ(plan_launch(p, c, 128, 132, 1, l2).grid, 2048);
   // stream_k: 15 full waves (1980 tiles) whole, the 68 left x 16 K/V tiles shared out over 132
   // chunks, claimed by the same 132 CTAs.
@@ -518,12 +520,16 @@ TEST(Fa3Pipelined, LaunchPlanGridOrderAndTail) {
 // goes heaviest Q tile first inside a section.
 TEST(Fa3Pipelined, WorkOrderIsAPermutationOfWholeGroupSections) {
   for (const auto &[batch, hq, hkv, n, sections] :
-       std::vector<std::tuple<int, int, int, int, int>>{
-           {2, 32, 8, 8192, 3}, {3, 48, 12, 300, 7}, {1, 8, 8, 1000, 8}, {5, 6, 2, 77, 4}, {2, 4, 1, 64, 1}}) {
+       std::vector<std::tuple<int, int, int, int, int>>{{2, 32, 8, 8192, 3},
+                                                        {3, 48, 12, 300, 7},
+                                                        {1, 8, 8, 1000, 8},
+                                                        {5, 6, 2, 77, 4},
+                                                        {2, 4, 1, 64, 1}}) {
     AttentionProblem p = Shape{"x", batch, hq, hkv, n, n, 128, true, DType::bf16}.problem();
     fb::fa3::TileOrder o = fb::fa3::tile_order(p, 128, 128, 50ll << 20);
     o.sections = sections;
-    const fb::fa3::TileDecoder dec(o); // the kernel's decoder, built once per order as a launch does
+    const fb::fa3::TileDecoder dec(
+        o); // the kernel's decoder, built once per order as a launch does
     const int nq = o.num_q_tiles, bh_total = batch * hq;
     std::vector<int> seen(size_t(nq) * bh_total, 0);
     // Walk the sections in order: section s holds `size` whole groups, the first groups % sections
@@ -557,18 +563,26 @@ TEST(Fa3Pipelined, WorkOrderIsAPermutationOfWholeGroupSections) {
 // (persistent) is measured next to it.
 TEST(Fa3Pipelined, DynamicClaimsBalanceCausalWork) {
   const int ctas = 132;
-  for (const auto &[n, d, bm, bn] : std::vector<std::tuple<int, int, int, int>>{
-           {1024, 128, 128, 128}, {2048, 128, 128, 192}, {4096, 128, 128, 128}, {8192, 128, 128, 128},
-           {16384, 128, 128, 128}, {2048, 64, 128, 128}, {8192, 64, 192, 128}, {512, 128, 128, 128},
-           {512, 64, 128, 128}}) {
+  for (const auto &[n, d, bm, bn] :
+       std::vector<std::tuple<int, int, int, int>>{{1024, 128, 128, 128},
+                                                   {2048, 128, 128, 192},
+                                                   {4096, 128, 128, 128},
+                                                   {8192, 128, 128, 128},
+                                                   {16384, 128, 128, 128},
+                                                   {2048, 64, 128, 128},
+                                                   {8192, 64, 192, 128},
+                                                   {512, 128, 128, 128},
+                                                   {512, 64, 128, 128}}) {
     const int heads = 2048 / d, batch = 16384 / n;
-    const AttentionProblem p = Shape{"x", batch, heads, heads, n, n, d, true, DType::bf16}.problem();
+    const AttentionProblem p =
+        Shape{"x", batch, heads, heads, n, n, d, true, DType::bf16}.problem();
     const fb::fa3::TileOrder o =
         fb::fa3::tile_order(p, bm, d, 50ll << 20, fb::fa3::section_tile_cap(p, ctas));
     const fb::fa3::TileDecoder dec(o);
     std::vector<double> cost;
     for (int t = 0; t < int(o.tiles()); ++t)
-      cost.push_back(1.0 + double(fb::fa3::kv_tiles_for(fb::fa3::tile_coord(dec, t).qt, bm, bn, n, n, true)));
+      cost.push_back(
+          1.0 + double(fb::fa3::kv_tiles_for(fb::fa3::tile_coord(dec, t).qt, bm, bn, n, n, true)));
     double total = 0;
     for (double c : cost)
       total += c;
@@ -586,8 +600,8 @@ TEST(Fa3Pipelined, DynamicClaimsBalanceCausalWork) {
     while (!free_at.empty())
       dyn_end = free_at.top(), free_at.pop();
     const double even = total / ctas, fixed_end = *std::max_element(fixed.begin(), fixed.end());
-    std::printf("d%d N%d bm%d bn%d causal: even share / makespan: dynamic %.3f, round robin %.3f\n", d, n, bm, bn,
-                even / dyn_end, even / fixed_end);
+    std::printf("d%d N%d bm%d bn%d causal: even share / makespan: dynamic %.3f, round robin %.3f\n",
+                d, n, bm, bn, even / dyn_end, even / fixed_end);
     EXPECT_GE(even / dyn_end, 0.97) << "d" << d << " N" << n;
   }
 }
@@ -610,9 +624,16 @@ TEST(Fa3Pipelined, StreamKTailCoversEveryKvTileOnce) {
   EXPECT_EQ(fb::fa3::tail_split(264, 132, 16).first, 264);
   EXPECT_EQ(fb::fa3::tail_split(200, 132, 1).ctas, 0);
   EXPECT_EQ(fb::fa3::tail_split(200, 132, 0).ctas, 0);
-  for (const auto &[total, grid, iters, min_iters] : std::vector<std::tuple<int, int, int, int>>{
-           {2048, 132, 16, 2}, {2048, 132, 128, 2}, {2048, 132, 4, 2}, {6, 132, 12, 2},
-           {4, 132, 8, 2}, {432, 132, 3, 2}, {2730, 132, 32, 4}, {7, 3, 5, 1}, {1, 132, 1000, 2}}) {
+  for (const auto &[total, grid, iters, min_iters] :
+       std::vector<std::tuple<int, int, int, int>>{{2048, 132, 16, 2},
+                                                   {2048, 132, 128, 2},
+                                                   {2048, 132, 4, 2},
+                                                   {6, 132, 12, 2},
+                                                   {4, 132, 8, 2},
+                                                   {432, 132, 3, 2},
+                                                   {2730, 132, 32, 4},
+                                                   {7, 3, 5, 1},
+                                                   {1, 132, 1000, 2}}) {
     const TailSplit s = fb::fa3::tail_split(total, grid, iters, min_iters);
     ASSERT_GT(s.ctas, s.tiles) << total << " tiles of " << iters << " on " << grid;
     ASSERT_LE(s.ctas, grid);
@@ -658,9 +679,10 @@ TEST(Fa3Pipelined, StreamKTailCoversEveryKvTileOnce) {
     const int64_t whole = int64_t(s.iters) + 1;
     const int64_t even = (int64_t(s.tiles) * s.iters + s.ctas - 1) / s.ctas;
     EXPECT_LE(longest, even + 2) << total << " tiles of " << iters;
-    std::printf("%d tiles x %d K/V tiles on %d CTAs: tail of %d tiles in %d chunks, longest chunk %lld "
-                "(whole tiles: %lld)\n",
-                total, iters, grid, s.tiles, s.ctas, (long long)longest, (long long)whole);
+    std::printf(
+        "%d tiles x %d K/V tiles on %d CTAs: tail of %d tiles in %d chunks, longest chunk %lld "
+        "(whole tiles: %lld)\n",
+        total, iters, grid, s.tiles, s.ctas, (long long)longest, (long long)whole);
   }
 }
 
@@ -723,12 +745,12 @@ TEST(Fa3Pipelined, EachProblemKindRunsItsOwnKernel) {
   EXPECT_EQ(kernel_mode(128, 128, shape(true, 333, 200), fa3::kSchedDynamic), fa3::kModeAny);
   EXPECT_EQ(kernel_mode(128, 128, shape(false, 333, 200), fa3::kSchedDynamic), fa3::kModePlain);
   EXPECT_TRUE(fa3::mode_has_split(128, fa3::kModeSplit) && fa3::mode_has_split(64, fa3::kModeAny));
-  EXPECT_FALSE(fa3::mode_has_split(256, fa3::kModeAny) || fa3::mode_has_split(128, fa3::kModePlain));
+  EXPECT_FALSE(fa3::mode_has_split(256, fa3::kModeAny) ||
+               fa3::mode_has_split(128, fa3::kModePlain));
 
   auto func = [&](bool causal, int bn, const char *sched, int64_t sq = 1024) {
     const AttentionProblem p = shape(causal, sq, 1024);
-    const Config c =
-        fa3().space().make({{"block_n", std::to_string(bn)}, {"scheduler", sched}});
+    const Config c = fa3().space().make({{"block_n", std::to_string(bn)}, {"scheduler", sched}});
     const auto ks = fa3().kernels(p, c);
     return ks.size() == 1 ? ks[0].func : nullptr;
   };
@@ -829,11 +851,11 @@ TEST(Fa3Pipelined, WarpgroupsPassOverTilesRightOfTheirDiagonal) {
   auto count = [](int seqlen_q, int seqlen_kv, int block_m, int block_n) {
     Count n;
     for (int q0 = 0; q0 < seqlen_q; q0 += block_m) {
-      const int tiles = fa3::kv_tiles_to_row(std::min(q0 + block_m, seqlen_q) - 1, block_n, seqlen_q,
-                                        seqlen_kv, true);
+      const int tiles = fa3::kv_tiles_to_row(std::min(q0 + block_m, seqlen_q) - 1, block_n,
+                                             seqlen_q, seqlen_kv, true);
       for (int r0 = q0; r0 < q0 + block_m && r0 < seqlen_q; r0 += 64) {
         const int own = std::max(1, fa3::kv_tiles_to_row(std::min(r0 + 64, seqlen_q) - 1, block_n,
-                                                     seqlen_q, seqlen_kv, true));
+                                                         seqlen_q, seqlen_kv, true));
         EXPECT_LE(own, tiles);
         n.computed += own;
         n.passed += tiles - own;

@@ -44,7 +44,8 @@ TEST_P(FlashDecodingAllConfigs, MatchCpuReference) {
   for (const auto &e : fdv().space().expand()) {
     // block_n 64 with 8 warps (8 keys a warp) is invalid by construction, with its reason.
     if (e.invalid_reason) {
-      EXPECT_NE(e.invalid_reason->find("16 or 32 keys a warp"), std::string::npos) << *e.invalid_reason;
+      EXPECT_NE(e.invalid_reason->find("16 or 32 keys a warp"), std::string::npos)
+          << *e.invalid_reason;
       continue;
     }
     // block_n 128 x 4 stages x head_dim 256 needs more shared memory than a block may have; head_dim
@@ -57,19 +58,22 @@ TEST_P(FlashDecodingAllConfigs, MatchCpuReference) {
   EXPECT_GT(ran, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Decode, FlashDecodingAllConfigs, ::testing::ValuesIn(kShapes), fb::test::shape_name);
+INSTANTIATE_TEST_SUITE_P(Decode, FlashDecodingAllConfigs, ::testing::ValuesIn(kShapes),
+                         fb::test::shape_name);
 
 TEST(FlashDecoding, RepeatedLaunchesShareTheWorkspace) {
   // The fused path's arrival counters live in the semaphores: each launch must leave them zero for the
   // next (Case::run checks), and no launch may depend on what an earlier one (or the poison) left in the
   // workspace.
   FB_SKIP_WITHOUT_GPU();
-  Case c(DecodeShape{"rep", 3, 32, 8, 2, 3000, 128, true, DType::bf16, {3000, 17, 2500}, 16}.problem());
+  Case c(DecodeShape{"rep", 3, 32, 8, 2, 3000, 128, true, DType::bf16, {3000, 17, 2500}, 16}
+             .problem());
   for (const char *splits : {"0", "8", "64"})
     for (const char *fused : {"0", "1"})
       c.expect_pass(fdv(), fdv().space().make({{"num_splits", splits}, {"fused", fused}}), 3);
   // 8 warps, each with its own ring, and the 128-split combine (more splits than one warp's lanes).
-  c.expect_pass(fdv(), fdv().space().make({{"block_n", "128"}, {"warps", "8"}, {"num_splits", "32"}}), 3);
+  c.expect_pass(fdv(),
+                fdv().space().make({{"block_n", "128"}, {"warps", "8"}, {"num_splits", "32"}}), 3);
 }
 
 TEST(FlashDecoding, ManySplitsCombineInParallel) {
@@ -81,20 +85,24 @@ TEST(FlashDecoding, ManySplitsCombineInParallel) {
     Case c(s.problem());
     for (const char *fused : {"0", "1"}) {
       Config cfg = fdv().space().make({{"fused", fused}, {"stages", "2"}});
-      cfg.set("num_splits", fdec::kMaxSplits); // off the axis (not swept), within config_problem's range
+      cfg.set("num_splits",
+              fdec::kMaxSplits); // off the axis (not swept), within config_problem's range
       c.expect_pass(fdv(), cfg);
     }
   }
 }
 
 TEST(FlashDecoding, ConfigSpaceTurnsDownWhatCannotRun) {
-  const AttentionProblem p = DecodeShape{"d256", 1, 8, 2, 1, 100, 256, false, DType::bf16}.problem();
+  const AttentionProblem p =
+      DecodeShape{"d256", 1, 8, 2, 1, 100, 256, false, DType::bf16}.problem();
   // 8 keys a warp: invalid by construction.
-  EXPECT_TRUE(fdv().space().check(fdv().space().make({{"block_n", "64"}, {"warps", "8"}})).has_value());
+  EXPECT_TRUE(
+      fdv().space().check(fdv().space().make({{"block_n", "64"}, {"warps", "8"}})).has_value());
   // head_dim 256: 16 keys a warp and 4 warps only.
-  for (const auto &kv : std::vector<std::pair<const char *, const char *>>{{"128", "4"}, {"128", "8"}}) {
-    const Support s = fdv().supports(p, fdv().space().make({{"block_n", kv.first}, {"warps", kv.second}}),
-                                     nominal_device());
+  for (const auto &kv :
+       std::vector<std::pair<const char *, const char *>>{{"128", "4"}, {"128", "8"}}) {
+    const Support s = fdv().supports(
+        p, fdv().space().make({{"block_n", kv.first}, {"warps", kv.second}}), nominal_device());
     EXPECT_FALSE(s.ok);
     EXPECT_NE(s.reason.find("head_dim 256"), std::string::npos) << s.reason;
   }

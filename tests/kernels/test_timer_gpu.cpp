@@ -33,13 +33,16 @@ TEST(TimerGpu, BackToBackQueuesWithoutIdleOrLaunchLatency) {
   {
     DeviceBuffer buf(size_t(256) << 20);
     Timer timer(dev, stream);
-    auto launch = [&](cudaStream_t s) { FB_CUDA_CHECK(cudaMemsetAsync(buf.get(), 1, buf.bytes(), s)); };
+    auto launch = [&](cudaStream_t s) {
+      FB_CUDA_CHECK(cudaMemsetAsync(buf.get(), 1, buf.bytes(), s));
+    };
     const TimingStats rt = timer.measure(launch, quick("round_trip"));
     const TimingStats bb = timer.measure(launch, quick("back_to_back"));
     EXPECT_EQ(bb.void_batches, 0);
     EXPECT_GT(bb.busy_fraction, 0.9) << "round_trip " << rt.busy_fraction;
     EXPECT_GT(bb.busy_fraction, rt.busy_fraction);
-    EXPECT_NEAR(bb.median_us / rt.median_us, 1.0, 0.05) << bb.median_us << " us against " << rt.median_us;
+    EXPECT_NEAR(bb.median_us / rt.median_us, 1.0, 0.05)
+        << bb.median_us << " us against " << rt.median_us;
     EXPECT_GE(bb.samples_us.size(), 20u);
   }
   FB_CUDA_CHECK(cudaStreamDestroy(stream));

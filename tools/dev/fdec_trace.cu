@@ -10,14 +10,15 @@
 #include "kernels/flash_decoding/flash_decoding.cuh"
 #include "tools/dev/dev_probe.cuh"
 
-#include <cstdio>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 __global__ void fill(__nv_bfloat16 *p, size_t n, unsigned seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
     unsigned h = unsigned(i) * 2654435761u ^ seed;
     h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
     p[i] = __float2bfloat16(float(h & 0xffff) / 32768.f - 1.f);
@@ -46,7 +47,6 @@ __global__ void entry_args(const fb::fdec::KArgs<__nv_bfloat16> a) {
   if (threadIdx.x == 0)
     probe_entry[blockIdx.x + gridDim.x * blockIdx.y] = v + (a.splits == 12345 ? 1 : 0);
 }
-
 
 int main(int argc, char **argv) {
   if (argc < 6) {
@@ -82,10 +82,12 @@ int main(int argc, char **argv) {
   CK(cudaMemset(flush, 1, fl));
 
   fb::fdec::KArgs<T> a{};
-  a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse, a.o_part = opart, a.lse_part = lpart, a.counters = cnt;
+  a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse, a.o_part = opart, a.lse_part = lpart,
+  a.counters = cnt;
   a.q_batch = HQ * D, a.q_seq = HQ * D, a.q_head = D;
   a.k_batch = int64_t(L) * HKV * D, a.k_seq = HKV * D, a.k_head = D;
-  a.seqlen_q = 1, a.seqlen_kv = L, a.heads_q = HQ, a.heads_kv = HKV, a.group = HQ / HKV, a.rows = HQ / HKV;
+  a.seqlen_q = 1, a.seqlen_kv = L, a.heads_q = HQ, a.heads_kv = HKV, a.group = HQ / HKV,
+  a.rows = HQ / HKV;
   a.m_blocks = 1, a.splits = splits;
   a.keys_per_split = ((L + splits - 1) / splits + BN - 1) / BN * BN;
   a.stages = stages;
@@ -101,8 +103,8 @@ int main(int argc, char **argv) {
   CK(cudaEventCreate(&e1));
   std::vector<unsigned long long> tr(size_t(ctas) * 32);
   FILE *f = std::fopen(argv[5], "w");
-  std::fprintf(f, "# L %d splits %d stages %d ctas %d kv_bytes %zu sms %d\n", L, splits, stages, ctas,
-               2 * kv * sizeof(T), prop.multiProcessorCount);
+  std::fprintf(f, "# L %d splits %d stages %d ctas %d kv_bytes %zu sms %d\n", L, splits, stages,
+               ctas, 2 * kv * sizeof(T), prop.multiProcessorCount);
   unsigned long long *stamp_d;
   CK(cudaMalloc(&stamp_d, 8));
   // FDEC_STAMP_SMEM: the stamp kernel asks for the split kernel's shared memory, so the SM's L1/shared
@@ -170,11 +172,14 @@ int main(int argc, char **argv) {
     std::sort(gaps.begin(), gaps.end());
     std::sort(evs.begin(), evs.end());
     std::printf("entry probe %s: stamp -> first entry median %.2f us, event %.2f us\n",
-                kind == 0 ? "no args" : kind == 1 ? "KArgs" : "KArgs + split smem", gaps[gaps.size() / 2],
-                evs[evs.size() / 2]);
+                kind == 0   ? "no args"
+                : kind == 1 ? "KArgs"
+                            : "KArgs + split smem",
+                gaps[gaps.size() / 2], evs[evs.size() / 2]);
   }
   std::sort(ms_all.begin(), ms_all.end());
-  std::printf("L %d splits %d stages %d: median %.2f us (min %.2f, max %.2f) over %d runs\n", L, splits, stages,
-              ms_all[ms_all.size() / 2] * 1e3, ms_all.front() * 1e3, ms_all.back() * 1e3, runs);
+  std::printf("L %d splits %d stages %d: median %.2f us (min %.2f, max %.2f) over %d runs\n", L,
+              splits, stages, ms_all[ms_all.size() / 2] * 1e3, ms_all.front() * 1e3,
+              ms_all.back() * 1e3, runs);
   return 0;
 }

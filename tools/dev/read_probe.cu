@@ -23,7 +23,6 @@
 #include "harness/src/read_floor_kernel.cuh"
 #include "tools/dev/dev_probe.cuh"
 
-
 __device__ __forceinline__ unsigned smem_addr(const void *p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
@@ -31,11 +30,13 @@ __device__ __forceinline__ void bar_init(uint64_t *b) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_addr(b)));
 }
 __device__ __forceinline__ void bar_expect(uint64_t *b, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)),
+               "r"(bytes)
+               : "memory");
 }
 __device__ __forceinline__ void bar_wait(uint64_t *b, unsigned parity) {
-  asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(
-                   smem_addr(b)),
+  asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p "
+               "bra W;\n}" ::"r"(smem_addr(b)),
                "r"(parity)
                : "memory");
 }
@@ -68,18 +69,20 @@ __global__ void bulk_kernel(const char *src, size_t bytes_per_cta, int chunk, in
     if (use > 0)
       bar_wait(&bar[s], unsigned((use - 1) & 1));
     bar_expect(&bar[s], chunk);
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(ring + size_t(s) * chunk)),
-                 "l"(base + i * chunk), "r"(chunk), "r"(smem_addr(&bar[s]))
-                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+            "r"(smem_addr(ring + size_t(s) * chunk)),
+        "l"(base + i * chunk), "r"(chunk), "r"(smem_addr(&bar[s]))
+        : "memory");
   }
   drain_ring(bar, n, stages);
 }
 
 // bhsd = 0: map dims (d, head, token), box (128, hc, box_n), CTA (split, head block of hc);
 // bhsd = 1: map dims (d, token, head), box (128, box_n, 1), CTA (split, head): each CTA's rows are contiguous.
-__global__ void tma_kernel(const __grid_constant__ CUtensorMap mk, const __grid_constant__ CUtensorMap mv,
-                           int tokens_per_split, int box_n, int stages, int hc, int bhsd) {
+__global__ void tma_kernel(const __grid_constant__ CUtensorMap mk,
+                           const __grid_constant__ CUtensorMap mv, int tokens_per_split, int box_n,
+                           int stages, int hc, int bhsd) {
   extern __shared__ __align__(1024) char ring[];
   __shared__ uint64_t bar[8];
   if (threadIdx.x != 0)
@@ -96,11 +99,13 @@ __global__ void tma_kernel(const __grid_constant__ CUtensorMap mk, const __grid_
     const unsigned dk = smem_addr(ring + size_t(s) * 2 * box_bytes), dv = dk + box_bytes;
     const int t = t0 + i * box_n;
     const int c1 = bhsd ? t : head, c2 = bhsd ? head : t;
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, "
                  "%3, %4}], [%5];" ::"r"(dk),
                  "l"(&mk), "r"(0), "r"(c1), "r"(c2), "r"(smem_addr(&bar[s]))
                  : "memory");
-    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, "
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, "
                  "%3, %4}], [%5];" ::"r"(dv),
                  "l"(&mv), "r"(0), "r"(c1), "r"(c2), "r"(smem_addr(&bar[s]))
                  : "memory");
@@ -110,8 +115,8 @@ __global__ void tma_kernel(const __grid_constant__ CUtensorMap mk, const __grid_
 
 // The decode kernel's loads without its math: 128 threads copy a tile of bn tokens x hc heads of K and of V
 // (256 B per token and head, 16 B per cp.async) into a ring of `stages` tiles, wait for the oldest, issue the next.
-__global__ void cpasync_kernel(const char *k, const char *v, int tokens_per_split, long tok_stride, long head_stride,
-                               int hc, int bn, int stages) {
+__global__ void cpasync_kernel(const char *k, const char *v, int tokens_per_split, long tok_stride,
+                               long head_stride, int hc, int bn, int stages) {
   extern __shared__ __align__(1024) char ring[];
   const int head = blockIdx.y * hc;
   const long t0 = long(blockIdx.x) * tokens_per_split;
@@ -121,10 +126,13 @@ __global__ void cpasync_kernel(const char *k, const char *v, int tokens_per_spli
     char *dst = ring + size_t(i % stages) * 2 * tile_bytes;
     for (int c = threadIdx.x; c < chunks; c += blockDim.x) {
       const int tok = c / (hc * 16), hh = (c / 16) % hc, part = c % 16;
-      const long off = (t0 + long(i) * bn + tok) * tok_stride + long(head + hh) * head_stride + part * 16;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst + c * 16)), "l"(k + off));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst + tile_bytes + c * 16)),
-                   "l"(v + off));
+      const long off =
+          (t0 + long(i) * bn + tok) * tok_stride + long(head + hh) * head_stride + part * 16;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst + c * 16)),
+                   "l"(k + off));
+      asm volatile(
+          "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst + tile_bytes + c * 16)),
+          "l"(v + off));
     }
     asm volatile("cp.async.commit_group;");
   };
@@ -150,8 +158,8 @@ __global__ void cpasync_kernel(const char *k, const char *v, int tokens_per_spli
 // The decode kernel's per-warp rings with one cp.async.bulk per K or V row (row_bytes, tok_stride apart):
 // W warps; warp w's sub-tile t is keys t0 + t * W * kw + w * kw, + kw; lane l copies rows l, l + 32, ... of
 // the 2 * kw rows (K then V); the stage's mbarrier takes the bytes; the warp waits, then refills.
-__global__ void bulkrows_kernel(const char *k, const char *v, int tokens_per_split, long tok_stride, long head_stride,
-                                int row_bytes, int kw, int stages, int pad) {
+__global__ void bulkrows_kernel(const char *k, const char *v, int tokens_per_split, long tok_stride,
+                                long head_stride, int row_bytes, int kw, int stages, int pad) {
   extern __shared__ __align__(1024) char ring[];
   __shared__ uint64_t bar[16][8];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, W = blockDim.x / 32;
@@ -172,8 +180,8 @@ __global__ void bulkrows_kernel(const char *k, const char *v, int tokens_per_spl
       const int r = e % kw;
       const long j = t0 + long(t) * W * kw + warp * kw + r;
       const char *src = (e < kw ? kb : vb) + j * tok_stride;
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                       smem_addr(wring + s * sub + e * rs)),
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], "
+                   "%2, [%3];" ::"r"(smem_addr(wring + s * sub + e * rs)),
                    "l"(src), "r"(row_bytes), "r"(smem_addr(&bar[warp][s]))
                    : "memory");
     }
@@ -191,14 +199,17 @@ __global__ void bulkrows_kernel(const char *k, const char *v, int tokens_per_spl
 static CUtensorMap make_map(void *p, int L, int box_n, int hc, bool bhsd) {
   CUtensorMap m;
   const cuuint64_t dims_s[3] = {128, 8, cuuint64_t(L)}, dims_h[3] = {128, cuuint64_t(L), 8};
-  const cuuint64_t strides_s[2] = {256, 2048}, strides_h[2] = {256, cuuint64_t(L) * 256}; // bytes, dims 1 and 2
-  const cuuint32_t box_s[3] = {128, cuuint32_t(hc), cuuint32_t(box_n)}, box_h[3] = {128, cuuint32_t(box_n), 1};
+  const cuuint64_t strides_s[2] = {256, 2048},
+                   strides_h[2] = {256, cuuint64_t(L) * 256}; // bytes, dims 1 and 2
+  const cuuint32_t box_s[3] = {128, cuuint32_t(hc), cuuint32_t(box_n)},
+                   box_h[3] = {128, cuuint32_t(box_n), 1};
   const cuuint64_t *dims = bhsd ? dims_h : dims_s, *strides = bhsd ? strides_h : strides_s;
   const cuuint32_t *box = bhsd ? box_h : box_s;
   const cuuint32_t es[3] = {1, 1, 1};
-  const CUresult r = cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p, dims, strides, box, es,
-                                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      cuTensorMapEncodeTiled(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, p, dims, strides, box, es,
+                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "cuTensorMapEncodeTiled failed (%d) for box_n %d\n", int(r), box_n);
     std::exit(1);
@@ -215,7 +226,8 @@ int main(int argc, char **argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   const int sms = prop.multiProcessorCount;
-  const size_t half = size_t(L) * 8 * 128 * 2, bytes = 2 * half; // K, then V, each L x 8 heads x 128 bf16
+  const size_t half = size_t(L) * 8 * 128 * 2,
+               bytes = 2 * half; // K, then V, each L x 8 heads x 128 bf16
   char *kv;
   unsigned *sink;
   CK(cudaMalloc(&kv, bytes));
@@ -230,7 +242,8 @@ int main(int argc, char **argv) {
   CK(cudaEventCreate(&e1));
   CK(cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
   CK(cudaFuncSetAttribute(tma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
-  CK(cudaFuncSetAttribute(bulkrows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+  CK(cudaFuncSetAttribute(bulkrows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          200 * 1024));
   CK(cudaFuncSetAttribute(cpasync_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
 
   const char *only = std::getenv("PROBE_ONLY"); // run only the modes whose names start with this
@@ -251,7 +264,8 @@ int main(int argc, char **argv) {
     }
     std::sort(v.begin(), v.end());
     const float med = v[v.size() / 2];
-    std::printf("%-40s median %8.2f us  min %8.2f  %7.0f GB/s\n", name, med, v.front(), bytes / (med * 1e-6) / 1e9);
+    std::printf("%-40s median %8.2f us  min %8.2f  %7.0f GB/s\n", name, med, v.front(),
+                bytes / (med * 1e-6) / 1e9);
     std::fflush(stdout);
   };
   char name[128];
@@ -262,9 +276,11 @@ int main(int argc, char **argv) {
         std::snprintf(name, sizeof name, "ldcs G%d U%d", g, u);
         time(name, [&] {
           if (u == 4)
-            fb::read_floor_kernel<4><<<g, 512>>>(reinterpret_cast<const uint4 *>(kv), bytes / 16, sink);
+            fb::read_floor_kernel<4>
+                <<<g, 512>>>(reinterpret_cast<const uint4 *>(kv), bytes / 16, sink);
           else
-            fb::read_floor_kernel<8><<<g, 512>>>(reinterpret_cast<const uint4 *>(kv), bytes / 16, sink);
+            fb::read_floor_kernel<8>
+                <<<g, 512>>>(reinterpret_cast<const uint4 *>(kv), bytes / 16, sink);
         });
       }
     for (int g : {128, 256, 512})
@@ -274,7 +290,8 @@ int main(int argc, char **argv) {
             continue;
           std::snprintf(name, sizeof name, "bulk G%d chunk %dK stages %d", g, chunk / 1024, stages);
           const size_t per = bytes / g;
-          time(name, [&] { bulk_kernel<<<g, 32, size_t(chunk) * stages>>>(kv, per, chunk, stages); });
+          time(name,
+               [&] { bulk_kernel<<<g, 32, size_t(chunk) * stages>>>(kv, per, chunk, stages); });
         }
     // TMA, bshd, hc heads per CTA (hc * 256 contiguous bytes per token), and bhsd (contiguous per CTA).
     for (int hc : {1, 2, 8})
@@ -283,13 +300,15 @@ int main(int argc, char **argv) {
           const size_t stage_bytes = size_t(box_n) * 512 * hc;
           if (stage_bytes * stages > 200 * 1024 || stage_bytes < 32768)
             continue;
-          const CUtensorMap mk = make_map(kv, L, box_n, hc, false), mv = make_map(kv + half, L, box_n, hc, false);
+          const CUtensorMap mk = make_map(kv, L, box_n, hc, false),
+                            mv = make_map(kv + half, L, box_n, hc, false);
           const int splits = 16 * hc, per = L / splits;
           if (per % box_n)
             continue;
           std::snprintf(name, sizeof name, "tma bshd hc %d box_n %d stages %d", hc, box_n, stages);
           time(name, [&] {
-            tma_kernel<<<dim3(splits, 8 / hc), 32, stage_bytes * stages>>>(mk, mv, per, box_n, stages, hc, 0);
+            tma_kernel<<<dim3(splits, 8 / hc), 32, stage_bytes * stages>>>(mk, mv, per, box_n,
+                                                                           stages, hc, 0);
           });
         }
     for (int box_n : {64, 128, 256})
@@ -297,10 +316,13 @@ int main(int argc, char **argv) {
         const size_t stage_bytes = size_t(box_n) * 512;
         if (stage_bytes * stages > 200 * 1024)
           continue;
-        const CUtensorMap mk = make_map(kv, L, box_n, 1, true), mv = make_map(kv + half, L, box_n, 1, true);
+        const CUtensorMap mk = make_map(kv, L, box_n, 1, true),
+                          mv = make_map(kv + half, L, box_n, 1, true);
         const int per = L / 16;
         std::snprintf(name, sizeof name, "tma bhsd box_n %d stages %d", box_n, stages);
-        time(name, [&] { tma_kernel<<<dim3(16, 8), 32, stage_bytes * stages>>>(mk, mv, per, box_n, stages, 1, 1); });
+        time(name, [&] {
+          tma_kernel<<<dim3(16, 8), 32, stage_bytes * stages>>>(mk, mv, per, box_n, stages, 1, 1);
+        });
       }
     // cp.async.bulk per row, the decode kernel's per-warp rings (bshd: 256 B rows 2 KB apart; bhsd contiguous).
     for (int layout = 0; layout < 2; ++layout)
@@ -312,10 +334,11 @@ int main(int argc, char **argv) {
               continue;
             const int per = L / 16;
             const long tok = layout ? 256 : 2048, hs = layout ? long(L) * 256 : 256;
-            std::snprintf(name, sizeof name, "bulkrows %s W%d kw %d stages %d", layout ? "bhsd" : "bshd", w, kw,
-                          stages);
+            std::snprintf(name, sizeof name, "bulkrows %s W%d kw %d stages %d",
+                          layout ? "bhsd" : "bshd", w, kw, stages);
             time(name, [&] {
-              bulkrows_kernel<<<dim3(16, 8), 32 * w, bytes_smem>>>(kv, kv + half, per, tok, hs, 256, kw, stages, 16);
+              bulkrows_kernel<<<dim3(16, 8), 32 * w, bytes_smem>>>(kv, kv + half, per, tok, hs, 256,
+                                                                   kw, stages, 16);
             });
           }
     // cp.async (the decode kernel's loads), bshd with hc heads per CTA and bhsd.
@@ -326,15 +349,16 @@ int main(int argc, char **argv) {
         for (int bn : {8, 16, 32, 64, 128})
           for (int stages : {3, 4, 6}) {
             const size_t stage_bytes = size_t(bn) * 512 * hc; // K + V
-            if (stage_bytes * stages > 200 * 1024 || stage_bytes < 16384 || stage_bytes * stages < 65536)
+            if (stage_bytes * stages > 200 * 1024 || stage_bytes < 16384 ||
+                stage_bytes * stages < 65536)
               continue;
             const int splits = 16 * hc, per = L / splits;
             const long tok = layout ? 256 : 2048, hs = layout ? long(L) * 256 : 256;
-            std::snprintf(name, sizeof name, "cp.async %s hc %d bn %d stages %d", layout ? "bhsd" : "bshd", hc, bn,
-                          stages);
+            std::snprintf(name, sizeof name, "cp.async %s hc %d bn %d stages %d",
+                          layout ? "bhsd" : "bshd", hc, bn, stages);
             time(name, [&] {
-              cpasync_kernel<<<dim3(splits, 8 / hc), 128, stage_bytes * stages>>>(kv, kv + half, per, tok, hs, hc,
-                                                                                  bn, stages);
+              cpasync_kernel<<<dim3(splits, 8 / hc), 128, stage_bytes * stages>>>(
+                  kv, kv + half, per, tok, hs, hc, bn, stages);
             });
           }
       }

@@ -18,52 +18,54 @@ public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes);
   ~DeviceBuffer();
-  DeviceBuffer(DeviceBuffer&& o) noexcept;
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer &&o) noexcept;
+  DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
+  DeviceBuffer(const DeviceBuffer &) = delete;
+  DeviceBuffer &operator=(const DeviceBuffer &) = delete;
 
-  void* get() const { return ptr_; }
-  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+  void *get() const { return ptr_; }
+  template <class T> T *as() const { return static_cast<T *>(ptr_); }
   size_t bytes() const { return bytes_; }
 
 private:
-  void* ptr_ = nullptr;
+  void *ptr_ = nullptr;
   size_t bytes_ = 0;
 };
 
 // Fills n elements of type t with normal(0, 1) * stddev values derived from (seed, i).
-void fill_normal(void* dst, DType t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);
+void fill_normal(void *dst, DType t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);
 // e4m3 inputs (DType::e4m3): one tensor of `heads` heads and `seqlen` tokens with element strides s, quantized per
 // (batch, head, block of `block` tokens): the values are normal(0, 1) draws times a magnitude drawn per block in
 // [1/2, 2] (so that a kernel that applies another block's descale fails verification), each block's descale is
 // amax / 448 (e4m3's largest finite value) and the codes are value / descale, rounded to nearest, saturating.
 // descale is float32 [batch, heads, ceil(seqlen / block)].
-void fill_quantized_e4m3(void* dst, float* descale, int64_t batch, int64_t seqlen, int64_t heads,
-                         int64_t head_dim, const Strides& s, int64_t block, uint64_t seed, cudaStream_t stream);
+void fill_quantized_e4m3(void *dst, float *descale, int64_t batch, int64_t seqlen, int64_t heads,
+                         int64_t head_dim, const Strides &s, int64_t block, uint64_t seed,
+                         cudaStream_t stream);
 // The values of such a tensor (code * its block's descale) as float32, in the same layout and strides.
-void dequantize_e4m3(float* dst, const void* src, const float* descale, int64_t batch, int64_t seqlen,
-                     int64_t heads, int64_t head_dim, const Strides& s, int64_t block, cudaStream_t stream);
+void dequantize_e4m3(float *dst, const void *src, const float *descale, int64_t batch,
+                     int64_t seqlen, int64_t heads, int64_t head_dim, const Strides &s,
+                     int64_t block, cudaStream_t stream);
 // All three inputs of an e4m3 problem, as the harness and the tests draw them: Q and K quantized per 128-token
 // block (kFp8ScaleBlock), V per (batch, kv head), from seeds[0..2]; codes[i] get the e4m3 codes, descales[i] the
 // descales (LaunchArgs' shapes) and values[i] (q/kv_elems() floats each) the dequantized values the reference reads.
-void fill_e4m3_inputs(const AttentionProblem& p, void* const codes[3], float* const descales[3],
-                      float* const values[3], const uint64_t seeds[3], cudaStream_t stream);
+void fill_e4m3_inputs(const AttentionProblem &p, void *const codes[3], float *const descales[3],
+                      float *const values[3], const uint64_t seeds[3], cudaStream_t stream);
 // x[i] = |x[i]| for n float32 values (the e4m3 check's reference of |V|: verify.hpp, Tolerance::p_round).
-void abs_inplace(float* x, int64_t n, cudaStream_t stream);
+void abs_inplace(float *x, int64_t n, cudaStream_t stream);
 // Overwrites with all-ones bits: NaN in fp32, fp16, bf16 and e4m3, so an element a kernel forgot to write fails.
-void poison(void* dst, size_t bytes, cudaStream_t stream);
+void poison(void *dst, size_t bytes, cudaStream_t stream);
 
 // Host-side conversion of raw fp32/fp16/bf16 bits to float (no CUDA headers needed).
-std::vector<float> to_float(const void* host_src, DType t, int64_t n);
+std::vector<float> to_float(const void *host_src, DType t, int64_t n);
 float half_bits_to_float(uint16_t bits);
 float bf16_bits_to_float(uint16_t bits);
 float e4m3_bits_to_float(uint8_t bits);
 
 // Bytes of a device buffer that are not zero (semaphores must come back all zero: LaunchArgs::semaphores).
-int64_t count_nonzero_bytes(const void* device_src, size_t bytes);
+int64_t count_nonzero_bytes(const void *device_src, size_t bytes);
 
 // Copies n elements of type t from the device and converts them to float.
-std::vector<float> download_as_float(const void* device_src, DType t, int64_t n);
+std::vector<float> download_as_float(const void *device_src, DType t, int64_t n);
 
 } // namespace fb

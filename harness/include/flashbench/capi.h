@@ -29,30 +29,32 @@ typedef struct fb_capi_launcher fb_capi_launcher;
  * fb_capi_variant and fb_capi_choice tell what was chosen and why. Allocates the variant's workspace, its zeroed
  * semaphores and the per-entry KV lengths. NULL where the variant, config or problem is unknown or invalid, the
  * variant does not support it on this device, or an allocation fails. */
-FB_CAPI fb_capi_launcher* fb_capi_create(const char* variant, const char* config, const char* problem_json);
+FB_CAPI fb_capi_launcher *fb_capi_create(const char *variant, const char *config,
+                                         const char *problem_json);
 /* What fb_capi_create would choose for the same arguments, without allocating: a JSON object {"variant", "config",
  * "source", "device"} (source: why this config; device: the GPU it was chosen for), valid in this thread until the
  * next fb_capi_choose. Without a CUDA device it plans for a nominal H100 (device says so). NULL on error. */
-FB_CAPI const char* fb_capi_choose(const char* variant, const char* config, const char* problem_json);
+FB_CAPI const char *fb_capi_choose(const char *variant, const char *config,
+                                   const char *problem_json);
 /* The launcher's variant (the catalog name, also when it was created as "auto"); "" for NULL. */
-FB_CAPI const char* fb_capi_variant(const fb_capi_launcher* l);
+FB_CAPI const char *fb_capi_variant(const fb_capi_launcher *l);
 /* Why it runs this variant and config: "table nvidia-h200: bucket ...", "heuristic (...): ...", "the default for
  * the problem" or "given ..."; "" for NULL. */
-FB_CAPI const char* fb_capi_choice(const fb_capi_launcher* l);
+FB_CAPI const char *fb_capi_choice(const fb_capi_launcher *l);
 /* The config's canonical string (every axis), owned by the launcher. */
-FB_CAPI const char* fb_capi_config_string(const fb_capi_launcher* l);
+FB_CAPI const char *fb_capi_config_string(const fb_capi_launcher *l);
 /* Queues the forward pass on STREAM (a cudaStream_t; NULL for the legacy default stream). Q, K, V and O are in the
  * problem's dtype and layout (O in bf16 for e4m3, whose descales fb_capi_set_descales gives), LSE is fp32 [batch, heads_q, seqlen_q]. Asynchronous. 0 on success, -1 on error. */
-FB_CAPI int fb_capi_launch(fb_capi_launcher* l, const void* q, const void* k, const void* v, void* o, float* lse,
-                   void* stream);
+FB_CAPI int fb_capi_launch(fb_capi_launcher *l, const void *q, const void *k, const void *v,
+                           void *o, float *lse, void *stream);
 /* e4m3 problems: the float32 descales (device pointers, shapes as in flashbench/variant.hpp's LaunchArgs) that every
  * later fb_capi_launch passes on; O is then bf16. 0 on success, -1 when the launcher is NULL or not e4m3. */
-FB_CAPI int fb_capi_set_descales(fb_capi_launcher* l, const float* q_descale, const float* k_descale,
-                                 const float* v_descale);
+FB_CAPI int fb_capi_set_descales(fb_capi_launcher *l, const float *q_descale,
+                                 const float *k_descale, const float *v_descale);
 /* Frees the launcher's buffers; the caller synchronises its launches first. NULL is a no-op. */
-FB_CAPI void fb_capi_destroy(fb_capi_launcher* l);
+FB_CAPI void fb_capi_destroy(fb_capi_launcher *l);
 /* The last error of this thread, one line; "" if none. */
-FB_CAPI const char* fb_capi_last_error(void);
+FB_CAPI const char *fb_capi_last_error(void);
 
 #ifdef __cplusplus
 }

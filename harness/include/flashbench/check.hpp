@@ -14,8 +14,7 @@ namespace fb {
 // failure): after one of those no further work can run in this process.
 class CudaError : public std::runtime_error {
 public:
-  CudaError(const std::string& what, cudaError_t code)
-      : std::runtime_error(what), code_(code) {}
+  CudaError(const std::string &what, cudaError_t code) : std::runtime_error(what), code_(code) {}
   cudaError_t code() const { return code_; }
   bool sticky() const;
 
@@ -23,16 +22,17 @@ private:
   cudaError_t code_;
 };
 
-[[noreturn]] void throw_cuda_error(cudaError_t code, const char* expr, const char* file, int line);
-[[noreturn]] void throw_library_error(const char* library, int code, const char* detail, const char* expr,
-                                      const char* file, int line);
+[[noreturn]] void throw_cuda_error(cudaError_t code, const char *expr, const char *file, int line);
+[[noreturn]] void throw_library_error(const char *library, int code, const char *detail,
+                                      const char *expr, const char *file, int line);
 
 } // namespace fb
 
 #define FB_CUDA_CHECK(expr)                                                                        \
   do {                                                                                             \
     cudaError_t fb_status_ = (expr);                                                               \
-    if (fb_status_ != cudaSuccess) ::fb::throw_cuda_error(fb_status_, #expr, __FILE__, __LINE__); \
+    if (fb_status_ != cudaSuccess)                                                                 \
+      ::fb::throw_cuda_error(fb_status_, #expr, __FILE__, __LINE__);                               \
   } while (0)
 
 // After a kernel launch: catches bad launch configurations at once (no device sync, so it is safe on timed paths).
@@ -52,7 +52,7 @@ private:
   do {                                                                                             \
     CUptiResult fb_status_ = (expr);                                                               \
     if (fb_status_ != CUPTI_SUCCESS) {                                                             \
-      const char* fb_msg_ = nullptr;                                                               \
+      const char *fb_msg_ = nullptr;                                                               \
       cuptiGetResultString(fb_status_, &fb_msg_);                                                  \
       ::fb::throw_library_error("CUPTI", static_cast<int>(fb_status_), fb_msg_, #expr, __FILE__,   \
                                 __LINE__);                                                         \

@@ -29,33 +29,34 @@ struct Counters {
   bool available = false;
   std::string reason;                   // why not available
   std::map<std::string, double> values; // metric name -> value, in the metric's own unit
-  std::vector<std::string> untrusted;   // "sm__warps_active...: 103.2% is over 100%", "1 range dropped"
+  std::vector<std::string>
+      untrusted; // "sm__warps_active...: 103.2% is over 100%", "1 range dropped"
   int passes = 0;
   double seconds = 0; // wall time spent collecting this point
 };
 
-void to_json(nlohmann::json& j, const Counters& c);
+void to_json(nlohmann::json &j, const Counters &c);
 
 // Derived, report-ready fields from the raw values (DRAM bytes, occupancy %, ...); missing metrics stay absent.
-nlohmann::json summarize_counters(const Counters& c);
+nlohmann::json summarize_counters(const Counters &c);
 
 class CounterSession {
 public:
   // Never throws for an environment problem: check available()/reason(). Throws UserError when a requested metric
   // name is unknown on this chip (that is the user's to fix).
-  CounterSession(const DeviceInfo& dev, std::vector<std::string> metrics);
+  CounterSession(const DeviceInfo &dev, std::vector<std::string> metrics);
   ~CounterSession();
-  CounterSession(const CounterSession&) = delete;
-  CounterSession& operator=(const CounterSession&) = delete;
+  CounterSession(const CounterSession &) = delete;
+  CounterSession &operator=(const CounterSession &) = delete;
 
   bool available() const { return available_; }
-  const std::string& reason() const { return reason_; }
-  const std::vector<std::string>& metrics() const { return metrics_; }
+  const std::string &reason() const { return reason_; }
+  const std::vector<std::string> &metrics() const { return metrics_; }
   int passes() const { return passes_; }
 
   // Profiles one point: for each pass, `flush` (outside the range), then the range around `launch`.
-  Counters profile(const std::string& range_name, const std::function<void(cudaStream_t)>& launch,
-                   const std::function<void()>& flush, cudaStream_t stream);
+  Counters profile(const std::string &range_name, const std::function<void(cudaStream_t)> &launch,
+                   const std::function<void()> &flush, cudaStream_t stream);
 
 private:
   struct Impl;
@@ -80,11 +81,11 @@ struct Occupancy {
 
 // Pure arithmetic (testable without a GPU): blocks per SM allowed by each resource, and the smallest one.
 // reserved_smem_per_block is the runtime's per-block reservation (1 KB on sm_80/sm_90).
-Occupancy occupancy_from_resources(const DeviceInfo& dev, int block_threads, int regs_per_thread,
+Occupancy occupancy_from_resources(const DeviceInfo &dev, int block_threads, int regs_per_thread,
                                    int64_t smem_per_block, int64_t reserved_smem_per_block = 1024);
 // From the kernel's compiled attributes, cross-checked against cudaOccupancyMaxActiveBlocksPerMultiprocessor.
-Occupancy theoretical_occupancy(const DeviceInfo& dev, const KernelDesc& k);
+Occupancy theoretical_occupancy(const DeviceInfo &dev, const KernelDesc &k);
 
-void to_json(nlohmann::json& j, const Occupancy& o);
+void to_json(nlohmann::json &j, const Occupancy &o);
 
 } // namespace fb

@@ -22,10 +22,10 @@ struct DeviceInfo {
   int max_threads_per_sm = 0;
   int max_blocks_per_sm = 0;
   int64_t total_mem_bytes = 0;
-  int sm_clock_max_mhz = 0;  // from NVML when available, else the runtime's clock attribute
+  int sm_clock_max_mhz = 0; // from NVML when available, else the runtime's clock attribute
   int mem_clock_max_mhz = 0;
   int mem_bus_width_bits = 0;
-  int driver_version = 0;  // e.g. 13000
+  int driver_version = 0; // e.g. 13000
   int runtime_version = 0;
   std::string driver_version_string; // NVML's, e.g. "580.159.04"
 
@@ -39,6 +39,6 @@ DeviceInfo query_device(int index);
 // Limits of an H100 SXM, for planning (--dry-run) on a machine without a GPU. `present` stays false.
 DeviceInfo nominal_device();
 
-void to_json(nlohmann::json& j, const DeviceInfo& d);
+void to_json(nlohmann::json &j, const DeviceInfo &d);
 
 } // namespace fb

@@ -46,17 +46,18 @@
 namespace fb {
 
 struct KernelChoice {
-  const Variant* variant = nullptr;
+  const Variant *variant = nullptr;
   Config config;
   std::string source; // "table <path> ..." or "heuristic: ..."
 };
 
 // Throws UserError when nothing in the catalog supports the problem (or the named variant does not exist or
 // supports it with no config). `table` null: no table (heuristic only).
-KernelChoice choose_kernel(const AttentionProblem& p, const DeviceInfo& dev, const std::string& variant,
-                           const TuningTable* table);
+KernelChoice choose_kernel(const AttentionProblem &p, const DeviceInfo &dev,
+                           const std::string &variant, const TuningTable *table);
 // The same with the current GPU's table (tuning_table_for(dev)).
-KernelChoice choose_kernel(const AttentionProblem& p, const DeviceInfo& dev, const std::string& variant = "auto");
+KernelChoice choose_kernel(const AttentionProblem &p, const DeviceInfo &dev,
+                           const std::string &variant = "auto");
 
 // Enqueues the forward pass on `stream` for the current device (cudaGetDevice). q, k, v, o in p.dtype and
 // p.layout; lse fp32 [batch, heads_q, seqlen_q]. Workspace and semaphores, when the chosen kernel needs them, come
@@ -65,8 +66,9 @@ KernelChoice choose_kernel(const AttentionProblem& p, const DeviceInfo& dev, con
 // first. Calls on different streams never share them and may run concurrently; host threads are serialised on a
 // per-device lock while they enqueue. A destroyed stream's buffers are freed when its handle comes back for a new
 // stream, else kept until the process ends.
-void attention_forward(const AttentionProblem& p, const void* q, const void* k, const void* v, void* o, float* lse,
-                       cudaStream_t stream, const std::string& variant = "auto");
+void attention_forward(const AttentionProblem &p, const void *q, const void *k, const void *v,
+                       void *o, float *lse, cudaStream_t stream,
+                       const std::string &variant = "auto");
 
 } // namespace fb
 

@@ -7,7 +7,7 @@
 namespace fb {
 
 struct flashbench_domain {
-  static constexpr char const* name{"flashbench"};
+  static constexpr char const *name{"flashbench"};
 };
 
 using ScopedRange = nvtx3::scoped_range_in<flashbench_domain>;

@@ -14,8 +14,8 @@ namespace fb {
 // (batch, head, block of kFp8ScaleBlock tokens), V one per (batch, kv head); see fp8_descale_elems.
 enum class DType { f32, f16, bf16, e4m3 };
 
-const char* to_string(DType t);
-DType parse_dtype(const std::string& s); // throws UserError
+const char *to_string(DType t);
+DType parse_dtype(const std::string &s); // throws UserError
 int dtype_bytes(DType t);
 // The dtype of O for inputs of dtype t: t itself, bf16 for e4m3.
 DType out_dtype(DType t);
@@ -25,8 +25,8 @@ constexpr int64_t kFp8ScaleBlock = 128; // tokens per Q/K descale
 //   bshd: [batch, seqlen, heads, head_dim] (FlashAttention's native layout)
 //   bhsd: [batch, heads, seqlen, head_dim] (torch SDPA's layout)
 enum class Layout { bshd, bhsd };
-const char* to_string(Layout l);
-Layout parse_layout(const std::string& s); // throws UserError
+const char *to_string(Layout l);
+Layout parse_layout(const std::string &s); // throws UserError
 
 // Element strides of one tensor (head_dim stride is 1).
 struct Strides {
@@ -36,7 +36,8 @@ struct Strides {
 struct AttentionProblem {
   int64_t batch = 1;
   int64_t heads_q = 1;
-  int64_t heads_kv = 1; // heads_q % heads_kv == 0; heads_q / heads_kv query heads share one K/V head (GQA/MQA)
+  int64_t heads_kv =
+      1; // heads_q % heads_kv == 0; heads_q / heads_kv query heads share one K/V head (GQA/MQA)
   int64_t seqlen_q = 1;
   int64_t seqlen_kv = 1;
   int64_t head_dim = 64;
@@ -64,16 +65,24 @@ struct AttentionProblem {
   int64_t lse_elems() const { return batch * heads_q * seqlen_q; }
   // e4m3 descales (float32): Q [batch, heads_q, ceil(seqlen_q / 128)], K [batch, heads_kv, ceil(seqlen_kv / 128)],
   // V [batch, heads_kv]; all row-major.
-  int64_t q_descale_elems() const { return batch * heads_q * ((seqlen_q + kFp8ScaleBlock - 1) / kFp8ScaleBlock); }
-  int64_t k_descale_elems() const { return batch * heads_kv * ((seqlen_kv + kFp8ScaleBlock - 1) / kFp8ScaleBlock); }
+  int64_t q_descale_elems() const {
+    return batch * heads_q * ((seqlen_q + kFp8ScaleBlock - 1) / kFp8ScaleBlock);
+  }
+  int64_t k_descale_elems() const {
+    return batch * heads_kv * ((seqlen_kv + kFp8ScaleBlock - 1) / kFp8ScaleBlock);
+  }
   int64_t v_descale_elems() const { return batch * heads_kv; }
   // Keys of batch entry b (its cache_seqlens entry).
-  int64_t kv_len(int64_t b) const { return kv_lens.empty() ? seqlen_kv : kv_lens[static_cast<size_t>(b)]; }
+  int64_t kv_len(int64_t b) const {
+    return kv_lens.empty() ? seqlen_kv : kv_lens[static_cast<size_t>(b)];
+  }
   bool paged() const { return page_size > 0; }
   int64_t pages_per_seq() const { return paged() ? (seqlen_kv + page_size - 1) / page_size : 0; }
   int64_t num_pages() const { return batch * pages_per_seq(); }
   // Elements of one K (or V) allocation as the kernels see it: the page pool when paged, else kv_elems().
-  int64_t kv_storage_elems() const { return paged() ? num_pages() * page_size * heads_kv * head_dim : kv_elems(); }
+  int64_t kv_storage_elems() const {
+    return paged() ? num_pages() * page_size * heads_kv * head_dim : kv_elems();
+  }
 
   // Last key visible to query row i (inclusive), or seqlen_kv - 1 when not causal. May be negative.
   int64_t last_key(int64_t i) const { return causal ? i + (seqlen_kv - seqlen_q) : seqlen_kv - 1; }
@@ -83,26 +92,26 @@ struct AttentionProblem {
     return causal ? i + (len - seqlen_q) : len - 1;
   }
 
-  bool operator==(const AttentionProblem&) const = default;
+  bool operator==(const AttentionProblem &) const = default;
 };
 
 // Throws UserError with what is wrong and what to do (seqlen 0, heads_q not a multiple of heads_kv, ...).
-void validate(const AttentionProblem& p);
+void validate(const AttentionProblem &p);
 
 // Number of (query, key) pairs that are not masked, per (batch, head), for an entry of seqlen_kv keys (kv_lens
 // ignored; see unmasked_pairs_total).
-int64_t unmasked_pairs(const AttentionProblem& p);
+int64_t unmasked_pairs(const AttentionProblem &p);
 // ... for an entry of kv_len keys.
-int64_t unmasked_pairs(const AttentionProblem& p, int64_t kv_len);
+int64_t unmasked_pairs(const AttentionProblem &p, int64_t kv_len);
 // Summed over the batch with each entry's own length, per head: batch * unmasked_pairs(p) when kv_lens is empty.
-int64_t unmasked_pairs_total(const AttentionProblem& p);
+int64_t unmasked_pairs_total(const AttentionProblem &p);
 // FlashAttention's FLOP convention: 4 * Hq * d * (unmasked pairs over the batch); the two GEMMs only.
-double flops(const AttentionProblem& p);
+double flops(const AttentionProblem &p);
 // K and V bytes any implementation must read: each entry's kv_len rows of every KV head, once.
-double kv_bytes(const AttentionProblem& p);
+double kv_bytes(const AttentionProblem &p);
 // The fewest bytes any implementation must move: Q, K, V read once (K/V: each entry's own length; page tables
 // and cache_seqlens are too small to count), O written once, LSE (fp32) written once.
-double min_bytes(const AttentionProblem& p);
+double min_bytes(const AttentionProblem &p);
 // Deterministic per-entry lengths in [1, seqlen_kv] for the spec shorthand `kv_lens: random` (splitmix64 of
 // (seed, b), the same on every platform).
 std::vector<int64_t> random_kv_lens(int64_t batch, int64_t seqlen_kv, uint64_t seed);
@@ -110,9 +119,9 @@ std::vector<int64_t> random_kv_lens(int64_t batch, int64_t seqlen_kv, uint64_t s
 // Stable, human-readable key: "b2_hq16_hkv4_sq512_skv1024_d128_causal_bf16" (layout, scale, kv_lens and
 // page_size only when not the default: "_kvl1-257-0" for up to 8 entries, else "_kvl" + sum + "x" + a hash;
 // "_page16"). Used in benchmark names and to group points that share inputs.
-std::string key(const AttentionProblem& p);
+std::string key(const AttentionProblem &p);
 
-void to_json(nlohmann::json& j, const AttentionProblem& p);
-void from_json(const nlohmann::json& j, AttentionProblem& p);
+void to_json(nlohmann::json &j, const AttentionProblem &p);
+void from_json(const nlohmann::json &j, AttentionProblem &p);
 
 } // namespace fb

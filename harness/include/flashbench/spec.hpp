@@ -31,26 +31,30 @@ struct SweepSpec {
   std::string path;
   TimingPolicy timing;
   std::vector<AttentionProblem> problems; // expanded, validated, de-duplicated, in spec order
-  std::vector<std::set<std::string>> problem_entries; // per problem: the names of the entries that gave it
+  std::vector<std::set<std::string>>
+      problem_entries; // per problem: the names of the entries that gave it
   std::vector<VariantSelection> variants;
 };
 
 // Throws UserError("<file>:<line>:<col>: <what>; <what to do>").
-SweepSpec parse_spec(const std::string& yaml_text, const std::string& path_for_messages);
-SweepSpec load_spec(const std::string& path);
+SweepSpec parse_spec(const std::string &yaml_text, const std::string &path_for_messages);
+SweepSpec load_spec(const std::string &path);
 
 // One (variant, config, problem) with the reason it will not run, if any (config invalid, problem unsupported).
 struct PlannedPoint {
-  const Variant* variant = nullptr;
+  const Variant *variant = nullptr;
   Config config;
   AttentionProblem problem;
   std::optional<std::string> skip_reason;
-  std::string config_source; // configs: tuned: which table entry chose the config, or why the default was used
-  double model_bytes = -1;   // the variant's traffic model for this point on the planned device (-1: not computed)
+  std::string
+      config_source; // configs: tuned: which table entry chose the config, or why the default was used
+  double model_bytes =
+      -1; // the variant's traffic model for this point on the planned device (-1: not computed)
 };
 
 // Expands the spec against the catalog. Unknown variants or config names raise UserError; unsupported
 // combinations become skipped points with a reason (never silently dropped).
-std::vector<PlannedPoint> plan(const SweepSpec& spec, const Registry& registry, const DeviceInfo& dev);
+std::vector<PlannedPoint> plan(const SweepSpec &spec, const Registry &registry,
+                               const DeviceInfo &dev);
 
 } // namespace fb

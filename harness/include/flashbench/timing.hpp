@@ -33,12 +33,13 @@ namespace fb {
 
 struct TimingPolicy {
   int min_samples = 10;
-  double max_noise = 0.005;   // relative standard deviation target
-  double min_time_s = 0.5;    // GPU time summed over kept samples
-  double timeout_s = 15.0;    // wall-clock cap for one point's sampling
+  double max_noise = 0.005; // relative standard deviation target
+  double min_time_s = 0.5;  // GPU time summed over kept samples
+  double timeout_s = 15.0;  // wall-clock cap for one point's sampling
   int max_samples = 100000;
-  bool cold = true;           // flush L2 before each sample
-  std::string flush = "read"; // how: "read" (leaves clean lines) or "write" (memset, as nvbench / do_bench)
+  bool cold = true; // flush L2 before each sample
+  std::string flush =
+      "read"; // how: "read" (leaves clean lines) or "write" (memset, as nvbench / do_bench)
   int warmup_runs = 3;
   double throttle_fraction = 0.75;
   // Before a point's warm-up, wait (up to this long) until NVML reports no power or thermal slowdown: a point then
@@ -51,23 +52,24 @@ struct TimingPolicy {
   std::string queue = "round_trip";
 };
 
-void to_json(nlohmann::json& j, const TimingPolicy& t);
+void to_json(nlohmann::json &j, const TimingPolicy &t);
 
 struct TimingStats {
-  std::vector<double> samples_us;  // kept samples, in order
+  std::vector<double> samples_us; // kept samples, in order
   int dropped_throttled = 0;
   double median_us = 0, min_us = 0, max_us = 0, mean_us = 0;
-  double cv = 0;                   // relative standard deviation of the kept samples
-  double sm_clock_mhz = 0;         // median SM clock over the samples (0 when unknown)
-  bool noisy = false;              // stopped at the timeout above the noise target
-  std::string stop_reason;         // "noise", "timeout", "max_samples"
+  double cv = 0;           // relative standard deviation of the kept samples
+  double sm_clock_mhz = 0; // median SM clock over the samples (0 when unknown)
+  bool noisy = false;      // stopped at the timeout above the noise target
+  std::string stop_reason; // "noise", "timeout", "max_samples"
   double wall_s = 0;
-  double settle_wait_s = 0;        // waited before warm-up for power/thermal slowdown to clear
+  double settle_wait_s = 0; // waited before warm-up for power/thermal slowdown to clear
   unsigned long long slowdown_at_start = 0; // NVML reasons still set when sampling began (0: none)
   // The load the timed loop put on the GPU. Under a power cap the clock depends on it, so two harnesses compare
   // kernels fairly only at similar values (scripts/peers.py reports the same two fields).
-  double busy_fraction = 0;        // GPU time inside the samples (kept and dropped) over the timed loop's wall time
-  double power_w = 0;              // mean board power over the timed loop (NVML energy counter; 0 when unknown)
+  double busy_fraction =
+      0; // GPU time inside the samples (kept and dropped) over the timed loop's wall time
+  double power_w = 0; // mean board power over the timed loop (NVML energy counter; 0 when unknown)
   // Batches not kept because the load was not what `queue` asks for: back_to_back, the GPU had caught up with the
   // host (a launch's latency may be inside their samples); round_trip, the stream hold gave up (synchronous launches).
   int void_batches = 0;
@@ -76,11 +78,11 @@ struct TimingStats {
 // The stopping rule alone, host-only so it is testable: feed samples, ask whether to stop.
 class StoppingRule {
 public:
-  explicit StoppingRule(const TimingPolicy& p) : policy_(p) {}
+  explicit StoppingRule(const TimingPolicy &p) : policy_(p) {}
   // Returns true once sampling should stop; `wall_s` is the wall-clock time since sampling began.
   bool add(double sample_us, double wall_s);
   bool timed_out(double wall_s) const { return wall_s >= policy_.timeout_s; }
-  const std::vector<double>& samples() const { return samples_; }
+  const std::vector<double> &samples() const { return samples_; }
   double relative_stddev() const;
   std::string reason() const { return reason_; }
 
@@ -105,14 +107,15 @@ struct SampleBatch {
 // a batch taken under throttle_fraction of `max_mhz` is dropped, and still counts towards busy_fraction. `now_s` is
 // the wall clock. Fills samples_us and the statistics, dropped_throttled, stop_reason, noisy, wall_s,
 // busy_fraction, sm_clock_mhz and void_batches.
-TimingStats sample_loop(const std::function<SampleBatch()>& next, const std::function<int()>& clock_mhz,
-                        int max_mhz, const TimingPolicy& policy, const std::function<double()>& now_s);
+TimingStats sample_loop(const std::function<SampleBatch()> &next,
+                        const std::function<int()> &clock_mhz, int max_mhz,
+                        const TimingPolicy &policy, const std::function<double()> &now_s);
 
 // Reads the SM clock of one device through NVML, loaded at run time (a missing driver library is not an error:
 // clocks are then reported as 0 and no sample is dropped).
 class ClockReader {
 public:
-  explicit ClockReader(const std::string& pci_bus_id);
+  explicit ClockReader(const std::string &pci_bus_id);
   ~ClockReader();
   bool available() const { return device_ != nullptr; }
   int sm_clock_mhz() const;     // current
@@ -124,7 +127,7 @@ public:
   std::string driver_version() const;
 
 private:
-  void* device_ = nullptr;
+  void *device_ = nullptr;
 };
 
 // Queues a one-thread kernel that spins for `ns` nanoseconds of the GPU's global timer (0: returns at once) on
@@ -136,19 +139,19 @@ class BackToBack; // timer.cu: the queue of policy queue back_to_back
 // GPU timer for one device: owns the L2 flush buffer, the blocking kernel's flag and the events.
 class Timer {
 public:
-  Timer(const DeviceInfo& dev, cudaStream_t stream);
+  Timer(const DeviceInfo &dev, cudaStream_t stream);
   ~Timer();
-  Timer(const Timer&) = delete;
-  Timer& operator=(const Timer&) = delete;
+  Timer(const Timer &) = delete;
+  Timer &operator=(const Timer &) = delete;
 
   // Runs warmups, then samples `launch` until the policy says stop.
-  TimingStats measure(const std::function<void(cudaStream_t)>& launch, const TimingPolicy& policy);
+  TimingStats measure(const std::function<void(cudaStream_t)> &launch, const TimingPolicy &policy);
   // One cold sample in microseconds (flush, hold, record, launch, record, release, sync); -1 when the sample is
   // void because the launch blocked the host while the stream was held (the hold is then switched off).
-  double sample_us(const std::function<void(cudaStream_t)>& launch, bool cold);
+  double sample_us(const std::function<void(cudaStream_t)> &launch, bool cold);
   // Flushes with the last measured policy's method ("read" before any measure()), or with `how`.
   void flush_l2();
-  void flush_l2(const std::string& how);
+  void flush_l2(const std::string &how);
 
 private:
   friend class BackToBack;

@@ -30,37 +30,37 @@ struct Support {
 // Device pointers of one call. Q/K/V are in problem.dtype, O in out_dtype(problem.dtype), all with problem.layout; lse is fp32 [batch, heads_q,
 // seqlen_q] (natural log, -inf for rows that see no key); workspace has workspace_bytes() bytes, 256-byte aligned.
 struct LaunchArgs {
-  const void* q = nullptr;
-  const void* k = nullptr;
-  const void* v = nullptr;
-  void* o = nullptr;
-  float* lse = nullptr;
-  void* workspace = nullptr;
+  const void *q = nullptr;
+  const void *k = nullptr;
+  const void *v = nullptr;
+  void *o = nullptr;
+  float *lse = nullptr;
+  void *workspace = nullptr;
   size_t workspace_bytes = 0;
   // semaphore_bytes() bytes that are all zero when a launch starts and that the launch leaves all zero once it
   // completes (arrival counters reset by their last user, as FlashAttention's tile semaphore and cuBLAS's split-K
   // workspace do). The caller zeroes them once, when it allocates them, and does not share them between streams;
   // it saves the variant a memset node in front of every launch. Null when semaphore_bytes() is 0.
-  void* semaphores = nullptr;
+  void *semaphores = nullptr;
   size_t semaphore_bytes = 0;
   // int32 [batch]: each entry's KV length (problem.kv_len(b)); set by the harness for every problem (variants
   // may ignore it when problem.kv_lens is empty).
-  const int32_t* cache_seqlens = nullptr;
+  const int32_t *cache_seqlens = nullptr;
   // Paged problems only (problem.page_size > 0): k and v are the page pools [num_pages, page_size, heads_kv,
   // head_dim] and page_table is int32 [batch, pages_per_seq] of pool page indices.
-  const int32_t* page_table = nullptr;
+  const int32_t *page_table = nullptr;
   int64_t pages_per_seq = 0;
   // e4m3 problems only (problem.dtype == e4m3; O is then bf16): float32 descales, value = code * descale.
   // Q [batch, heads_q, ceil(seqlen_q / 128)], K [batch, heads_kv, ceil(seqlen_kv / 128)], V [batch, heads_kv].
-  const float* q_descale = nullptr;
-  const float* k_descale = nullptr;
-  const float* v_descale = nullptr;
+  const float *q_descale = nullptr;
+  const float *k_descale = nullptr;
+  const float *v_descale = nullptr;
 };
 
 // One kernel a variant launches, for the occupancy report. Library kernels (cuBLAS) are not listed.
 struct KernelDesc {
   std::string name;
-  const void* func = nullptr; // the __global__ function
+  const void *func = nullptr; // the __global__ function
   int block_threads = 0;
   size_t dynamic_smem = 0;
   int64_t grid_blocks = 0;
@@ -71,34 +71,37 @@ public:
   virtual ~Variant() = default;
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
-  virtual const ConfigSpace& space() const = 0;
+  virtual const ConfigSpace &space() const = 0;
 
-  virtual Support supports(const AttentionProblem& p, const Config& c, const DeviceInfo& dev) const = 0;
-  virtual size_t workspace_bytes(const AttentionProblem&, const Config&) const { return 0; }
+  virtual Support supports(const AttentionProblem &p, const Config &c,
+                           const DeviceInfo &dev) const = 0;
+  virtual size_t workspace_bytes(const AttentionProblem &, const Config &) const { return 0; }
   // Zero-on-entry, zero-on-exit counters (LaunchArgs::semaphores).
-  virtual size_t semaphore_bytes(const AttentionProblem&, const Config&) const { return 0; }
+  virtual size_t semaphore_bytes(const AttentionProblem &, const Config &) const { return 0; }
   // Expected HBM bytes moved (read + write) for one call; the report sets it beside min_bytes() and the measured
   // DRAM bytes.
-  virtual double model_bytes(const AttentionProblem& p, const Config& c) const = 0;
+  virtual double model_bytes(const AttentionProblem &p, const Config &c) const = 0;
   // The same on a given device, for variants whose traffic depends on it (what stays in L2); the plan uses this.
-  virtual double model_bytes(const AttentionProblem& p, const Config& c, const DeviceInfo&) const {
+  virtual double model_bytes(const AttentionProblem &p, const Config &c, const DeviceInfo &) const {
     return model_bytes(p, c);
   }
   // The kernels launch() queues (for theoretical occupancy). Empty when unknown.
-  virtual std::vector<KernelDesc> kernels(const AttentionProblem&, const Config&) const { return {}; }
+  virtual std::vector<KernelDesc> kernels(const AttentionProblem &, const Config &) const {
+    return {};
+  }
 
   // Enqueues the whole forward pass on `stream`. Must be asynchronous: no allocation, no synchronisation, no
   // host<->device copies (the timer holds the stream while launches are queued). Throws CudaError on a bad launch.
-  virtual void launch(const AttentionProblem& p, const Config& c, const LaunchArgs& args,
+  virtual void launch(const AttentionProblem &p, const Config &c, const LaunchArgs &args,
                       cudaStream_t stream) const = 0;
 };
 
 class Registry {
 public:
   void add(std::unique_ptr<Variant> v); // aborts on a duplicate name (a programming error)
-  const Variant* find(const std::string& name) const;
-  const Variant& get(const std::string& name) const; // throws UserError listing the known names
-  const std::vector<std::unique_ptr<Variant>>& all() const { return variants_; }
+  const Variant *find(const std::string &name) const;
+  const Variant &get(const std::string &name) const; // throws UserError listing the known names
+  const std::vector<std::unique_ptr<Variant>> &all() const { return variants_; }
   std::vector<std::string> names() const;
 
 private:
@@ -106,8 +109,8 @@ private:
 };
 
 // kernels/catalog.cpp: the one list of variants.
-void register_catalog(Registry& registry);
+void register_catalog(Registry &registry);
 // The catalog, built once.
-const Registry& catalog();
+const Registry &catalog();
 
 } // namespace fb

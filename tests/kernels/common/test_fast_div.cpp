@@ -33,7 +33,8 @@ TEST(FastDiv, MatchesDivisionOverTheSupportedRange) {
   for (const uint32_t d : divisors) {
     for (uint32_t n = 0; n < 64; ++n)
       check(d, n);
-    for (const int64_t k : {int64_t(1), int64_t(2), int64_t(3), int64_t(7), int64_t(1000), int64_t(top / d) - 1, int64_t(top / d)})
+    for (const int64_t k : {int64_t(1), int64_t(2), int64_t(3), int64_t(7), int64_t(1000),
+                            int64_t(top / d) - 1, int64_t(top / d)})
       for (int64_t e = -1; e <= 1; ++e) {
         const int64_t n = k * int64_t(d) + e;
         if (n >= 0 && n <= top)
