@@ -273,7 +273,8 @@ def build(path_a: str, path_b: str, out_dir: str, embed: bool = True, tolerance:
                              rb.gbps / ra.gbps, 100 * tolerance, len(flagged), len(rows)))
 
     body = ["<p>A = {} ({}), B = {} ({}). {} points in both, {} timed ok on both; {} only in A, {} only in B.</p>"
-            .format(page.esc(la), page.esc(path_a), page.esc(lb), page.esc(path_b), n_common, len(rows),
+            .format(page.esc(la), page.esc(os.path.basename(path_a)), page.esc(lb), page.esc(os.path.basename(path_b)), n_common,
+                    len(rows),
                     len(only_a), len(only_b)),
             "<h2>Devices</h2>", page.table(["", "A: " + la, "B: " + lb], device_rows([a, b])),
             "<h2>Speed-up against the ratio of measured ceilings</h2>", "<p>{}</p>".format(page.esc(explain))]
