@@ -4,56 +4,47 @@
 // What it changes relative to fa3_pipelined (the bf16/fp16 kernel it takes its roles, TMA loads,
 // mbarrier ring and WGMMA descriptors from; kernels/common/hopper/), and why:
 //  - Both GEMMs are e4m3 x e4m3 -> fp32 WGMMA (k32 per instruction, twice the bf16 rate;
-//  wgmma_fp8.cuh).
+//    wgmma_fp8.cuh).
 //  - fp8 WGMMA takes K-major shared-memory operands only, and V arrives [key][head_dim] (head_dim
-//  contiguous: the
-//    MN-major B of P V). The producer warpgroup, idle in fa3_pipelined but for one thread,
-//    transposes each V tile in shared memory into V^T [head_dim][key] (transpose_v) and hands it on
-//    through its own ring (vt_full, vt_empty). The TMA brings V into a two-deep raw ring
-//    (vraw_full), released by the transposers' named barrier.
+//    contiguous: the MN-major B of P V). The producer warpgroup, idle in fa3_pipelined but for one
+//    thread, transposes each V tile in shared memory into V^T [head_dim][key] (transpose_v) and
+//    hands it on through its own ring (vt_full, vt_empty). The TMA brings V into a two-deep raw
+//    ring (vraw_full), released by the transposers' named barrier.
 //  - P leaves the S accumulators as e4m3 A fragments with no shuffle: the k32 A fragment wants keys
-//  4c..4c+3 in
-//    one register, the accumulator holds keys 2c, 2c+1, 8+2c, 9+2c. The transposer writes V^T's
-//    keys in that same order (transpose_v), so the product pairs each P with its own V row. (FA3
-//    permutes the same way.)
+//    4c..4c+3 in one register, the accumulator holds keys 2c, 2c+1, 8+2c, 9+2c. The transposer
+//    writes V^T's keys in that same order (transpose_v), so the product pairs each P with its own V
+//    row. (FA3 permutes the same way.)
 //  - Descales: block_m = block_n = 128, one Q descale per work item and one K descale per K/V tile,
-//  folded into
-//    the one multiply per score the softmax already makes (scale_log2 * q_descale * k_descale); V's
-//    descale folds into 1/l.
+//    folded into the one multiply per score the softmax already makes (scale_log2 * q_descale *
+//    k_descale); V's descale folds into 1/l.
 //  - P is rounded to e4m3 for P V, scaled by 2^8 first (kPShift, folded into the exp2 offset, and
-//  out again through
-//    l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts at 2^-6, so
-//    unscaled, every P below 1/64 would keep 0-2 mantissa bits (measured on an H100: elements of O
-//    off by 2.5x the 2^-4 rounding bound on rows that spread over many keys); scaled, P down to
-//    2^-14 keeps all 3, and the largest, 256, is under e4m3's 448.
+//    out again through l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts
+//    at 2^-6, so unscaled, every P below 1/64 would keep 0-2 mantissa bits (measured on an H100:
+//    elements of O off by 2.5x the 2^-4 rounding bound on rows that spread over many keys); scaled,
+//    P down to 2^-14 keeps all 3, and the largest, 256, is under e4m3's 448.
 //  - intra_wg_overlap (on by default with q_in_regs): tile j's Q K^T goes out with tile j-1's P V,
-//  and tile j's
-//    softmax runs while that P V still holds the tensor cores (FA3's two-stage pipelining in a
-//    warpgroup). P is 16 registers in e4m3, so this costs no register set beyond S, O and P.
+//    and tile j's softmax runs while that P V still holds the tensor cores (FA3's two-stage
+//    pipelining in a warpgroup). P is 16 registers in e4m3, so this costs no register set beyond S,
+//    O and P.
 //  - One tile shape (block_m 128, block_n 128, head_dim 128).
 //  - pingpong (off by default: slower at every N once the instruction count came down): the two
-//  consumer
-//    warpgroups take turns to issue their GEMMs (named barriers, Turns).
+//    consumer warpgroups take turns to issue their GEMMs (named barriers, Turns).
 //  - The overlapped softmax is pinned above P V's wait (pin_softmax; ptxas had sunk it below). The
-//  row offset
-//    moves only when a row's max passes it by more than kRescaleSlack, so most tiles skip O's 64
-//    multiplies, and the row max and sum are 4-chain trees: ncu had shown the kernel bound by the
-//    consumer warps' instruction latency (tensor pipe 35% busy, issue slots 47%), not by the tensor
-//    cores.
+//    row offset moves only when a row's max passes it by more than kRescaleSlack, so most tiles
+//    skip O's 64 multiplies, and the row max and sum are 4-chain trees: ncu had shown the kernel
+//    bound by the consumer warps' instruction latency (tensor pipe 35% busy, issue slots 47%), not
+//    by the tensor cores.
 //  - Few instructions: V transposed by ldmatrix.trans + PRMT + stmatrix (~80 instructions a
-//  producer warp a tile,
-//    against 254 with 8-byte moves and byte permutes), ring slots and phases stepped instead of
-//    divided out (the consumer's loop head 79 instructions, from 139), and e4m3 packing without a
-//    PRMT where ptxas can merge.
+//    producer warp a tile, against 254 with 8-byte moves and byte permutes), ring slots and phases
+//    stepped instead of divided out (the consumer's loop head 79 instructions, from 139), and e4m3
+//    packing without a PRMT where ptxas can merge.
 //  - q_in_regs: Q K^T as RS wgmma from Q fragments loaded once (load_q_regs); needs
-//  intra_wg_overlap (ptxas).
+//    intra_wg_overlap (ptxas).
 //  - scheduler=persistent: one CTA an SM over work items (tile_of, Cursor), rings carried from item
-//  to item, two Q
-//    buffers loaded one item ahead (q_full/q_empty), so an item's fill and drain pass under its
-//    neighbours.
+//    to item, two Q buffers loaded one item ahead (q_full/q_empty), so an item's fill and drain
+//    pass under its neighbours.
 //  - Descales loaded early (KDescales, ldg_early); o_store=tma: O through shared memory and TMA
-//  stores.
-//    The variant's history has each change's prediction and outcome.
+//    stores. The variant's history has each change's prediction and outcome.
 //
 // Roles: warpgroup 0 is the producer (thread 0 issues every TMA load; all 128 threads transpose V),
 // warpgroups 1 and 2 are consumers of 64 query rows each of every work item. Tile j below counts
@@ -180,18 +171,16 @@ struct Smem {
 // 1), with c = (p % 16) / 4 and b = p % 4: the P fragment's order (see the file comment). That
 // order falls out of the 16-bit transpose:
 //  - Unit (g, dg) = keys 16g..16g+15 x head_dim bytes 32dg..32dg+31. One ldmatrix.x4.trans loads
-//  its four 8x8
-//    16-bit matrices (keys 0-7 / 8-15 of the group x the two 16-byte chunks); lane t gets, per
-//    matrix, head_dim pair d2 = t / 4 of keys 2c and 2c + 1 (c = t % 4): bytes [V[2c][2 d2],
-//    V[2c][2 d2 + 1], V[2c + 1][2 d2], V[2c + 1][2 d2 + 1]].
+//    its four 8x8 16-bit matrices (keys 0-7 / 8-15 of the group x the two 16-byte chunks); lane t
+//    gets, per matrix, head_dim pair d2 = t / 4 of keys 2c and 2c + 1 (c = t % 4): bytes [V[2c][2
+//    d2], V[2c][2 d2 + 1], V[2c + 1][2 d2], V[2c + 1][2 d2 + 1]].
 //  - Two PRMTs of the keys 0-7 and 8-15 words give V^T rows 2 d2 (bytes 0, 2, 4, 6) and 2 d2 + 1
-//  (1, 3, 5, 7),
-//    positions 4c..4c+3 = keys 2c, 2c + 1, 8 + 2c, 9 + 2c: the order above, with no shuffle.
+//    (1, 3, 5, 7), positions 4c..4c+3 = keys 2c, 2c + 1, 8 + 2c, 9 + 2c: the order above, with no
+//    shuffle.
 //  - One stmatrix.x4 stores the four words (32 rows x 16 bytes). Lanes 16-31 swap their two words
-//  (the PRMT
-//    selectors are per lane), so each stored matrix's rows are 2i (i < 4) and 2i + 1 (i >= 4),
-//    eight different rows mod 8: eight different 16-byte chunks under the swizzle, conflict-free;
-//    the loads' rows are eight consecutive keys, conflict-free too.
+//    (the PRMT selectors are per lane), so each stored matrix's rows are 2i (i < 4) and 2i + 1 (i
+//    >= 4), eight different rows mod 8: eight different 16-byte chunks under the swizzle,
+//    conflict-free; the loads' rows are eight consecutive keys, conflict-free too.
 // Warp w takes key groups 2w, 2w + 1 and all four head_dim groups. The lane offsets do not depend
 // on the tile: TransposeLanes computes them once.
 struct TransposeLanes {

@@ -1,14 +1,13 @@
 // FA3 (Hopper, sm_90a) against the float64 CPU reference. Skips without a device and on any device
 // other than compute capability 9.0.
 //  - Fa3SelfCheck: one K/V tile, non-causal, smallest configs first; on a mismatch it prints a
-//  diagnosis of where
-//    the error sits (S side vs P V side, which 64-column chunk, which rows) so that a wrong WGMMA
-//    descriptor, swizzle or fragment layout is named rather than just "incorrect".
-//    Run it first on a new build (--gtest_filter='*Fa3SelfCheck*').
+//    diagnosis of where the error sits (S side vs P V side, which 64-column chunk, which rows) so
+//    that a wrong WGMMA descriptor, swizzle or fragment layout is named rather than just
+//    "incorrect". Run it first on a new build (--gtest_filter='*Fa3SelfCheck*').
 //  - Fa3AllConfigs: every valid config on the shared awkward shapes and on longer ones that wrap
-//  the TMA ring
-//    several times, cross the causal diagonal in several tiles, and mix GQA, bhsd and seqlen_q !=
-//    seqlen_kv; the same kinds of shapes at head_dim 256 (block_n 64, 1 or 2 consumers).
+//    the TMA ring several times, cross the causal diagonal in several tiles, and mix GQA, bhsd and
+//    seqlen_q != seqlen_kv; the same kinds of shapes at head_dim 256 (block_n 64, 1 or 2
+//    consumers).
 //  - host-only (Fa3Pipelined.*): config space and supports() reasons, d256's tile table included;
 //    these run without a device.
 #include "gpu_test_util.hpp"
