@@ -4,16 +4,20 @@
 #
 # A variant's hash covers the kernel sources (.cu .cuh .cpp .hpp .h; notes and CMake files do not change the code)
 # of its folder, of kernels/common, and of every file under a kernels/ folder that those include, transitively
-# ("kernels/x/y.hpp" includes: fa3_fp8 uses fa3_pipelined's Hopper wrappers). kernels/catalog.* (the list of
+# ("kernels/x/y.hpp" includes: fa3_fp8 uses fa3_pipelined's Hopper wrappers). A variant's traffic.hpp (its traffic
+# model: host arithmetic for the report that changes no timing) is left out, so a better model leaves tuned entries
+# fresh. kernels/catalog.* (the list of
 # variants) is not a variant's source. It is SHA-256 over "path sha256\n" lines, sorted by path relative to
 # kernels/, cut to 16 hex digits: the same for the same files on every machine and in every build directory.
 cmake_minimum_required(VERSION 3.24)
 
 set(source_re "\\.(cu|cuh|cpp|hpp|h)$")
+set(model_re "(^|/)traffic\\.hpp$")
 
 function(sources_under dir out)
   file(GLOB_RECURSE found RELATIVE ${KERNELS_DIR} ${KERNELS_DIR}/${dir}/*)
   list(FILTER found INCLUDE REGEX "${source_re}")
+  list(FILTER found EXCLUDE REGEX "${model_re}")
   set(${out} ${found} PARENT_SCOPE)
 endfunction()
 
@@ -33,7 +37,7 @@ foreach(child ${children})
     file(STRINGS ${KERNELS_DIR}/${f} includes REGEX "^[ \t]*#[ \t]*include[ \t]*\"kernels/[^/\"]+/[^\"]+\"")
     foreach(line ${includes})
       string(REGEX REPLACE "^[^\"]*\"kernels/([^\"]+)\".*$" "\\1" inc "${line}")
-      if(EXISTS ${KERNELS_DIR}/${inc} AND NOT inc IN_LIST files)
+      if(EXISTS ${KERNELS_DIR}/${inc} AND NOT inc IN_LIST files AND NOT inc MATCHES "${model_re}")
         list(APPEND files ${inc})
         list(APPEND queue ${inc})
       endif()

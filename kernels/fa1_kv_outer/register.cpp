@@ -2,6 +2,7 @@
 // traffic model).
 #include "kernels/catalog.hpp"
 #include "kernels/common/support.hpp"
+#include "kernels/fa1_kv_outer/traffic.hpp"
 #include "kernels/fa1_kv_outer/traits.hpp"
 
 #include <climits>

@@ -3,7 +3,7 @@
 // What it changes relative to FA1 (fa1_kv_outer) and why:
 //  - The loops are swapped. One CTA owns one Q tile for its whole life and walks the K/V tiles, so O, the row max
 //    m and the row sum l never leave registers: FA1's per-step O/l/m round trip through HBM and its Q re-reads are
-//    gone, and the HBM traffic falls to Q + O once and K/V once per Q tile (traits.hpp, traffic_bytes).
+//    gone, and the HBM traffic falls to Q + O once and K/V once per Q tile (traffic.hpp, traffic_bytes).
 //  - O is kept unscaled (a sum of exp(S - m)·V) and divided by l once at the end, instead of FA1's divide at every
 //    step: one rescale by exp(m_old - m_new) per tile and row is all the loop pays for the online softmax.
 //  - Both GEMMs run on tensor cores (fp16/bf16 in, fp32 accumulate). S stays in the accumulator registers, and

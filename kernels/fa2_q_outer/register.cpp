@@ -3,6 +3,7 @@
 #include "kernels/catalog.hpp"
 #include "kernels/common/support.hpp"
 #include "kernels/fa2_q_outer/instances.hpp"
+#include "kernels/fa2_q_outer/traffic.hpp"
 #include "kernels/fa2_q_outer/traits.hpp"
 
 #include <climits>

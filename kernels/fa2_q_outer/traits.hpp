@@ -205,21 +205,6 @@ FB_HOST_DEVICE int64_t kv_tiles_for(int64_t i, int64_t block_m, int64_t block_n,
   return (visible + block_n - 1) / block_n;
 }
 
-// HBM bytes of the loop structure: Q read once, O and LSE written once, and each CTA reads the K/V tiles it visits
-// (the model counts a K/V tile once per CTA; in practice L2 serves some of the re-reads by neighbouring CTAs and
-// by the q heads of one GQA group, which the measured DRAM bytes show).
-inline double traffic_bytes(const AttentionProblem &p, const Params &c) {
-  const double e = dtype_bytes(p.dtype), d = static_cast<double>(p.head_dim);
-  double kv_rows = 0;
-  for (int64_t i = 0, n = num_q_tiles(p, c); i < n; ++i) {
-    const int64_t tiles = kv_tiles_for(i, c.block_m, c.block_n, p.seqlen_q, p.seqlen_kv, p.causal);
-    kv_rows += static_cast<double>(std::min<int64_t>(p.seqlen_kv, tiles * c.block_n));
-  }
-  const double per_head = 2.0 * e * d * static_cast<double>(p.seqlen_q) +
-                          4.0 * static_cast<double>(p.seqlen_q) + 2.0 * e * d * kv_rows;
-  return per_head * static_cast<double>(p.batch * p.heads_q);
-}
-
 using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
                           cudaStream_t);
 

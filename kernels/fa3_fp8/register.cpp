@@ -3,6 +3,7 @@
 #include "kernels/catalog.hpp"
 #include "kernels/common/support.hpp"
 #include "kernels/fa3_fp8/launch.hpp"
+#include "kernels/fa3_fp8/traffic.hpp"
 #include "kernels/fa3_fp8/traits.hpp"
 
 #include <climits>

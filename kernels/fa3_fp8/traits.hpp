@@ -111,8 +111,4 @@ inline int64_t num_work_items(const AttentionProblem &p) {
   return num_q_tiles(p) * p.heads_q * p.batch;
 }
 
-// HBM bytes: Q, K and V once (e4m3), O once (bf16), LSE once. A CTA re-reads its head's K and V for every Q tile;
-// the model counts those reads as L2 hits, as for the other variants' one-shot grids at these sizes.
-inline double traffic_bytes(const AttentionProblem &p) { return min_bytes(p); }
-
 } // namespace fb::fa3fp8

@@ -8,6 +8,7 @@
 #include "kernels/catalog.hpp"
 #include "kernels/common/support.hpp"
 #include "kernels/fa3_pipelined/instances.hpp"
+#include "kernels/fa3_pipelined/traffic.hpp"
 #include "kernels/fa3_pipelined/traits.hpp"
 
 #include <climits>

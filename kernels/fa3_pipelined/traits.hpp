@@ -481,20 +481,6 @@ FB_HOST_DEVICE int64_t kv_tiles_for(int64_t i, int64_t block_m, int64_t block_n,
   return kv_tiles_to_row(int(last_row), int(block_n), int(seqlen_q), int(seqlen_kv), causal);
 }
 
-// Q read once, O and LSE written once, each CTA reads the K/V tiles it visits (L2 serves part of
-// the re-reads in practice; the measured DRAM bytes show how much).
-inline double traffic_bytes(const AttentionProblem &p, const Params &c) {
-  const double e = dtype_bytes(p.dtype), d = static_cast<double>(p.head_dim);
-  double kv_rows = 0;
-  for (int64_t i = 0, n = num_q_tiles(p, c); i < n; ++i) {
-    const int64_t tiles = kv_tiles_for(i, c.block_m, c.block_n, p.seqlen_q, p.seqlen_kv, p.causal);
-    kv_rows += static_cast<double>(std::min<int64_t>(p.seqlen_kv, tiles * c.block_n));
-  }
-  const double per_head = 2.0 * e * d * static_cast<double>(p.seqlen_q) +
-                          4.0 * static_cast<double>(p.seqlen_q) + 2.0 * e * d * kv_rows;
-  return per_head * static_cast<double>(p.batch * p.heads_q);
-}
-
 using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
                           cudaStream_t);
 // The __global__ function of the compiled instantiation that a problem runs with a scheduler (for

@@ -2,6 +2,7 @@
 // workspace, traffic model).
 #include "kernels/catalog.hpp"
 #include "kernels/common/support.hpp"
+#include "kernels/flash_decoding/traffic.hpp"
 #include "kernels/flash_decoding/traits.hpp"
 
 #include <cuda_runtime_api.h>

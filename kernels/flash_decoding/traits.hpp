@@ -246,28 +246,6 @@ inline size_t semaphore_bytes(const AttentionProblem &p, const Params &c, const 
   return round_up_256(size_t(num_groups(p)) * sizeof(unsigned int));
 }
 
-// HBM bytes the kernels move: each group reads K and V up to its kv_end once (row blocks beyond the
-// first re-read them), Q once per group, O and LSE written once; groups that use more than one split
-// write and read back their partials.
-inline double traffic_bytes(const AttentionProblem &p, const Params &c, const SplitPlan &plan) {
-  const double e = dtype_bytes(p.dtype), d = double(p.head_dim);
-  const int64_t rows = packed_rows(p), mbs = row_blocks(p);
-  double bytes = 2.0 * e * double(p.q_elems()) + 4.0 * double(p.lse_elems()); // Q, O, LSE
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t mb = 0; mb < mbs; ++mb) {
-      const int64_t kv_end = group_kv_end(p, b, mb);
-      bytes += double(p.heads_kv) * 2.0 * e * d * double(kv_end);
-      const int64_t active =
-          (kv_end + plan.keys_per_split - 1) / std::max<int64_t>(plan.keys_per_split, 1);
-      if (active >= 2) {
-        const double rows_here = double(std::min<int64_t>(kRowsPerCta, rows - mb * kRowsPerCta));
-        bytes += double(p.heads_kv) * 2.0 * double(active) * rows_here * (4.0 * d + 4.0);
-      }
-    }
-  (void)c;
-  return bytes;
-}
-
 // The launch entry points (flash_decoding_bf16.cu, flash_decoding_fp16.cu). Launches may share a workspace and
 // semaphores in stream order: the partials are rewritten before they are read, and the arrival counters are
 // left at zero.

@@ -87,6 +87,7 @@ TEST(Catalog, UnsupportedHeadDimIsSkippedWithAReason) {
 }
 
 // ---- flash_decoding's split plan and the decode-only checks of the other variants.
+#include "kernels/flash_decoding/traffic.hpp"
 #include "kernels/flash_decoding/traits.hpp"
 
 namespace {
