@@ -307,10 +307,13 @@ constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; 
 //  - 256: block_n 64, the one K/V tile compiled there (tile_compiled: at block_n 128 two stages of
 //    K and V alone are 262 KB of shared memory); 2 stages at block_m 128 are 194.8 KB.
 //  - 64: block_m 192 with 3 consumer warpgroups (compiled for head_dim 64 only, block_n <= 128):
-//    the winner at both d64 shapes of tuning/nvidia-h200.json (causal N1024, non-causal N4096) and
-//    at every non-causal d64 shape of the short-N sweep (NOTES.md, "Short N").
-// dtype (bf16, fp16), causality and length keep the base: the same kernels serve them; the tuning
-// table refines per shape.
+//    the winner at every d64 acceptance shape of an H100's table-prefill tune (HISTORY.md). Where
+//    the keys are few (seqlen_kv <= 1024) also 4 stages without ping-pong: with 4-8 K/V tiles a
+//    row block, a deeper ring hides the first loads and the warpgroups gain nothing from taking
+//    turns (+1% non-causal, +5-6% causal at N 512 and 1024 there; from N 2048 the base ties or wins).
+// dtype (bf16, fp16) and causality keep the base: the same kernels serve them; the tuning table
+// refines per shape.
+constexpr int64_t kShortKeys = 1024;
 inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &) {
   if (p.head_dim == 256)
     base.set("block_n", kBlockND256);
@@ -318,6 +321,10 @@ inline Config default_for(Config base, const AttentionProblem &p, const DeviceIn
     base.set("block_m", 3 * kRowsPerWarpgroup);
     base.set("consumer_wgs", 3);
     base.set("block_n", std::min<int64_t>(base.get("block_n"), kMaxWideBlockN));
+    if (p.seqlen_kv <= kShortKeys) {
+      base.set("stages", 4);
+      base.set("pingpong", 0);
+    }
   }
   return base;
 }

@@ -135,4 +135,10 @@ TEST(DefaultConfigs, FollowTheProblem) {
   EXPECT_FALSE(fa3.supports(p, fa3.space().default_config(), h100).ok);
   p.head_dim = 64;
   EXPECT_EQ(fa3.space().default_config(p, h100).get("consumer_wgs"), 3);
+  EXPECT_EQ(fa3.space().default_config(p, h100).get("stages"), 2);
+  p.seqlen_q = p.seqlen_kv = 1024; // few keys: a deeper ring, no ping-pong
+  const Config short_keys = fa3.space().default_config(p, h100);
+  EXPECT_EQ(short_keys.get("stages"), 4);
+  EXPECT_EQ(short_keys.get("pingpong"), 0);
+  EXPECT_TRUE(fa3.supports(p, short_keys, h100).ok);
 }
