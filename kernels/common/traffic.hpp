@@ -120,9 +120,16 @@ inline double in_l2_at_end(double reads, double writes, double usable) {
 inline double cyclic_miss(double x) {
   if (!(x > 1.0))
     return 0.0;
+  // Newton from u = 1: f(u) = 1 - u - exp(-x u) is concave and negative above its root, so the steps descend to
+  // the root without overshooting (u = 0, the other root, is never reached).
   double u = 1.0;
-  for (int i = 0; i < 200; ++i)
-    u = 1.0 - std::exp(-x * u);
+  for (int i = 0; i < 100; ++i) {
+    const double e = std::exp(-x * u), f = 1.0 - u - e, df = -1.0 + x * e;
+    const double next = u - f / df;
+    if (std::abs(next - u) < 1e-15)
+      break;
+    u = next;
+  }
   return u;
 }
 
