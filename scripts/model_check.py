@@ -61,9 +61,17 @@ def main():
     a = ap.parse_args()
     try:
         with open(a.results) as f:
-            rows = json.load(f)["benchmarks"]
+            doc = json.load(f)
+        rows = doc["benchmarks"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         fail("cannot read {}: {}; give a flashbench results file".format(a.results, e))
+    # The models count a cold kernel on an L2 of clean lines (timing.flush: read). A write flush (memset) leaves the
+    # L2 full of dirty lines whose write-back lands in the counters' window; a warm run finds inputs in L2.
+    policy = (doc.get("context") or {}).get("timing_policy") or {}
+    if policy.get("flush") != "read" or policy.get("cold") is not True:
+        fail("{} was measured with timing cold={} flush={}: the traffic models assume cold runs after a read "
+             "flush (an L2 of clean lines); rerun with timing.cold: true and timing.flush: read".format(
+                 a.results, policy.get("cold"), policy.get("flush")))
     if a.models:
         try:
             with open(a.models) as f:

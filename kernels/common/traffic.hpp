@@ -133,10 +133,13 @@ inline double cyclic_miss(double x) {
   return u;
 }
 
-// "12.3 MB", for the reasons.
+// "12.3 MB" (or "8.2 kB" below 0.1 MB), for the reasons.
 inline std::string mb(double bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+  if (bytes < 1e5)
+    std::snprintf(buf, sizeof buf, "%.1f kB", bytes / 1e3);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
   return buf;
 }
 

@@ -101,6 +101,14 @@ class Committed(unittest.TestCase):
             self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
             self.assertIn("l2_bytes", r.stderr)
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
+            doc["context"]["device"]["l2_bytes"] = 52428800
+            doc["context"]["timing_policy"]["flush"] = "write"  # dirty L2 at the start: not what the models count
+            with open(path, "w") as f:
+                json.dump(doc, f)
+            r = check(path)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            self.assertIn("flush=write", r.stderr)
+            self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
             r = check(os.path.join(d, "missing.json"))
             self.assertEqual(r.returncode, 2)
             self.assertEqual(len(r.stderr.strip().splitlines()), 1, r.stderr)
