@@ -189,6 +189,13 @@ TEST(Cli, ModelRecomputesEveryPointsTrafficModelOnTheRecordedDevice) {
                                "variants: [naive, fa2_q_outer]\n");
   const std::string results = (d / "r.json").string(), models = (d / "m.json").string();
   ASSERT_EQ(run_cli("run " + spec + " --fake-worker --fake-delay-ms 1 -o " + results).code, 0);
+  {
+    std::ifstream rs(results);
+    std::stringstream run_text;
+    run_text << rs.rdbuf(); // the run's records carry the model's regime too
+    EXPECT_NE(run_text.str().find("\"bytes_model_reason\": \"K/V 1.00x from DRAM"),
+              std::string::npos);
+  }
   Outcome o = run_cli("model " + results + " -o " + models);
   ASSERT_EQ(o.code, 0) << o.err;
   std::ifstream is(models);
