@@ -32,6 +32,7 @@ Command add_check(CLI::App &app, const Globals &g);
 Command add_probe(CLI::App &app, const Globals &g);
 Command add_tune(CLI::App &app, const Globals &g);
 Command add_merge(CLI::App &app, const Globals &g);
+Command add_model(CLI::App &app, const Globals &g);
 Command add_worker(CLI::App &app, const Globals &g);
 Command add_ncu_cmd(CLI::App &app, const Globals &g);
 

@@ -100,6 +100,7 @@ void to_json(nlohmann::json &j, const DeviceInfo &d) {
                      {"smem_per_sm", d.smem_per_sm},
                      {"regs_per_sm", d.regs_per_sm},
                      {"max_threads_per_sm", d.max_threads_per_sm},
+                     {"max_blocks_per_sm", d.max_blocks_per_sm},
                      {"total_mem_bytes", d.total_mem_bytes},
                      {"sm_clock_max_mhz", d.sm_clock_max_mhz},
                      {"mem_clock_max_mhz", d.mem_clock_max_mhz},

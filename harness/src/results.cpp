@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <unistd.h>
 
 namespace fb {
@@ -97,6 +98,10 @@ nlohmann::json to_json(const Result &r) {
   j["flops"] = r.flops;
   j["bytes_min"] = r.bytes_min;
   j["bytes_model"] = r.bytes_model;
+  if (!r.bytes_model_reason.empty())
+    j["bytes_model_reason"] = r.bytes_model_reason;
+  if (r.bytes_model_low >= 0 && r.bytes_model_high >= r.bytes_model_low)
+    j["bytes_model_range"] = {r.bytes_model_low, r.bytes_model_high};
   j["kv_bytes"] = kv_bytes(r.problem);
   j["seed"] = r.seed;
   if (ok) {
@@ -172,6 +177,12 @@ Result result_from_json(const nlohmann::json &j) {
     r.flops = j.value("flops", 0.0);
     r.bytes_min = j.value("bytes_min", 0.0);
     r.bytes_model = j.value("bytes_model", 0.0);
+    r.bytes_model_reason = j.value("bytes_model_reason", std::string());
+    if (const auto range = j.find("bytes_model_range");
+        range != j.end() && range->is_array() && range->size() == 2) {
+      r.bytes_model_low = range->at(0).get<double>();
+      r.bytes_model_high = range->at(1).get<double>();
+    }
     r.seed = j.value("seed", uint64_t{0});
     if (r.status == Status::ok && j.contains("samples_us")) {
       TimingStats t = summarize(j.at("samples_us").get<std::vector<double>>());
@@ -320,6 +331,48 @@ void check_partial_log(const std::string &path, bool may_discard) {
   throw UserError(
       path + ": an interrupted run's measured points are here; continue that run with --resume, "
              "or pass --force to start over");
+}
+
+DeviceInfo device_from_json(const nlohmann::json &j, const std::string &where) {
+  if (!j.is_object())
+    throw UserError(
+        where +
+        " is not an object with the device's fields; give a results file that flashbench wrote");
+  DeviceInfo d;
+  const auto need = [&](const char *key) -> const nlohmann::json & {
+    const auto it = j.find(key);
+    if (it == j.end() || it->is_null())
+      throw UserError(where + " has no '" + key +
+                      "': the traffic models need the device the results were measured on");
+    return *it;
+  };
+  try {
+    d.present = j.value("present", true);
+    d.name = j.value("name", std::string());
+    d.pci_bus_id = j.value("pci_bus_id", std::string());
+    const std::string cc = need("cc").get<std::string>();
+    const size_t dot = cc.find('.');
+    if (dot == std::string::npos)
+      throw UserError(where + ": cc '" + cc + "' is not MAJOR.MINOR");
+    d.cc_major = std::stoi(cc.substr(0, dot));
+    d.cc_minor = std::stoi(cc.substr(dot + 1));
+    d.sm_count = need("sm_count").get<int>();
+    d.l2_bytes = need("l2_bytes").get<int64_t>();
+    d.smem_per_sm = need("smem_per_sm").get<int64_t>();
+    d.smem_per_block_optin = j.value("smem_per_block_optin", d.smem_per_sm);
+    d.regs_per_sm = need("regs_per_sm").get<int>();
+    d.max_threads_per_sm = need("max_threads_per_sm").get<int>();
+    d.max_blocks_per_sm = j.value("max_blocks_per_sm", (d.cc_major >= 9 || d.cc() == 80) ? 32 : 16);
+    d.total_mem_bytes = j.value("total_mem_bytes", int64_t{0});
+    d.sm_clock_max_mhz = j.value("sm_clock_max_mhz", 0);
+    d.mem_clock_max_mhz = j.value("mem_clock_max_mhz", 0);
+    d.mem_bus_width_bits = j.value("mem_bus_width_bits", 0);
+  } catch (const nlohmann::json::exception &e) {
+    throw UserError(where + ": " + e.what() + "; give a results file that flashbench wrote");
+  } catch (const std::logic_error &e) { // stoi
+    throw UserError(where + ": cc is not MAJOR.MINOR (" + e.what() + ")");
+  }
+  return d;
 }
 
 nlohmann::json read_results_file(const std::string &path) {

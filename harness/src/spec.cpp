@@ -1,6 +1,7 @@
 #include "flashbench/spec.hpp"
 
 #include "flashbench/errors.hpp"
+#include "flashbench/traffic.hpp"
 #include "flashbench/tuner.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -756,7 +757,11 @@ std::vector<PlannedPoint> plan(const SweepSpec &spec, const Registry &registry,
                            std::nullopt}); // depends on head_dim, dtype, ...
       }
       for (const auto &[cfg, invalid] : configs) {
-        PlannedPoint pt{v, cfg, p, invalid, {}, v->model_bytes(p, cfg, dev)};
+        const TrafficModel traffic = traffic_model(*v, p, cfg, dev);
+        PlannedPoint pt{v, cfg, p, invalid, {}, traffic.bytes};
+        pt.model_reason = traffic.reason;
+        if (traffic.has_range())
+          pt.model_low = traffic.low, pt.model_high = traffic.high;
         pt.config_source = source;
         if (!pt.skip_reason) {
           Support sup = v->supports(p, cfg, dev);

@@ -39,6 +39,9 @@ Result make_result(const PlannedPoint &pt) {
   r.bytes_min = min_bytes(pt.problem);
   r.bytes_model =
       pt.model_bytes >= 0 ? pt.model_bytes : pt.variant->model_bytes(pt.problem, pt.config);
+  r.bytes_model_reason = pt.model_reason;
+  r.bytes_model_low = pt.model_low;
+  r.bytes_model_high = pt.model_high;
   if (pt.skip_reason) {
     r.status = Status::skipped;
     r.reason = *pt.skip_reason;
@@ -55,6 +58,9 @@ nlohmann::json task_payload(const PlannedPoint &pt, const TimingPolicy &timing,
   j["timing"] = timing;
   j["launch_deadline_s"] = launch_deadline_s;
   j["model_bytes"] = pt.model_bytes;
+  j["model_reason"] = pt.model_reason;
+  j["model_low"] = pt.model_low;
+  j["model_high"] = pt.model_high;
   return j;
 }
 
@@ -64,6 +70,9 @@ PlannedPoint point_from_task(const nlohmann::json &task) {
   pt.config = Config(task.at("config").get<std::map<std::string, int64_t>>());
   pt.problem = task.at("problem").get<AttentionProblem>();
   pt.model_bytes = task.value("model_bytes", -1.0);
+  pt.model_reason = task.value("model_reason", std::string());
+  pt.model_low = task.value("model_low", -1.0);
+  pt.model_high = task.value("model_high", -1.0);
   return pt;
 }
 

@@ -12,6 +12,7 @@ from typing import Dict, List, Optional, Tuple
 from . import figures as F
 from . import page
 from . import results as R
+from . import traffic as T
 
 MAX_HEATMAPS = 8
 MAX_STATUS_ROWS = 500
@@ -167,7 +168,7 @@ def best_table(points: List[R.Point]) -> List[list]:
     return rows
 
 
-MODEL_TOLERANCE = 0.15  # |measured / model - 1| beyond which a traffic model is listed (scripts/model_check.py's)
+MODEL_TOLERANCE = T.TOLERANCE  # |measured / model - 1| beyond which a traffic model is listed (model_check's)
 
 
 def _mb(x: Optional[float]) -> str:
@@ -181,7 +182,8 @@ def _size(x: float) -> str:
 def traffic_section(points: List[R.Point]) -> Tuple[str, List[str]]:
     """Measured DRAM bytes against bytes_min and the traffic model, per point with counters: (html, markdown lines).
     Lists every point below bytes_min (its output still in L2 when the kernel ends) and every point whose model is
-    off by more than MODEL_TOLERANCE, with the record's bytes_model_reason where the variant gives one."""
+    off by more than MODEL_TOLERANCE, with the record's bytes_model_reason where the variant gives one and whether
+    that reason covers the measurement (traffic.py: the measured bytes inside the range the reason gives)."""
     with_counters = [p for p in points if p.ok and p.measured_dram_bytes()]
     if not with_counters:
         msg = "No ok point has measured DRAM bytes (counters were not collected), so no traffic model is checked."
@@ -189,8 +191,9 @@ def traffic_section(points: List[R.Point]) -> Tuple[str, List[str]]:
     below = sorted([p for p in with_counters if p.num("bytes_min") and p.measured_dram_bytes() < p.num("bytes_min")],
                    key=lambda p: F.natural_key(p.name))
     modelled = [p for p in with_counters if p.num("bytes_model")]
-    off = sorted([p for p in modelled if abs(p.measured_dram_bytes() / p.num("bytes_model") - 1) > MODEL_TOLERANCE],
-                 key=lambda p: F.natural_key(p.name))
+    verdicts = {p.name: T.verdict(p.measured_dram_bytes(), p.num("bytes_model"), p.get("bytes_model_range"),
+                                  MODEL_TOLERANCE) for p in modelled}
+    off = sorted([p for p in modelled if verdicts[p.name] != T.WITHIN], key=lambda p: F.natural_key(p.name))
     html, md = [], []
     intro = ("{} ok points have measured DRAM bytes (counters: read + write). bytes_min counts Q, K and V read once "
              "and O and LSE written once.".format(len(with_counters)))
@@ -200,16 +203,20 @@ def traffic_section(points: List[R.Point]) -> Tuple[str, List[str]]:
         why = ("{} of them moved fewer bytes than bytes_min. L2 is write-back: when the kernel ends, the last lines of "
                "its output are still dirty in L2, and their write to DRAM happens after the counters stop (when a "
                "later kernel or the next flush evicts them). The shortfall below is that output still in L2; a "
-               "shortfall in reads instead would mean inputs were already in L2 (no cold flush).".format(len(below)))
+               "shortfall in reads instead would mean inputs were already in L2 (no cold flush). The traffic "
+               "models count it (the usable L2 keeps the last lines the kernel moved, the written ones in "
+               "proportion; all of them when everything moved fits), and each point's model regime says how "
+               "much.".format(len(below)))
         rows = []
         for p in below:
             meas, mn = p.measured_dram_bytes(), p.num("bytes_min")
             rows.append([p.name, _mb(mn), _mb(p.num("counters", "dram_read_bytes")),
                          _mb(p.num("counters", "dram_write_bytes")), "{:.3f}".format(meas / mn), _size(mn - meas),
-                         "{} of output write-back still in L2 at kernel end".format(_size(mn - meas))])
+                         "{} of output write-back still in L2 at kernel end".format(_size(mn - meas)),
+                         str(p.get("bytes_model_reason") or "no model regime recorded")])
         html += ["<h4>Measured below bytes_min</h4>", "<p>{}</p>".format(page.esc(why)),
                  page.table(["point", "bytes_min MB", "read MB", "write MB", "measured / min", "short by",
-                             "why"], rows, (1, 2, 3, 4, 5), wrap=(0,))]
+                             "why", "model regime"], rows, (1, 2, 3, 4, 5), wrap=(0, 7))]
         md += ["", "Measured below bytes_min: " + why, "",
                "| point | bytes_min MB | measured MB | measured / min | why |", "|---|---:|---:|---:|---|"]
         md += ["| `{}` | {} | {} | {} | {} |".format(r[0], r[1], _mb(p.measured_dram_bytes()), r[4], r[6])
@@ -223,21 +230,29 @@ def traffic_section(points: List[R.Point]) -> Tuple[str, List[str]]:
         html.append("<p>{}</p>".format(line))
         md += ["", line]
     elif off:
+        explained = sum(verdicts[p.name] == T.EXPLAINED for p in off)
         head = ("{} of {} modelled points are more than {:.0f}% off their variant's traffic model "
-                "(measured / model outside {:.2f}-{:.2f}).".format(len(off), len(modelled), 100 * MODEL_TOLERANCE,
-                                                                   1 - MODEL_TOLERANCE, 1 + MODEL_TOLERANCE))
-        rows = [[p.name, _mb(p.num("bytes_model")), _mb(p.measured_dram_bytes()),
+                "(measured / model outside {:.2f}-{:.2f}); {} of them lie in the range their model's reason "
+                "gives for an uncertain regime.".format(len(off), len(modelled), 100 * MODEL_TOLERANCE,
+                                                        1 - MODEL_TOLERANCE, 1 + MODEL_TOLERANCE, explained))
+
+        def rng(p):
+            r = T.model_range(p.get("bytes_model_range"))
+            return "{}-{}".format(_mb(r[0]), _mb(r[1])) if r else ""
+
+        rows = [[p.name, _mb(p.num("bytes_model")), rng(p), _mb(p.measured_dram_bytes()),
                  "{:.2f}".format(p.measured_dram_bytes() / p.num("bytes_model")),
+                 "explained" if verdicts[p.name] == T.EXPLAINED else "not explained",
                  str(p.get("bytes_model_reason") or "no reason recorded")] for p in off]
         per_variant = Counter(p.variant for p in off)
         html += ["<h4>Traffic model off by more than {:.0f}%</h4>".format(100 * MODEL_TOLERANCE),
                  "<p>{} By variant: {}.</p>".format(page.esc(head), page.esc(", ".join(
                      "{} {}".format(v, n) for v, n in sorted(per_variant.items())))),
-                 page.table(["point", "model MB", "measured MB", "measured / model", "reason"], rows, (1, 2, 3),
-                            wrap=(0, 4))]
-        md += ["", head, "", "| point | model MB | measured MB | measured / model | reason |",
-               "|---|---:|---:|---:|---|"]
-        md += ["| `{}` | {} | {} | {} | {} |".format(*r) for r in rows]
+                 page.table(["point", "model MB", "range MB", "measured MB", "measured / model", "verdict",
+                             "reason"], rows, (1, 2, 3, 4), wrap=(0, 6))]
+        md += ["", head, "", "| point | model MB | range MB | measured MB | measured / model | verdict | reason |",
+               "|---|---:|---:|---:|---:|---|---|"]
+        md += ["| `{}` | {} | {} | {} | {} | {} | {} |".format(*r) for r in rows]
     else:
         line = "All {} modelled points are within {:.0f}% of their traffic model.".format(len(modelled),
                                                                                       100 * MODEL_TOLERANCE)

@@ -13,6 +13,7 @@ from flashbench_reports import figures as F
 from flashbench_reports import page
 from flashbench_reports import report
 from flashbench_reports import results as R
+from flashbench_reports import traffic as T
 from flashbench_reports.cli import main
 
 H100_CEIL = {"gemm_bf16_tflops": 692.0, "copy_gbps": 3034.0}
@@ -158,6 +159,30 @@ def test_traffic_section_explains_bytes_below_min_and_models_off(two_gpus, tmp_p
     assert "All 1 modelled points are within 15%" in html and "No point moved fewer bytes" in html
     html, _ = report.traffic_section([R.point_from_record(synth.record("naive", {}, p, 100))])
     assert "counters were not collected" in html
+
+
+def test_traffic_verdict_counts_a_reason_only_where_its_range_covers_the_measurement():
+    assert T.verdict(110, 100) == T.WITHIN and T.verdict(86, 100) == T.WITHIN
+    assert T.verdict(120, 100) == T.OUTSIDE and T.verdict(80, 100) == T.OUTSIDE
+    assert T.verdict(300, 100, [90, 400]) == T.EXPLAINED
+    assert T.verdict(500, 100, [90, 400]) == T.OUTSIDE   # beyond the range's top (+15%)
+    assert T.verdict(70, 100, [90, 400]) == T.OUTSIDE    # below its bottom (-15%)
+    assert T.verdict(300, 100, "bad") == T.OUTSIDE and T.verdict(300, 100, [400, 90]) == T.OUTSIDE
+
+
+def test_traffic_section_marks_which_reasons_cover_their_point():
+    p = synth.problem(1024)
+    mn = synth.bytes_min(p)
+    rng = {"bytes_model_reason": "the per-step set is 2.00x the usable L2", "bytes_model_range": [mn, 10 * mn]}
+    covered = synth.record("fa1_kv_outer", {"block_m": 64}, p, 100, counters=True, bytes_model=2 * mn,
+                           dram=(4 * mn, mn), extra=rng)
+    beyond = synth.record("fa1_kv_outer", {"block_m": 32}, p, 100, counters=True, bytes_model=2 * mn,
+                          dram=(15 * mn, mn), extra=rng)
+    html, md = report.traffic_section([R.point_from_record(r) for r in (covered, beyond)])
+    assert "2 of 2 modelled points are more than 15% off" in html
+    assert any("1 of them lie in the range their model's reason gives" in line for line in md)
+    assert html.count(">explained<") == 1 and html.count(">not explained<") == 1
+    assert any("| explained |" in line for line in md) and any("| not explained |" in line for line in md)
 
 
 def test_bounds_classify_by_intensity_against_each_ridge():

@@ -179,6 +179,40 @@ TEST(Cli, BadOutputPathsFailBeforeAnyWork) {
   expect_path_error("tune " + spec + " --fake-worker --no-cache -o " + d.string(), "is a directory",
                     d);
   expect_path_error("probe -o " + d.string(), "is a directory", d);
+  expect_path_error("model " + spec + " -o " + d.string(), "is a directory", d);
+}
+
+TEST(Cli, ModelRecomputesEveryPointsTrafficModelOnTheRecordedDevice) {
+  const fs::path d = fresh_dir("model");
+  const std::string spec =
+      write_temp("model.yaml", "problems:\n  - {batch: 2, heads: 4, seqlen: 512, head_dim: 64}\n"
+                               "variants: [naive, fa2_q_outer]\n");
+  const std::string results = (d / "r.json").string(), models = (d / "m.json").string();
+  ASSERT_EQ(run_cli("run " + spec + " --fake-worker --fake-delay-ms 1 -o " + results).code, 0);
+  {
+    std::ifstream rs(results);
+    std::stringstream run_text;
+    run_text << rs.rdbuf(); // the run's records carry the model's regime too
+    EXPECT_NE(run_text.str().find("\"bytes_model_reason\": \"K/V 1.00x from DRAM"),
+              std::string::npos);
+  }
+  Outcome o = run_cli("model " + results + " -o " + models);
+  ASSERT_EQ(o.code, 0) << o.err;
+  std::ifstream is(models);
+  std::stringstream text;
+  text << is.rdbuf();
+  EXPECT_NE(text.str().find("\"bytes_model_reason\": \"K/V 1.00x from DRAM"), std::string::npos)
+      << text.str();
+  EXPECT_NE(text.str().find("\"device\""), std::string::npos);
+  o = run_cli("model " + results); // a table on stdout
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("fa2_q_outer/"), std::string::npos) << o.out;
+  // Input it cannot model from: one line, exit 2, no output.
+  expect_path_error("model " + (d / "missing.json").string() + " -o " + models + " --force",
+                    "cannot open results file", d);
+  const std::string no_device =
+      write_temp("model_nodev.json", "{\"context\": {\"schema_version\": 1}, \"benchmarks\": []}");
+  expect_path_error("model " + no_device, "no context.device", d);
 }
 
 TEST(Cli, AnExistingResultsFileIsReplacedOnlyWithForce) {

@@ -6,6 +6,7 @@
 
 #include "flashbench/config.hpp"
 #include "flashbench/counters.hpp"
+#include "flashbench/device.hpp"
 #include "flashbench/problem.hpp"
 #include "flashbench/timing.hpp"
 #include "flashbench/verify.hpp"
@@ -41,6 +42,9 @@ struct Result {
   double flops = 0;
   double bytes_min = 0;
   double bytes_model = 0;
+  std::string bytes_model_reason; // the traffic model's regime (TrafficModel::reason)
+  double bytes_model_low = -1,
+         bytes_model_high = -1; // the range that regime leaves open (-1: none)
   uint64_t seed = 0;
 
   std::string name() const; // "variant/config/problem-key", unique within a sweep
@@ -69,6 +73,11 @@ void check_output_path(const std::string &path, const std::string &option, bool 
 void check_partial_log(const std::string &path, bool may_discard);
 // Reads and checks schema_version; throws UserError naming the file on any problem.
 nlohmann::json read_results_file(const std::string &path);
+// The device a results file recorded (its context.device), for what is computed from it afterwards (the traffic
+// models: flashbench model). Throws UserError naming `where` when a field the models need (cc, sm_count, l2_bytes,
+// smem_per_sm, regs_per_sm, max_threads_per_sm) is missing. max_blocks_per_sm, which older files lack, defaults
+// to the architecture's limit (32 on compute capability 8.0 and 9.0+, else 16).
+DeviceInfo device_from_json(const nlohmann::json &j, const std::string &where);
 
 // Append-only log of finished records (one JSON object a line) beside the final file, so that a crash never loses
 // finished points.

@@ -50,6 +50,8 @@ struct PlannedPoint {
       config_source; // configs: tuned: which table entry chose the config, or why the default was used
   double model_bytes =
       -1; // the variant's traffic model for this point on the planned device (-1: not computed)
+  std::string model_reason;               // the model's regime (TrafficModel::reason)
+  double model_low = -1, model_high = -1; // the range the regime leaves open (-1: none)
 };
 
 // Expands the spec against the catalog. Unknown variants or config names raise UserError; unsupported
