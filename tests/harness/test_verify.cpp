@@ -1,9 +1,14 @@
+#include "flashbench/reference.hpp"
 #include "flashbench/verify.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 
 using namespace fb;
 
@@ -92,4 +97,285 @@ TEST(Verify, NormBoundFailsWhatEveryElementBoundLetsThrough) {
   EXPECT_GT(r.rel_l2_error, t.rel_l2);
   EXPECT_FALSE(r.pass);
   EXPECT_NE(r.detail.find("rel_l2"), std::string::npos) << r.detail;
+}
+
+// ---- The backward's gradients.
+namespace {
+// b1 hq2 hkv1 sq3 skv2 d2: dq has 12 elements, dk and dv 4 each. value v, abs a, floor f everywhere.
+BackwardReference uniform_reference(const AttentionProblem &p, double v, double a, double f) {
+  BackwardReference r;
+  for (GradientReference *g : {&r.dq, &r.dk, &r.dv}) {
+    const size_t n = static_cast<size_t>(g == &r.dq ? p.q_elems() : p.kv_elems());
+    g->value.assign(n, v);
+    g->abs.assign(n, a);
+    g->floor.assign(n, f);
+  }
+  return r;
+}
+AttentionProblem small_bwd(DType t) {
+  AttentionProblem p;
+  p.heads_q = 2;
+  p.heads_kv = 1;
+  p.seqlen_q = 3;
+  p.seqlen_kv = 2;
+  p.head_dim = 2;
+  p.dtype = t;
+  p.pass = Pass::bwd;
+  return p;
+}
+} // namespace
+
+TEST(Verify, BackwardChecksEachGradientAndNamesItsMismatches) {
+  const AttentionProblem p = small_bwd(DType::bf16);
+  const GradTolerance t = grad_tolerance_for(p.dtype);
+  const BackwardReference ref = uniform_reference(p, 0.5, 0.5, 2.0);
+  std::vector<float> dq(p.q_elems(), 0.5f), dk(p.kv_elems(), 0.5f), dv(p.kv_elems(), 0.5f);
+  VerifyResult r = verify_backward(p, dq.data(), dk.data(), dv.data(), ref, t);
+  EXPECT_TRUE(r.pass) << r.summary();
+  ASSERT_EQ(r.tensors.size(), 3u);
+  EXPECT_EQ(r.tensors[0].name, "dq");
+  EXPECT_EQ(r.tensors[1].name, "dk");
+  EXPECT_EQ(r.tensors[2].name, "dv");
+  EXPECT_EQ(r.lse_max_error, 0); // LSE is an input of the backward
+
+  // dk[b=0,s=1,h=0,d=1] is element 3; a NaN there (an unwritten element) fails and is named.
+  dk[3] = std::numeric_limits<float>::quiet_NaN();
+  r = verify_backward(p, dq.data(), dk.data(), dv.data(), ref, t);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.nonfinite, 1);
+  EXPECT_EQ(r.tensors[1].nonfinite, 1);
+  EXPECT_NE(r.detail.find("dk[b=0,s=1,h=0,d=1]: got nan"), std::string::npos) << r.detail;
+  dk[3] = 0.5f;
+  // dq[b=0,s=2,h=1,d=0] is element (2 * 2 + 1) * 2 = 10: off by more than its bound.
+  const double bound = t.atol + t.rtol * 0.5 + t.term * 0.5 + t.floor * 2.0;
+  dq[10] = static_cast<float>(0.5 + 1.5 * bound);
+  r = verify_backward(p, dq.data(), dk.data(), dv.data(), ref, t);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.tensors[0].mismatches, 1);
+  EXPECT_GT(r.tensors[0].worst_ratio, 1.0);
+  EXPECT_NE(r.detail.find("dq[b=0,s=2,h=1,d=0]"), std::string::npos) << r.detail;
+  // Within it: passes.
+  dq[10] = static_cast<float>(0.5 + 0.5 * bound);
+  r = verify_backward(p, dq.data(), dk.data(), dv.data(), ref, t);
+  EXPECT_TRUE(r.pass) << r.summary();
+}
+
+TEST(Verify, BackwardBoundGrowsWithTheTermsSums) {
+  // The same absolute error passes against an element whose terms sum to much more than its value (rounding
+  // errors of many terms), and fails where the terms are small.
+  const AttentionProblem p = small_bwd(DType::bf16);
+  const GradTolerance t = grad_tolerance_for(p.dtype);
+  std::vector<float> dq(p.q_elems(), 0.52f), dk(p.kv_elems(), 0.52f), dv(p.kv_elems(), 0.52f);
+  EXPECT_FALSE(
+      verify_backward(p, dq.data(), dk.data(), dv.data(), uniform_reference(p, 0.5, 0.5, 0.5), t)
+          .pass);
+  // abs = 1: bound 4u * 1 + 2u * 0.5 = 5 * 2^-9 < 0.02: still fails element-wise ...
+  EXPECT_FALSE(
+      verify_backward(p, dq.data(), dk.data(), dv.data(), uniform_reference(p, 0.5, 1.0, 0.5), t)
+          .pass);
+  // ... and passes every element at abs = 8 (bound 0.0645), where the norm bound then fails it: 4% > 8u.
+  const VerifyResult r =
+      verify_backward(p, dq.data(), dk.data(), dv.data(), uniform_reference(p, 0.5, 8.0, 0.5), t);
+  EXPECT_EQ(r.mismatches, 0);
+  EXPECT_FALSE(r.pass);
+  EXPECT_NE(r.detail.find("rel_l2"), std::string::npos) << r.detail;
+  // 1% relative everywhere passes both.
+  std::fill(dq.begin(), dq.end(), 0.505f);
+  std::fill(dk.begin(), dk.end(), 0.505f);
+  std::fill(dv.begin(), dv.end(), 0.505f);
+  EXPECT_TRUE(
+      verify_backward(p, dq.data(), dk.data(), dv.data(), uniform_reference(p, 0.5, 8.0, 0.5), t)
+          .pass);
+}
+
+TEST(Verify, BackwardFloorCountsOnlyForFp16) {
+  // fp16's subnormal P and dS carry an absolute rounding error; bf16 and fp32 have none in play.
+  EXPECT_GT(grad_tolerance_for(DType::f16).floor, 0);
+  EXPECT_EQ(grad_tolerance_for(DType::bf16).floor, 0);
+  EXPECT_EQ(grad_tolerance_for(DType::f32).floor, 0);
+  for (auto f : {&GradTolerance::rtol, &GradTolerance::term, &GradTolerance::rel_l2}) {
+    EXPECT_LT(grad_tolerance_for(DType::f32).*f, grad_tolerance_for(DType::f16).*f);
+    EXPECT_LT(grad_tolerance_for(DType::f16).*f, grad_tolerance_for(DType::bf16).*f);
+  }
+  // fp16 with value 0 and a large floor sum: an error the floor covers passes, and only in fp16.
+  AttentionProblem p = small_bwd(DType::f16);
+  const BackwardReference ref = uniform_reference(p, 0.0, 0.0, 4096.0);
+  std::vector<float> dq(p.q_elems(), 1e-4f), dk(p.kv_elems(), 1e-4f), dv(p.kv_elems(), 1e-4f);
+  EXPECT_EQ(verify_backward(p, dq.data(), dk.data(), dv.data(), ref, grad_tolerance_for(p.dtype))
+                .mismatches,
+            0);
+  EXPECT_GT(
+      verify_backward(p, dq.data(), dk.data(), dv.data(), ref, grad_tolerance_for(DType::bf16))
+          .mismatches,
+      0);
+}
+
+TEST(Verify, BackwardResultJsonHasEachTensor) {
+  const AttentionProblem p = small_bwd(DType::bf16);
+  std::vector<float> dq(p.q_elems(), 0.5f), dk(p.kv_elems(), 0.5f), dv(p.kv_elems(), 0.5f);
+  const VerifyResult r =
+      verify_backward(p, dq.data(), dk.data(), dv.data(), uniform_reference(p, 0.5, 0.5, 0.5),
+                      grad_tolerance_for(p.dtype));
+  const nlohmann::json j = r;
+  ASSERT_TRUE(j.contains("tensors"));
+  for (const char *n : {"dq", "dk", "dv"})
+    EXPECT_TRUE(j["tensors"].contains(n)) << j.dump();
+  EXPECT_NE(r.summary().find("dk:{"), std::string::npos) << r.summary();
+}
+
+// ---- The backward's tolerances against an emulation of what a FlashAttention-2 backward kernel computes: inputs
+// in the dtype, S and dP accumulated in fp32, P = exp(scale S - LSE) in fp32 and rounded to the dtype for
+// dV = P^T dO, dS = P (dP - D) rounded to the dtype for dQ and dK, fp32 accumulation, gradients rounded to the
+// dtype. A correct kernel of that arithmetic passes with room to spare; the same with one mistake fails.
+namespace {
+
+float round_to(DType t, float x) {
+  if (t == DType::f16)
+    return static_cast<float>(
+        static_cast<_Float16>(x)); // subnormals included, as the hardware rounds
+  if (t == DType::bf16) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u); // round to nearest even on the upper 16 bits
+    u &= 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+  }
+  return x;
+}
+
+// ds_from_rounded_p is no mistake (dS from P already rounded to the dtype, as some kernels do: two roundings).
+// drop_last_key: each row misses its last key; no_scale_on_dk: dK without the softmax scale; d_half_again: D
+// 1.5 times rowsum(dO * O).
+enum class Mistake { none, ds_from_rounded_p, drop_last_key, no_scale_on_dk, d_half_again };
+
+struct Emulated {
+  std::vector<float> dq, dk, dv;
+};
+
+// One (problem, inputs) emulated as above; inputs already in the dtype; lse fp32.
+Emulated emulate_fa2_backward(const AttentionProblem &p, const std::vector<float> &q,
+                              const std::vector<float> &k, const std::vector<float> &v,
+                              const std::vector<float> &o, const std::vector<float> &dout,
+                              const std::vector<float> &lse, Mistake m) {
+  const Strides qs = p.q_strides(), ks = p.kv_strides();
+  const float scale = static_cast<float>(p.softmax_scale());
+  std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const int64_t hk = h / p.group_size();
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        int64_t last = std::min(p.last_key(i), p.seqlen_kv - 1);
+        const float row_lse = lse[static_cast<size_t>((b * p.heads_q + h) * p.seqlen_q + i)];
+        if (last < 0 || !std::isfinite(row_lse))
+          continue;
+        if (m == Mistake::drop_last_key && last > 0)
+          --last;
+        const int64_t qo = b * qs.batch + i * qs.seq + h * qs.head;
+        float d_row = 0;
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          d_row += dout[qo + d] * o[qo + d];
+        if (m == Mistake::d_half_again)
+          d_row *= 1.5f;
+        for (int64_t j = 0; j <= last; ++j) {
+          const int64_t ko = b * ks.batch + j * ks.seq + hk * ks.head;
+          float s = 0, dp = 0;
+          for (int64_t d = 0; d < p.head_dim; ++d) {
+            s += q[qo + d] * k[ko + d];
+            dp += dout[qo + d] * v[ko + d];
+          }
+          const float pij = std::exp(s * scale - row_lse);
+          const float p_lo = round_to(p.dtype, pij);
+          const float ds_lo =
+              round_to(p.dtype, (m == Mistake::ds_from_rounded_p ? p_lo : pij) * (dp - d_row));
+          for (int64_t d = 0; d < p.head_dim; ++d) {
+            dv[ko + d] += p_lo * dout[qo + d];
+            dk[ko + d] += ds_lo * q[qo + d];
+            dq[qo + d] += ds_lo * k[ko + d];
+          }
+        }
+      }
+    }
+  Emulated e;
+  for (float &x : dq)
+    x = round_to(p.dtype, x * scale);
+  for (float &x : dk)
+    x = round_to(p.dtype, m == Mistake::no_scale_on_dk ? x : x * scale);
+  for (float &x : dv)
+    x = round_to(p.dtype, x);
+  e.dq = std::move(dq);
+  e.dk = std::move(dk);
+  e.dv = std::move(dv);
+  return e;
+}
+
+VerifyResult run_emulation(const AttentionProblem &p, uint64_t seed, Mistake m) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  auto draw = [&](int64_t count) {
+    std::vector<float> x(static_cast<size_t>(count));
+    for (float &e : x)
+      e = round_to(p.dtype, n(rng));
+    return x;
+  };
+  const auto q = draw(p.q_elems()), k = draw(p.kv_elems()), v = draw(p.kv_elems());
+  const auto dout = draw(p.q_elems());
+  AttentionProblem fwd = p;
+  fwd.pass = Pass::fwd;
+  const ReferenceOutput f = cpu_reference(fwd, q.data(), k.data(), v.data());
+  std::vector<float> o(f.o.size()), lse(f.lse.begin(), f.lse.end());
+  for (size_t i = 0; i < o.size(); ++i)
+    o[i] = round_to(p.dtype, static_cast<float>(f.o[i]));
+  const BackwardReference ref =
+      cpu_reference_backward(p, q.data(), k.data(), v.data(), o.data(), dout.data(), lse.data());
+  const Emulated e = emulate_fa2_backward(p, q, k, v, o, dout, lse, m);
+  return verify_backward(p, e.dq.data(), e.dk.data(), e.dv.data(), ref,
+                         grad_tolerance_for(p.dtype));
+}
+
+AttentionProblem emulated_problem(DType t, int64_t sq, int64_t skv, bool causal) {
+  AttentionProblem p;
+  p.batch = 1;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.seqlen_q = sq;
+  p.seqlen_kv = skv;
+  p.head_dim = 64;
+  p.causal = causal;
+  p.dtype = t;
+  p.pass = Pass::bwd;
+  return p;
+}
+
+} // namespace
+
+TEST(Verify, BackwardToleranceFitsAnFa2KernelsArithmeticWithRoomToSpare) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (DType t : {DType::bf16, DType::f16})
+    for (const AttentionProblem &p : {emulated_problem(t, 300, 300, true),
+                                      emulated_problem(t, 131, 77, true), // rows without keys
+                                      emulated_problem(t, 64, 1500, false)})
+      for (Mistake m : {Mistake::none, Mistake::ds_from_rounded_p}) {
+        const VerifyResult r = run_emulation(p, seed, m);
+        EXPECT_TRUE(r.pass) << key(p) << ": " << r.summary();
+        // Room: the gradient's own rounding to the dtype (<= u|ref|) alone may use half of an
+        // element's bound (its rtol is 2u), the rest of the arithmetic adds a little: the worst
+        // element within 3/4 of its bound (about 0.55 seen), each tensor's norm within a third of
+        // its bound (about 1.2u of 8u seen).
+        EXPECT_LT(r.worst_ratio, 0.75) << key(p) << ": " << r.summary();
+        EXPECT_LT(r.rel_l2_error, grad_tolerance_for(t).rel_l2 / 3)
+            << key(p) << ": " << r.summary();
+      }
+}
+
+TEST(Verify, BackwardToleranceCatchesAKernelsMistakes) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (DType t : {DType::bf16, DType::f16}) {
+    const AttentionProblem p = emulated_problem(t, 300, 300, true);
+    for (Mistake m : {Mistake::drop_last_key, Mistake::no_scale_on_dk, Mistake::d_half_again}) {
+      const VerifyResult r = run_emulation(p, seed, m);
+      EXPECT_FALSE(r.pass) << key(p) << " mistake " << static_cast<int>(m) << ": " << r.summary();
+    }
+  }
 }
