@@ -124,22 +124,27 @@ __device__ __forceinline__ void gemm_abt(float (&c)[MT][NT][4], uint32_t sA, int
                                          uint32_t sB, int b_row0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
   const KChunks ac(lane / 16, x), bc((lane / 8) % 2, x);
-  const uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
-  const uint32_t b_base = sB + (b_row0 + (lane / 16) * 8 + lane % 8) * KD * 2;
+  uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
+  uint32_t b_base = sB + (b_row0 + (lane / 16) * 8 + lane % 8) * KD * 2;
+  // Four k-steps (128 bytes of every row) per pass; the passes stay a loop, which bounds how many fragments
+  // the scheduler loads ahead next to the dK/dV accumulators.
+#pragma unroll 1
+  for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 128) {
 #pragma unroll
-  for (int kk = 0; kk < KD / 16; ++kk) {
-    uint32_t af[MT][4];
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t af[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-      ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.at(kk));
+      for (int mt = 0; mt < MT; ++mt)
+        ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.off[kk]);
 #pragma unroll
-    for (int n2 = 0; n2 < NT / 2; ++n2) {
-      uint32_t bf[4];
-      ldmatrix_x4(bf, b_base + n2 * 16 * KD * 2 + bc.at(kk));
+      for (int n2 = 0; n2 < NT / 2; ++n2) {
+        uint32_t bf[4];
+        ldmatrix_x4(bf, b_base + n2 * 16 * KD * 2 + bc.off[kk]);
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
-        Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
+          Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+        }
       }
     }
   }
@@ -151,23 +156,27 @@ template <class T, int KD, int XC, int YC, int MT, int NT>
 __device__ __forceinline__ void gemm_atb(float (&c)[MT][NT][4], uint32_t sX, int x_col0,
                                          uint32_t sY, int y_col0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
-  const uint32_t x_base = sX + ((lane / 16) * 8 + lane % 8) * XC * 2;
-  const uint32_t y_base = sY + (((lane / 8) % 2) * 8 + lane % 8) * YC * 2;
+  uint32_t x_base = sX + ((lane / 16) * 8 + lane % 8) * XC * 2;
+  uint32_t y_base = sY + (((lane / 8) % 2) * 8 + lane % 8) * YC * 2;
   const int xc = x_col0 / 8 + (lane / 8) % 2, yc = y_col0 / 8 + lane / 16;
+  // Four k-steps (64 rows) per pass, the passes a loop (as in gemm_abt).
+#pragma unroll 1
+  for (int kb = 0; kb < KD / 64; ++kb, x_base += 64 * XC * 2, y_base += 64 * YC * 2) {
 #pragma unroll
-  for (int kk = 0; kk < KD / 16; ++kk) {
-    uint32_t af[MT][4];
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t af[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-      ldmatrix_x4_trans(af[mt], x_base + kk * 16 * XC * 2 + (((xc + 2 * mt) ^ x) << 4));
+      for (int mt = 0; mt < MT; ++mt)
+        ldmatrix_x4_trans(af[mt], x_base + kk * 16 * XC * 2 + (((xc + 2 * mt) ^ x) << 4));
 #pragma unroll
-    for (int n2 = 0; n2 < NT / 2; ++n2) {
-      uint32_t bf[4];
-      ldmatrix_x4_trans(bf, y_base + kk * 16 * YC * 2 + (((yc + 2 * n2) ^ x) << 4));
+      for (int n2 = 0; n2 < NT / 2; ++n2) {
+        uint32_t bf[4];
+        ldmatrix_x4_trans(bf, y_base + kk * 16 * YC * 2 + (((yc + 2 * n2) ^ x) << 4));
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
-        Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
+          Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+        }
       }
     }
   }
@@ -180,23 +189,26 @@ __device__ __forceinline__ void gemm_ab(float (&c)[MT][NT][4], uint32_t sA, int 
                                         int b_col0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
   const KChunks ac(lane / 16, x);
-  const uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
-  const uint32_t b_base = sB + (((lane / 8) % 2) * 8 + lane % 8) * BC * 2;
+  uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
+  uint32_t b_base = sB + (((lane / 8) % 2) * 8 + lane % 8) * BC * 2;
   const int bc = b_col0 / 8 + lane / 16;
+#pragma unroll 1
+  for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 64 * BC * 2) {
 #pragma unroll
-  for (int kk = 0; kk < KD / 16; ++kk) {
-    uint32_t af[MT][4];
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t af[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-      ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.at(kk));
+      for (int mt = 0; mt < MT; ++mt)
+        ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.off[kk]);
 #pragma unroll
-    for (int n2 = 0; n2 < NT / 2; ++n2) {
-      uint32_t bf[4];
-      ldmatrix_x4_trans(bf, b_base + kk * 16 * BC * 2 + (((bc + 2 * n2) ^ x) << 4));
+      for (int n2 = 0; n2 < NT / 2; ++n2) {
+        uint32_t bf[4];
+        ldmatrix_x4_trans(bf, b_base + kk * 16 * BC * 2 + (((bc + 2 * n2) ^ x) << 4));
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
-        Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
+          Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+        }
       }
     }
   }
@@ -402,47 +414,35 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     float p[MT][NT][4];
     zero(p);
     gemm_abt<T, D, MT, NT>(p, sbase + oQ, s_row0, sbase + oK, s_col0);
+    // P = exp2(S·scale·log2e − LSE₂), masked to 0, packed to T pair by pair as it is computed, so that the fp32
+    // scores die one by one; the packed P costs half the registers while dP is computed, and dS = P∘(dP − D)
+    // is rounded to T right after anyway.
     const int diag = a.seqlen_kv - a.seqlen_q;
     const bool need_mask = k0 + BN > a.seqlen_kv ||
                            (a.causal && m * BM + diag < k0 + BN - 1); // CTA-uniform
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const float l2 = lse2[s_row0 + mt * 16 + lane / 4 + 8 * hh];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 2 * hh; e < 2 * hh + 2; ++e)
-            p[mt][nt][e] = fast_exp2(fmaf(p[mt][nt][e], a.scale_log2, -l2));
-      }
-    if (need_mask) {
-      // Tile-local bounds, recomputed here: local key kl is past the sequence end when kl >= key_lim, right of
-      // the diagonal for local row rl when kl - rl > diag_lim.
-      const int l = int(fresh_tid() % 32);
-      const int key_lim = a.seqlen_kv - k0, diag_lim = a.causal ? m * BM + diag - k0 : BN;
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int rl = s_row0 + mt * 16 + l / 4 + 8 * (e / 2);
-            const int kl = s_col0 + nt * 8 + 2 * (l % 4) + (e % 2);
-            if (kl >= key_lim || kl - rl > diag_lim)
-              p[mt][nt][e] = 0.f;
-          }
-    }
-    // P leaves fp32 here: packed (as shared memory gets it), it costs half the registers while dP is computed,
-    // and dS = P∘(dP − D) is rounded to T right after anyway.
+    // Tile-local bounds: local key kl is past the sequence end when kl >= key_lim, right of the diagonal for
+    // local row rl when kl - rl > diag_lim.
+    const int key_lim = a.seqlen_kv - k0, diag_lim = a.causal ? m * BM + diag - k0 : BN;
     uint32_t pp[MT][NT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
+      for (int hh = 0; hh < 2; ++hh) {
+        const int rl = s_row0 + mt * 16 + lane / 4 + 8 * hh;
+        const float l2 = lse2[rl];
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
-          pp[mt][nt][hh] = Mma<T>::pack(p[mt][nt][2 * hh], p[mt][nt][2 * hh + 1]);
+        for (int nt = 0; nt < NT; ++nt) {
+          float x[2];
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            x[j] = fast_exp2(fmaf(p[mt][nt][2 * hh + j], a.scale_log2, -l2));
+            const int kl = s_col0 + nt * 8 + 2 * (lane % 4) + j;
+            if (need_mask && (kl >= key_lim || kl - rl > diag_lim))
+              x[j] = 0.f;
+          }
+          pp[mt][nt][hh] = Mma<T>::pack(x[0], x[1]);
+        }
+      }
     store_packed<BN>(smem + oP, pp, s_row0, s_col0, lane);
 
     // dP = dO·Vᵀ -> dS = P∘(dP − D).
@@ -647,15 +647,28 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   FB_CHECK_LAUNCH();
 }
 
+template <class T, int D, int BM, int BN, int W, int WM>
+std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {
+  constexpr int kRows = kRowThreads / (D / 8);
+  const int64_t heads = p.batch * p.heads_q, rows_pad = padded_rows(p.seqlen_q, c.block_m);
+  return {{"fa2_bwd_preprocess", reinterpret_cast<const void *>(&fa2_bwd_preprocess<T, D>),
+           kRowThreads, 0, heads * ((rows_pad + kRows - 1) / kRows)},
+          {"fa2_bwd_main", reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM>),
+           W * 32, static_cast<size_t>(smem_bytes(D, c)),
+           num_col_blocks(p, c) * p.heads_kv * p.batch},
+          {"fa2_bwd_convert", reinterpret_cast<const void *>(&fa2_bwd_convert<T, D>), kRowThreads,
+           0, heads * ((p.seqlen_q + kRows - 1) / kRows)}};
+}
+
 } // namespace detail
 
-// The launch function of the compiled instantiation for (T, D, tile shape), or nullptr when that shape is not
-// compiled (tile_compiled() false). One instantiation file compiles one (T, D) slice.
-template <class T, int D> LaunchFn pick_tile(const Params &c) {
+// The launch and kernel-list functions of the compiled instantiation for (T, D, tile shape), or nulls when that
+// shape is not compiled (tile_compiled() false). One instantiation file compiles one (T, D) slice.
+template <class T, int D> Instance pick_tile(const Params &c) {
 #define FB_FA2_BWD_TILE(BM, BN, W, WM)                                                             \
   if constexpr (tile_compiled(D, BM, BN, W, WM))                                                   \
     if (c.block_m == BM && c.block_n == BN && c.warps == W && c.warp_m == WM)                      \
-      return &detail::launch_tile<T, D, BM, BN, W, WM>;
+      return {&detail::launch_tile<T, D, BM, BN, W, WM>, &detail::describe_tile<T, D, BM, BN, W, WM>};
   FB_FA2_BWD_TILE(64, 64, 4, 2)
   FB_FA2_BWD_TILE(64, 64, 8, 2)
   FB_FA2_BWD_TILE(64, 64, 8, 4)
@@ -666,7 +679,7 @@ template <class T, int D> LaunchFn pick_tile(const Params &c) {
   FB_FA2_BWD_TILE(128, 128, 8, 2)
   FB_FA2_BWD_TILE(128, 128, 8, 4)
 #undef FB_FA2_BWD_TILE
-  return nullptr;
+  return {};
 }
 
 } // namespace fb::fa2_bwd

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fb::fa2_bwd {
 
@@ -224,10 +225,18 @@ inline Config default_for(Config base, const AttentionProblem &p, const DeviceIn
 
 using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
                           cudaStream_t);
+// The kernels one launch queues (preprocess, main, convert), for the occupancy report.
+using KernelsFn = std::vector<KernelDesc> (*)(const AttentionProblem &, const Params &);
+struct Instance {
+  LaunchFn launch = nullptr;
+  KernelsFn kernels = nullptr;
+};
 
 // Enqueues preprocess, main and convert kernels on `stream` (register.cpp picks the compiled instantiation). The
 // caller has checked supports(); a shape that was not compiled throws std::invalid_argument.
 void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
             cudaStream_t stream);
+// The kernels of one launch (empty for a shape that was not compiled).
+std::vector<KernelDesc> kernels(const AttentionProblem &p, const Params &c);
 
 } // namespace fb::fa2_bwd
