@@ -159,11 +159,12 @@ __device__ __forceinline__ void gemm_atb(float (&c)[MT][NT][4], uint32_t sX, int
   uint32_t x_base = sX + ((lane / 16) * 8 + lane % 8) * XC * 2;
   uint32_t y_base = sY + (((lane / 8) % 2) * 8 + lane % 8) * YC * 2;
   const int xc = x_col0 / 8 + (lane / 8) % 2, yc = y_col0 / 8 + lane / 16;
-  // Four k-steps (64 rows) per pass, the passes a loop (as in gemm_abt).
+  // Two k-steps (32 rows) per pass, the passes a loop: each k-step's fragments are 4·(MT + NT/2) registers
+  // (24 at d128 and d256), and a deeper look-ahead than two k-steps spills next to the accumulators.
 #pragma unroll 1
-  for (int kb = 0; kb < KD / 64; ++kb, x_base += 64 * XC * 2, y_base += 64 * YC * 2) {
+  for (int kb = 0; kb < KD / 32; ++kb, x_base += 32 * XC * 2, y_base += 32 * YC * 2) {
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
+    for (int kk = 0; kk < 2; ++kk) {
       uint32_t af[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -316,7 +317,9 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   constexpr int kThreads = W * 32;
   // S and dP: warp tile SR x SC; dQ: SR x QC; dK and dV: KR x KC.
   constexpr int WN = W / WM, SR = BM / WM, SC = BN / WN, MT = SR / 16, NT = SC / 8;
-  constexpr int QC = D / WN, NQ = QC / 8;
+  // dQ is computed and added in column chunks of QCH: at head_dim 256 a whole slice would be 64 more registers
+  // next to the 128 of dK and dV.
+  constexpr int QC = D / WN, QCH = D >= 256 ? 32 : QC;
   constexpr int WK = kv_warps_n(BN, W), WKD = W / WK, KR = BN / WK, KC = D / WKD, MK = KR / 16,
                 NK = KC / 8;
   static_assert(SR % 16 == 0 && SC % 16 == 0 && QC % 16 == 0 && KR % 16 == 0 && KC % 16 == 0,
@@ -477,21 +480,26 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
       const unsigned t3 = fresh_tid();
       const int w3 = int(t3 / 32), l3 = int(t3 % 32);
       const int q_row0 = (w3 / WN) * SR, q_col0 = (w3 % WN) * QC;
-      float dq[MT][NQ][4];
-      zero(dq);
-      gemm_ab<T, BN, D, MT, NQ>(dq, sbase + oDS, q_row0, sbase + oK, q_col0);
       const int h = fresh_ctaid<1>() * a.group + g, b = fresh_ctaid<2>();
       float *acc = a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM) * D;
+      int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
+#pragma unroll
+      for (int ch = 0; ch < QC / QCH; ++ch) {
+        float dq[MT][QCH / 8][4];
+        zero(dq);
+        gemm_ab<T, BN, D, MT, QCH / 8>(dq, sbase + oDS, q_row0, sbase + oK, q_col0 + ch * QCH);
+        if (a.deterministic && ch == 0) {
+          // Column blocks right of this one that visit row block m add first.
+          const int before =
+              int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal)) - 1 - n;
+          if (l3 == 0)
+            while (ld_acquire(ctr) != before) {
+            }
+          __syncwarp();
+        }
+        add_dq<D>(acc, dq, q_row0, q_col0 + ch * QCH, l3);
+      }
       if (a.deterministic) {
-        int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
-        // Column blocks right of this one that visit row block m: they add first.
-        const int before =
-            int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal)) - 1 - n;
-        if (l3 == 0)
-          while (ld_acquire(ctr) != before) {
-          }
-        __syncwarp();
-        add_dq<D>(acc, dq, q_row0, q_col0, l3);
         __syncwarp();
         if (l3 == 0) {
           __threadfence();
@@ -500,8 +508,6 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
           else
             atomicAdd(ctr, 1);
         }
-      } else {
-        add_dq<D>(acc, dq, q_row0, q_col0, l3);
       }
     }
 

@@ -112,9 +112,13 @@ public:
       return Support::no("heads_kv and batch must each be at most 65535 (CUDA grid y/z limit)");
     if (p.seqlen_q > kMaxSeqlen || p.seqlen_kv > kMaxSeqlen)
       return Support::no("seqlen_q and seqlen_kv must each be at most 2^30 (32-bit row indices)");
-    const double ws = static_cast<double>(workspace_bytes(p, c)) +
-                      static_cast<double>(semaphore_bytes(p, c));
-    if (auto why = kernels::memory_reason(p, ws, "inputs, outputs and the fp32 dQ workspace", dev))
+    // Beyond io_bytes() (Q, K, V, O, LSE): dO, dQ, dK, dV, the workspace and the semaphores.
+    const double e = dtype_bytes(p.dtype);
+    const double extra = e * (2.0 * double(p.q_elems()) + 2.0 * double(p.kv_elems())) +
+                         static_cast<double>(workspace_bytes(p, c)) +
+                         static_cast<double>(semaphore_bytes(p, c));
+    if (auto why = kernels::memory_reason(p, extra, "inputs, gradients and the fp32 dQ workspace",
+                                          dev))
       return Support::no(*why);
     return Support::yes();
   }

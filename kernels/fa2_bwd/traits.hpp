@@ -119,12 +119,14 @@ inline ConfigSpace make_space() {
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
 
 // The tile shapes compiled, per head_dim: each builds with zero register spills for sm_80 and sm_90 (the build
-// fails on a spill: kernels/fa2_bwd/CMakeLists.txt), checked with ptxas 13.0. The dK and dV accumulators alone are
-// 2·block_n·head_dim / (32·warps) registers a thread and S and dP another 2·block_m·block_n / (32·warps), so the
-// shapes are those whose sum stays near 192 (HISTORY.md lists the ptxas counts).
+// fails on a spill: kernels/fa2_bwd/CMakeLists.txt), checked with ptxas 13.0 for bf16 and fp16. The dK and dV
+// accumulators alone are 2·block_n·head_dim / (32·warps) registers a thread and S and dP another
+// 2·block_m·block_n / (32·warps), so the shapes are those whose sum stays near 192. Left out because they spill:
+// d64 128x128x8 m4 (24 B, bf16 on sm_90); d128 128x128 and d256 with block_m or block_n 128 (256 or more
+// accumulator registers). HISTORY.md lists the ptxas register counts.
 constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm) {
   if (d == 64)
-    return (bm == 128 && bn == 128 && w == 8 && (wm == 2 || wm == 4)) ||
+    return (bm == 128 && bn == 128 && w == 8 && wm == 2) ||
            (bm == 64 && bn == 128 && w == 8 && (wm == 2 || wm == 4)) ||
            (bm == 64 && bn == 64 && w == 4 && wm == 2);
   if (d == 128)
@@ -206,13 +208,14 @@ FB_HOST_DEVICE int64_t col_blocks_for(int64_t m, int64_t block_m, int64_t block_
 }
 
 // The default config of a problem (ConfigSpace::default_config(p, dev)), FlashAttention-2's own sm80 backward
-// tiles where they are compiled: d64 128 x 128 (8 warps, 4 along the rows), d128 64 x 128 (8 warps, 2 along the
-// rows), d256 64 x 64 (8 warps). Where the device allows less shared memory per block than 2 stages need (d256 on
-// an A100: 209 KB at 2 stages, 163 KB allowed), 1 stage. deterministic keeps the base (off).
+// tiles: d64 128 x 128 (8 warps; 2 along the rows, as FA2's 4 spills here), d128 64 x 128 (8 warps, 2 along the
+// rows: the base), d256 64 x 64 (8 warps, 2 along the rows). Where the device allows less shared memory per block
+// than 2 stages need (d256 on an A100: 209 KB at 2 stages, 163 KB allowed), 1 stage. deterministic keeps the base
+// (off).
 inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev) {
   if (p.head_dim == 64) {
     base.set("block_m", 128), base.set("block_n", 128), base.set("warps", 8);
-    base.set("warp_layout", 4);
+    base.set("warp_layout", 2);
   } else if (p.head_dim == 256) {
     base.set("block_m", 64), base.set("block_n", 64), base.set("warps", 8);
     base.set("warp_layout", 2);
