@@ -421,8 +421,8 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     // scores die one by one; the packed P costs half the registers while dP is computed, and dS = P∘(dP − D)
     // is rounded to T right after anyway.
     const int diag = a.seqlen_kv - a.seqlen_q;
-    const bool need_mask = k0 + BN > a.seqlen_kv ||
-                           (a.causal && m * BM + diag < k0 + BN - 1); // CTA-uniform
+    const bool need_mask =
+        k0 + BN > a.seqlen_kv || (a.causal && m * BM + diag < k0 + BN - 1); // CTA-uniform
     // Tile-local bounds: local key kl is past the sequence end when kl >= key_lim, right of the diagonal for
     // local row rl when kl - rl > diag_lim.
     const int key_lim = a.seqlen_kv - k0, diag_lim = a.causal ? m * BM + diag - k0 : BN;
@@ -674,7 +674,8 @@ template <class T, int D> Instance pick_tile(const Params &c) {
 #define FB_FA2_BWD_TILE(BM, BN, W, WM)                                                             \
   if constexpr (tile_compiled(D, BM, BN, W, WM))                                                   \
     if (c.block_m == BM && c.block_n == BN && c.warps == W && c.warp_m == WM)                      \
-      return {&detail::launch_tile<T, D, BM, BN, W, WM>, &detail::describe_tile<T, D, BM, BN, W, WM>};
+      return {&detail::launch_tile<T, D, BM, BN, W, WM>,                                           \
+              &detail::describe_tile<T, D, BM, BN, W, WM>};
   FB_FA2_BWD_TILE(64, 64, 4, 2)
   FB_FA2_BWD_TILE(64, 64, 8, 2)
   FB_FA2_BWD_TILE(64, 64, 8, 4)

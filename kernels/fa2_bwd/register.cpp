@@ -117,8 +117,8 @@ public:
     const double extra = e * (2.0 * double(p.q_elems()) + 2.0 * double(p.kv_elems())) +
                          static_cast<double>(workspace_bytes(p, c)) +
                          static_cast<double>(semaphore_bytes(p, c));
-    if (auto why = kernels::memory_reason(p, extra, "inputs, gradients and the fp32 dQ workspace",
-                                          dev))
+    if (auto why =
+            kernels::memory_reason(p, extra, "inputs, gradients and the fp32 dQ workspace", dev))
       return Support::no(*why);
     return Support::yes();
   }

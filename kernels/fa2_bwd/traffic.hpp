@@ -30,7 +30,8 @@ inline Traffic traffic(const AttentionProblem &p, const Params &c) {
   const double sq = static_cast<double>(p.seqlen_q), bm = c.block_m;
   Traffic t;
   const double q_heads = static_cast<double>(p.batch * p.heads_q);
-  t.preprocess = q_heads * (2.0 * e * d * sq + 4.0 * sq + 2.0 * 4.0 * rows_pad + 4.0 * d * rows_pad);
+  t.preprocess =
+      q_heads * (2.0 * e * d * sq + 4.0 * sq + 2.0 * 4.0 * rows_pad + 4.0 * d * rows_pad);
   t.convert = q_heads * (4.0 * d * sq + e * d * sq);
 
   double kv_rows = 0, q_rows = 0, visits = 0; // per kv head, for one query head of its group

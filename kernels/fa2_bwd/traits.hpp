@@ -24,12 +24,13 @@ constexpr int kMma = 16;
 constexpr int kMaxStages = 2;
 
 struct Params {
-  int block_m = 64;   // query rows per row block (the inner loop's step)
-  int block_n = 128;  // keys per CTA (its column block: K, V, dK, dV stay on chip)
-  int warps = 8;      // warps per CTA
-  int stages = 2;     // Q/dO row blocks in shared memory (2: the next one loads during this one)
-  int warp_m = 2;     // warp_layout: warps along the query rows in S = QKᵀ, dP = dO·Vᵀ and dQ = dS·K
-  int deterministic = 0; // 1: the column blocks add their dQ partials in a fixed order (bit-identical runs)
+  int block_m = 64;  // query rows per row block (the inner loop's step)
+  int block_n = 128; // keys per CTA (its column block: K, V, dK, dV stay on chip)
+  int warps = 8;     // warps per CTA
+  int stages = 2;    // Q/dO row blocks in shared memory (2: the next one loads during this one)
+  int warp_m = 2; // warp_layout: warps along the query rows in S = QKᵀ, dP = dO·Vᵀ and dQ = dS·K
+  int deterministic =
+      0; // 1: the column blocks add their dQ partials in a fixed order (bit-identical runs)
 };
 
 // The three warp partitions of one CTA (kernel, smem staging and register estimate share them):
@@ -56,7 +57,8 @@ inline std::optional<std::string> config_problem(const Params &c) {
     return "warp_layout: warps must be a multiple of the warps along the rows";
   if (c.block_m % (c.warp_m * kMma))
     return "warp_layout gives each warp " + std::to_string(c.block_m / c.warp_m) +
-           " query rows of S; an MMA row tile needs a multiple of 16 (more block_m or fewer row warps)";
+           " query rows of S; an MMA row tile needs a multiple of 16 (more block_m or fewer row "
+           "warps)";
   const int wn = c.warps / c.warp_m;
   if (c.block_n % (wn * kMma))
     return "warp_layout gives each warp " + std::to_string(c.block_n / wn) +
@@ -93,7 +95,8 @@ inline ConfigSpace make_space() {
   const Params d;
   return ConfigSpace(
       {Axis{"block_m", {64, 128}, {}, "query rows per row block (the inner loop's step)"},
-       Axis{"block_n", {64, 128}, {}, "keys per CTA: its K/V column block, with dK/dV in registers"},
+       Axis{
+           "block_n", {64, 128}, {}, "keys per CTA: its K/V column block, with dK/dV in registers"},
        Axis{"warps", {4, 8}, {}, "warps per CTA"},
        Axis{"stages",
             {1, 2},
@@ -102,11 +105,13 @@ inline ConfigSpace make_space() {
        Axis{"warp_layout",
             {2, 4},
             {"m2", "m4"},
-            "warps along the query rows of S, dP and dQ (m2: 2, m4: 4; the rest split keys or head_dim)"},
+            "warps along the query rows of S, dP and dQ (m2: 2, m4: 4; the rest split keys or "
+            "head_dim)"},
        Axis{"deterministic",
             {0, 1},
             {"off", "on"},
-            "on: column blocks add dQ in a fixed order (per-warp counters), bit-identical run to run"}},
+            "on: column blocks add dQ in a fixed order (per-warp counters), bit-identical run to "
+            "run"}},
       Config({{"block_m", d.block_m},
               {"block_n", d.block_n},
               {"warps", d.warps},
@@ -185,12 +190,13 @@ constexpr int64_t smem_bytes(int64_t head_dim, const Params &c) {
 struct RowRange {
   int64_t first, end;
 };
-FB_HOST_DEVICE RowRange row_blocks_for(int64_t n, int64_t block_m, int64_t block_n, int64_t seqlen_q,
-                                       int64_t seqlen_kv, bool causal) {
+FB_HOST_DEVICE RowRange row_blocks_for(int64_t n, int64_t block_m, int64_t block_n,
+                                       int64_t seqlen_q, int64_t seqlen_kv, bool causal) {
   const int64_t end = (seqlen_q + block_m - 1) / block_m;
   if (!causal)
     return {0, end};
-  const int64_t first_row = n * block_n - (seqlen_kv - seqlen_q); // first row that sees key n·block_n
+  const int64_t first_row =
+      n * block_n - (seqlen_kv - seqlen_q); // first row that sees key n·block_n
   if (first_row > seqlen_q - 1)
     return {end, end};
   return {first_row <= 0 ? 0 : first_row / block_m, end};
