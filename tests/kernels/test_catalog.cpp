@@ -31,7 +31,7 @@ TEST(Catalog, DefaultConfigsAreValidAndSupportedOnCommonShapes) {
     EXPECT_FALSE(v->space().check(c).has_value()) << v->name();
     for (int64_t d : {64, 128}) {
       AttentionProblem p = prob(1024, d, true);
-      p.pass = v->pass(); // each variant on its own pass
+      p.pass = v->pass();           // each variant on its own pass
       if (v->name() == "fa3_fp8") { // e4m3 inputs, head_dim 128 only
         if (d != 128)
           continue;
