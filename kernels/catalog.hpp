@@ -9,6 +9,7 @@ namespace fb {
 void register_naive(Registry &r);
 void register_fa1_kv_outer(Registry &r);
 void register_fa2_q_outer(Registry &r);
+void register_fa2_bwd(Registry &r); // backward (pass: bwd)
 void register_flash_decoding(Registry &r);
 void register_fa3_pipelined(Registry &r); // sm_90a kernels; other devices: skipped "needs sm_90a"
 void register_fa3_fp8(Registry &r);       // e4m3 inputs, sm_90a

@@ -1,6 +1,7 @@
-// Every variant's default config (ConfigSpace::default_config(p, dev)) on the whole support matrix,
-// on the CPU: wherever some config of a variant supports a problem on a device, its default for
-// that problem does too, so `configs: default`, the C API's "default" and the dispatcher's fallback
+// Every variant's default config (ConfigSpace::default_config(p, dev)) on the whole support matrix
+// of forward and backward problems, on the CPU: wherever some config of a variant supports a
+// problem on a device (support_for: each variant meets its own pass), its default for that problem
+// does too, so `configs: default`, the C API's "default" and the dispatcher's fallback
 // never refuse a supported problem.
 #include "flashbench/variant.hpp"
 
@@ -68,6 +69,11 @@ std::vector<AttentionProblem> problems() {
             p.causal = causal;
             p.dtype = t;
             out.push_back(p);
+            if (t != DType::e4m3) { // the backward of the same dense problem (validate(): no e4m3)
+              AttentionProblem g = p;
+              g.pass = Pass::bwd;
+              out.push_back(g);
+            }
             if (sq <= 16) { // a serving batch: per-entry lengths, and the same from a paged cache
               AttentionProblem v = p;
               v.kv_lens.assign(size_t(v.batch), 0);
@@ -101,13 +107,13 @@ TEST(DefaultConfigs, TheDefaultSupportsEveryProblemThatAnyConfigSupports) {
                              v->space().to_string(def) + " is invalid: " + *why);
           continue;
         }
-        const Support s = v->supports(p, def, dev);
+        const Support s = support_for(*v, p, def, dev);
         if (s.ok) {
           ++supported;
           continue;
         }
         for (const Config &c : valid)
-          if (v->supports(p, c, dev)) {
+          if (support_for(*v, p, c, dev)) {
             failures.push_back(v->name() + " on " + key(p) + " (" + dev.name + "): default " +
                                v->space().to_string(def) + " refused (" + s.reason + ") but " +
                                v->space().to_string(c) + " is supported");

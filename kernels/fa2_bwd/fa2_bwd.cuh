@@ -1,0 +1,692 @@
+// FlashAttention-2 backward on tensor cores (mma.sync m16n8k16, ldmatrix, cp.async): three kernels.
+//
+//  1. preprocess: per query row, D = rowsum(dO∘O) in fp32 and the LSE in base 2 (+inf for a row that sees no
+//     key, so that its P = exp2(S·c − LSE) is 0 rather than NaN); it also zeroes the fp32 dQ accumulator. Rows
+//     are padded to a whole number of row blocks (LSE +inf, D 0), so the main kernel needs no row predicates
+//     for them.
+//  2. main: one CTA per (K/V column block of block_n keys, kv head, batch). K and V stay in shared memory and
+//     dK, dV in registers for the CTA's life, across every Q row block it visits and every query head of its
+//     GQA group, so dK and dV are written once with no atomics. Per row block (block_m rows):
+//       S = Q·Kᵀ, P = exp2(S·scale·log2e − LSE₂) (masked: 0), dP = dO·Vᵀ, dS = P∘(dP − D);
+//       P and dS go to shared memory (bf16/fp16) for the three products that need them transposed or as A:
+//       dV += Pᵀ·dO, dK += dSᵀ·Q, dQ_partial = dS·K, added into the fp32 accumulator with red.global.add
+//       (four floats per instruction on sm_90, two lanes swapping halves so that each holds four adjacent
+//       columns; one float on sm_80).
+//     Q, dO, LSE₂ and D of the next row block stream in by cp.async while this one computes (stages 2), so one
+//     iteration costs two barriers: one before S (this row block landed; P/dS and the other slot are free), one
+//     before the transposed products (P and dS written).
+//     Causal: a column block starts at its first visible row block; only the row blocks that straddle the
+//     diagonal, and the column block holding the sequence end, evaluate the mask.
+//     deterministic: each warp adds its dQ slice of a row block when that slice's counter (semaphores) says
+//     that every column block to its right has added its own, then counts itself in; the last (column 0)
+//     resets the counter. The order follows causal arrival (a diagonal column block reaches a row block first),
+//     and blocks are launched rightmost column first, so a CTA only ever waits on one launched before it.
+//  3. convert: dQ = scale · accumulator, in the input type.
+// scale is applied once: to dK in the epilogue and to dQ in convert (S, P, dP and dS are in unscaled units of
+// the score gradient).
+#pragma once
+
+#include "kernels/fa2_bwd/traits.hpp"
+
+#include "flashbench/check.hpp"
+#include "kernels/common/mma.cuh"
+
+#include <cuda_runtime.h>
+
+namespace fb::fa2_bwd {
+
+namespace detail {
+
+using namespace fb::kernels;
+
+template <class T> struct Args {
+  const T *q, *k, *v, *o, *dout;
+  const float *lse;
+  T *dq, *dk, *dv;
+  float *dq_acc, *lse2, *delta; // workspace (traits.hpp, workspace_layout)
+  int *sem;                     // deterministic: one counter per (batch, head, row block, warp)
+  int seqlen_q, seqlen_kv, rows_pad;
+  int heads_q, group;
+  Strides qs, ks; // Q, O, dO, dQ; K, V, dK, dV
+  float scale, scale_log2;
+  int stages, n_row_blocks, n_col_blocks;
+  bool causal, deterministic;
+};
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of COLS 16-bit columns, chunks XOR-swizzled by
+// row % 8: the eight rows of one ldmatrix (or of one quad-row store) land in eight distinct bank groups.
+template <int COLS> __device__ __forceinline__ uint32_t swz(int row, int chunk) {
+  return static_cast<uint32_t>((row * (COLS / 8) + (chunk ^ (row & 7))) * 16);
+}
+
+// Values the optimiser can neither hoist out of the row-block loop nor keep live across it: the loop's per-lane
+// addresses (a dozen products' ldmatrix bases, the cp.async chunk offsets, the mask coordinates) are recomputed
+// from these each iteration for a few integer instructions, instead of ~50 hoisted registers that spill next to
+// the 128 dK/dV accumulators.
+__device__ __forceinline__ unsigned fresh_tid() {
+  unsigned t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+template <int DIM> __device__ __forceinline__ int fresh_ctaid() {
+  int t;
+  if constexpr (DIM == 0)
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(t));
+  else if constexpr (DIM == 1)
+    asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(t));
+  else
+    asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(t));
+  return t;
+}
+__device__ __forceinline__ int64_t opaque(int64_t x) {
+  asm volatile("" : "+l"(x));
+  return x;
+}
+
+// Rows [row0, row0 + ROWS) of a [seq, COLS] slice (row stride `stride` elements) into a swizzled tile; rows at
+// or past `limit` are zero-filled (so that their products are 0).
+template <int COLS, int ROWS, int THREADS, class T>
+__device__ __forceinline__ void load_rows(uint32_t dst, const T *src, int64_t stride, int row0,
+                                          int limit, int tid) {
+  constexpr int kCh = COLS / 8, kN = ROWS * kCh;
+#pragma unroll
+  for (int it = 0; it < (kN + THREADS - 1) / THREADS; ++it) {
+    const int idx = it * THREADS + tid;
+    if (kN % THREADS == 0 || idx < kN) {
+      const int r = idx / kCh, c = idx % kCh;
+      const bool ok = row0 + r < limit;
+      cp_async_16(dst + swz<COLS>(r, c), ok ? src + (row0 + r) * opaque(stride) + c * 8 : src, ok);
+    }
+  }
+}
+
+// In every product below, each ldmatrix lane names a row that is (multiple of 8) + lane % 8, so the swizzle key
+// of every address is x = lane % 8, and the lane index is read afresh (fresh_tid) in each product so that its
+// addresses are not kept live from one product to the next.
+// Chunk 2·kk + c of k-step kk: (2·kk + c) ^ x = 8·(kk / 4) + ((2·(kk % 4) + c) ^ x), four lane-dependent byte
+// offsets and a compile-time constant.
+struct KChunks {
+  uint32_t off[4];
+  __device__ __forceinline__ KChunks(int c, int x) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      off[i] = static_cast<uint32_t>(((2 * i + c) ^ x) * 16);
+  }
+  __device__ __forceinline__ uint32_t at(int kk) const { return (kk / 4) * 128 + off[kk % 4]; }
+};
+
+// c += A·Bᵀ: A rows [a_row0, +16·MT) of a [·][KD] tile, B rows [b_row0, +8·NT) of a [·][KD] tile, depth KD.
+// (S = Q·Kᵀ and dP = dO·Vᵀ.)
+template <class T, int KD, int MT, int NT>
+__device__ __forceinline__ void gemm_abt(float (&c)[MT][NT][4], uint32_t sA, int a_row0,
+                                         uint32_t sB, int b_row0) {
+  const int lane = int(fresh_tid() % 32), x = lane & 7;
+  const KChunks ac(lane / 16, x), bc((lane / 8) % 2, x);
+  uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
+  uint32_t b_base = sB + (b_row0 + (lane / 16) * 8 + lane % 8) * KD * 2;
+  // Four k-steps (128 bytes of every row) per pass; the passes stay a loop, which bounds how many fragments
+  // the scheduler loads ahead next to the dK/dV accumulators.
+#pragma unroll 1
+  for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 128) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t af[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.off[kk]);
+#pragma unroll
+      for (int n2 = 0; n2 < NT / 2; ++n2) {
+        uint32_t bf[4];
+        ldmatrix_x4(bf, b_base + n2 * 16 * KD * 2 + bc.off[kk]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
+          Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+}
+
+// c += Xᵀ·Y: X a [KD][XC] tile read transposed (columns [x_col0, +16·MT) become the rows of A), Y a [KD][YC]
+// tile (columns [y_col0, +8·NT)), depth KD rows. (dV = Pᵀ·dO and dK = dSᵀ·Q.)
+template <class T, int KD, int XC, int YC, int MT, int NT>
+__device__ __forceinline__ void gemm_atb(float (&c)[MT][NT][4], uint32_t sX, int x_col0,
+                                         uint32_t sY, int y_col0) {
+  const int lane = int(fresh_tid() % 32), x = lane & 7;
+  uint32_t x_base = sX + ((lane / 16) * 8 + lane % 8) * XC * 2;
+  uint32_t y_base = sY + (((lane / 8) % 2) * 8 + lane % 8) * YC * 2;
+  const int xc = x_col0 / 8 + (lane / 8) % 2, yc = y_col0 / 8 + lane / 16;
+  // Two k-steps (32 rows) per pass, the passes a loop: each k-step's fragments are 4·(MT + NT/2) registers
+  // (24 at d128 and d256), and a deeper look-ahead than two k-steps spills next to the accumulators.
+#pragma unroll 1
+  for (int kb = 0; kb < KD / 32; ++kb, x_base += 32 * XC * 2, y_base += 32 * YC * 2) {
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      uint32_t af[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldmatrix_x4_trans(af[mt], x_base + kk * 16 * XC * 2 + (((xc + 2 * mt) ^ x) << 4));
+#pragma unroll
+      for (int n2 = 0; n2 < NT / 2; ++n2) {
+        uint32_t bf[4];
+        ldmatrix_x4_trans(bf, y_base + kk * 16 * YC * 2 + (((yc + 2 * n2) ^ x) << 4));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
+          Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+}
+
+// c += A·B: A rows [a_row0, +16·MT) of a [·][KD] tile, B a [KD][BC] tile (columns [b_col0, +8·NT)), depth KD.
+// (dQ = dS·K.)
+template <class T, int KD, int BC, int MT, int NT>
+__device__ __forceinline__ void gemm_ab(float (&c)[MT][NT][4], uint32_t sA, int a_row0, uint32_t sB,
+                                        int b_col0) {
+  const int lane = int(fresh_tid() % 32), x = lane & 7;
+  const KChunks ac(lane / 16, x);
+  uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
+  uint32_t b_base = sB + (((lane / 8) % 2) * 8 + lane % 8) * BC * 2;
+  const int bc = b_col0 / 8 + lane / 16;
+#pragma unroll 1
+  for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 64 * BC * 2) {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t af[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.off[kk]);
+#pragma unroll
+      for (int n2 = 0; n2 < NT / 2; ++n2) {
+        uint32_t bf[4];
+        ldmatrix_x4_trans(bf, b_base + kk * 16 * BC * 2 + (((bc + 2 * n2) ^ x) << 4));
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
+          Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+        }
+      }
+    }
+  }
+}
+
+template <int MT, int NT> __device__ __forceinline__ void zero(float (&c)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        c[mt][nt][e] = 0.f;
+}
+
+// An accumulator tile (rows [row0, +16·MT), columns [col0, +8·NT)) times `mul` into a swizzled [·][COLS] tile of T.
+template <class T, int COLS, int MT, int NT>
+__device__ __forceinline__ void store_tile(unsigned char *tile, const float (&c)[MT][NT][4],
+                                           int row0, int col0, int lane, float mul = 1.f) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + mt * 16 + lane / 4 + 8 * hh;
+        *reinterpret_cast<uint32_t *>(tile + swz<COLS>(r, (col0 + nt * 8) / 8) + (lane % 4) * 4) =
+            Mma<T>::pack(c[mt][nt][2 * hh] * mul, c[mt][nt][2 * hh + 1] * mul);
+      }
+}
+
+// Two packed T back to fp32 (the inverse of Mma<T>::pack).
+template <class T> __device__ __forceinline__ float2 unpack2(uint32_t x);
+template <> __device__ __forceinline__ float2 unpack2<__half>(uint32_t x) {
+  __half2 h;
+  memcpy(&h, &x, 4);
+  return __half22float2(h);
+}
+template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t x) {
+  __nv_bfloat162 h;
+  memcpy(&h, &x, 4);
+  return __bfloat1622float2(h);
+}
+
+// Packed pairs of an accumulator-layout tile (rows [row0, +16·MT), columns [col0, +8·NT)) into a swizzled
+// [·][COLS] tile.
+template <int COLS, int MT, int NT>
+__device__ __forceinline__ void store_packed(unsigned char *tile, const uint32_t (&c)[MT][NT][2],
+                                             int row0, int col0, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = row0 + mt * 16 + lane / 4 + 8 * hh;
+        *reinterpret_cast<uint32_t *>(tile + swz<COLS>(r, (col0 + nt * 8) / 8) + (lane % 4) * 4) =
+            c[mt][nt][hh];
+      }
+}
+
+__device__ __forceinline__ int ld_acquire(const int *p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// dQ accumulator += c (rows [row0, +16·MT), columns [col0, +8·NT) of a [·][D] fp32 block at `acc`).
+template <int D, int MT, int NT>
+__device__ __forceinline__ void add_dq(float *acc, const float (&c)[MT][NT][4], int row0, int col0,
+                                       int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Lanes 2i and 2i+1 hold columns 4i'..4i'+3 of rows r and r+8 between them: each keeps one row and takes the
+  // other's half of it, then adds four floats with one vector reduction.
+  const bool odd = lane & 1;
+  const int r0 = row0 + lane / 4 + (odd ? 8 : 0), c0 = col0 + 4 * ((lane % 4) / 2);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float *e = c[mt][nt];
+      const float g0 = __shfl_xor_sync(0xffffffffu, odd ? e[0] : e[2], 1);
+      const float g1 = __shfl_xor_sync(0xffffffffu, odd ? e[1] : e[3], 1);
+      float *dst = acc + (r0 + mt * 16) * D + c0 + nt * 8;
+      const float v0 = odd ? g0 : e[0], v1 = odd ? g1 : e[1], v2 = odd ? e[2] : g0,
+                  v3 = odd ? e[3] : g1;
+      asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v0), "f"(v1),
+                   "f"(v2), "f"(v3)
+                   : "memory");
+    }
+#else
+  const int r0 = row0 + lane / 4, c0 = col0 + 2 * (lane % 4);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        atomicAdd(acc + (r0 + mt * 16 + 8 * (e / 2)) * D + c0 + nt * 8 + (e % 2), c[mt][nt][e]);
+#endif
+}
+
+template <class T, int D, int BM, int BN, int W, int WM>
+__global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
+  constexpr int kThreads = W * 32;
+  // S and dP: warp tile SR x SC; dQ: SR x QC; dK and dV: KR x KC.
+  constexpr int WN = W / WM, SR = BM / WM, SC = BN / WN, MT = SR / 16, NT = SC / 8;
+  // dQ is computed and added in column chunks of QCH: at head_dim 256 a whole slice would be 64 more registers
+  // next to the 128 of dK and dV.
+  constexpr int QC = D / WN, QCH = D >= 256 ? 32 : QC;
+  constexpr int WK = kv_warps_n(BN, W), WKD = W / WK, KR = BN / WK, KC = D / WKD, MK = KR / 16,
+                NK = KC / 8;
+  static_assert(SR % 16 == 0 && SC % 16 == 0 && QC % 16 == 0 && KR % 16 == 0 && KC % 16 == 0,
+                "warp slices must be multiples of 16");
+  static_assert(2 * BM <= 4 * kThreads, "LSE and D need BM / 2 copy threads");
+
+  // Shared memory: K, V, P, dS, then `stages` slots of (Q, dO, LSE₂, D).
+  constexpr uint32_t kKV = BN * D * 2, kPS = BM * BN * 2, kQ = BM * D * 2,
+                     kSlot = 2 * kQ + 2 * BM * 4;
+  constexpr uint32_t oK = 0, oV = kKV, oP = 2 * kKV, oDS = oP + kPS, oSlots = oDS + kPS;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const uint32_t sbase = smem_u32(smem);
+
+  // This CTA's column block, kv head and batch entry, read afresh wherever needed rather than kept live across
+  // the loop. Rightmost column block first when deterministic (a CTA waits only on columns to its right);
+  // otherwise leftmost first (causal: the longest column blocks start first and the grid's tail is short ones).
+  auto col = [&] {
+    const int x = fresh_ctaid<0>();
+    return a.deterministic ? a.n_col_blocks - 1 - x : x;
+  };
+  // First row block that column block n visits (n_row_blocks: none); int arithmetic of row_blocks_for.
+  auto first_row_block = [&](int n) {
+    if (!a.causal)
+      return 0;
+    const int first_row = n * BN - (a.seqlen_kv - a.seqlen_q);
+    if (first_row > a.seqlen_q - 1)
+      return a.n_row_blocks;
+    return first_row <= 0 ? 0 : int(unsigned(first_row) / BM);
+  };
+
+  {
+    const int n = col(), hkv = fresh_ctaid<1>(), b = fresh_ctaid<2>();
+    const int64_t kv_off = int64_t(b) * a.ks.batch + int64_t(hkv) * a.ks.head;
+    load_rows<D, BN, kThreads>(sbase + oK, a.k + kv_off, a.ks.seq, n * BN, a.seqlen_kv,
+                               threadIdx.x);
+    load_rows<D, BN, kThreads>(sbase + oV, a.v + kv_off, a.ks.seq, n * BN, a.seqlen_kv,
+                               threadIdx.x);
+  }
+
+  // Iteration `it` of the loop is row block first + it % rows of group head it / rows (rows: the column block's
+  // row blocks), derived afresh each time so that the loop carries nothing but `it`, dK and dV.
+  struct Step {
+    int g, m;
+  };
+  auto step_of = [&](int it) {
+    const int first = first_row_block(col()), rows = a.n_row_blocks - first;
+    const int g = it / rows;
+    return Step{g, first + it - g * rows};
+  };
+  auto iterations = [&] { return (a.n_row_blocks - first_row_block(col())) * a.group; };
+
+  // Q, dO, LSE₂ and D of row block m of group head g into `slot`.
+  auto load_block = [&](Step st, int slot, int tid) {
+    const int h = fresh_ctaid<1>() * a.group + st.g, b = fresh_ctaid<2>(), m = st.m;
+    const uint32_t s = sbase + oSlots + slot * kSlot;
+    const int64_t q_off = int64_t(b) * a.qs.batch + int64_t(h) * a.qs.head;
+    load_rows<D, BM, kThreads>(s, a.q + q_off, a.qs.seq, m * BM, a.seqlen_q, tid);
+    load_rows<D, BM, kThreads>(s + kQ, a.dout + q_off, a.qs.seq, m * BM, a.seqlen_q, tid);
+    const int64_t row = (int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM;
+    if (tid < BM / 4)
+      cp_async_16(s + 2 * kQ + tid * 16, a.lse2 + row + tid * 4, true);
+    else if (tid < BM / 2)
+      cp_async_16(s + 2 * kQ + BM * 4 + (tid - BM / 4) * 16, a.delta + row + (tid - BM / 4) * 4,
+                  true);
+  };
+  if (iterations() > 0)
+    load_block(step_of(0), 0, threadIdx.x);
+  cp_async_commit();
+
+  float dk[MK][NK][4], dv[MK][NK][4];
+  zero(dk);
+  zero(dv);
+
+  for (int it = 0; it < iterations(); ++it) {
+    // Thread coordinates and warp slices, re-derived every iteration (fresh_tid).
+    const unsigned tid = fresh_tid();
+    const int warp = int(tid / 32), lane = int(tid % 32);
+    const int s_row0 = (warp / WN) * SR, s_col0 = (warp % WN) * SC;
+    const int slot = a.stages == 2 ? (it & 1) : 0;
+
+    cp_async_wait<0>();
+    __syncthreads(); // this row block landed; every warp is done with P, dS and the other slot
+    if (a.stages == 2 && it + 1 < iterations())
+      load_block(step_of(it + 1), slot ^ 1, int(tid));
+    cp_async_commit();
+
+    const Step st = step_of(it);
+    const int g = st.g, m = st.m;
+    const int n = col(), k0 = n * BN;
+    const uint32_t oQ = oSlots + slot * kSlot, oDO = oQ + kQ;
+    const float *lse2 = reinterpret_cast<const float *>(smem + oQ + 2 * kQ);
+    const float *delta = lse2 + BM;
+
+    // S = Q·Kᵀ -> P.
+    float p[MT][NT][4];
+    zero(p);
+    gemm_abt<T, D, MT, NT>(p, sbase + oQ, s_row0, sbase + oK, s_col0);
+    // P = exp2(S·scale·log2e − LSE₂), masked to 0, packed to T pair by pair as it is computed, so that the fp32
+    // scores die one by one; the packed P costs half the registers while dP is computed, and dS = P∘(dP − D)
+    // is rounded to T right after anyway.
+    const int diag = a.seqlen_kv - a.seqlen_q;
+    const bool need_mask =
+        k0 + BN > a.seqlen_kv || (a.causal && m * BM + diag < k0 + BN - 1); // CTA-uniform
+    // Tile-local bounds: local key kl is past the sequence end when kl >= key_lim, right of the diagonal for
+    // local row rl when kl - rl > diag_lim.
+    const int key_lim = a.seqlen_kv - k0, diag_lim = a.causal ? m * BM + diag - k0 : BN;
+    uint32_t pp[MT][NT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int rl = s_row0 + mt * 16 + lane / 4 + 8 * hh;
+        const float l2 = lse2[rl];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          float x[2];
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            x[j] = fast_exp2(fmaf(p[mt][nt][2 * hh + j], a.scale_log2, -l2));
+            const int kl = s_col0 + nt * 8 + 2 * (lane % 4) + j;
+            if (need_mask && (kl >= key_lim || kl - rl > diag_lim))
+              x[j] = 0.f;
+          }
+          pp[mt][nt][hh] = Mma<T>::pack(x[0], x[1]);
+        }
+      }
+    store_packed<BN>(smem + oP, pp, s_row0, s_col0, lane);
+
+    // dP = dO·Vᵀ -> dS = P∘(dP − D).
+    {
+      float dp[MT][NT][4];
+      zero(dp);
+      gemm_abt<T, D, MT, NT>(dp, sbase + oDO, s_row0, sbase + oV, s_col0);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float dl = delta[s_row0 + mt * 16 + lane / 4 + 8 * hh];
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const float2 pf = unpack2<T>(pp[mt][nt][hh]);
+            pp[mt][nt][hh] = Mma<T>::pack(pf.x * (dp[mt][nt][2 * hh] - dl),
+                                          pf.y * (dp[mt][nt][2 * hh + 1] - dl));
+          }
+        }
+      store_packed<BN>(smem + oDS, pp, s_row0, s_col0, lane);
+    }
+    __syncthreads(); // P and dS complete
+
+    {
+      const int w2 = int(fresh_tid() / 32);
+      const int k_row0 = (w2 / WKD) * KR, k_col0 = (w2 % WKD) * KC;
+      gemm_atb<T, BM, BN, D, MK, NK>(dv, sbase + oP, k_row0, sbase + oDO, k_col0);
+      gemm_atb<T, BM, BN, D, MK, NK>(dk, sbase + oDS, k_row0, sbase + oQ, k_col0);
+    }
+
+    {
+      const unsigned t3 = fresh_tid();
+      const int w3 = int(t3 / 32), l3 = int(t3 % 32);
+      const int q_row0 = (w3 / WN) * SR, q_col0 = (w3 % WN) * QC;
+      const int h = fresh_ctaid<1>() * a.group + g, b = fresh_ctaid<2>();
+      float *acc = a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM) * D;
+      int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
+#pragma unroll
+      for (int ch = 0; ch < QC / QCH; ++ch) {
+        float dq[MT][QCH / 8][4];
+        zero(dq);
+        gemm_ab<T, BN, D, MT, QCH / 8>(dq, sbase + oDS, q_row0, sbase + oK, q_col0 + ch * QCH);
+        if (a.deterministic && ch == 0) {
+          // Column blocks right of this one that visit row block m add first.
+          const int before =
+              int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal)) - 1 - n;
+          if (l3 == 0)
+            while (ld_acquire(ctr) != before) {
+            }
+          __syncwarp();
+        }
+        add_dq<D>(acc, dq, q_row0, q_col0 + ch * QCH, l3);
+      }
+      if (a.deterministic) {
+        __syncwarp();
+        if (l3 == 0) {
+          __threadfence();
+          if (n == 0)
+            atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
+          else
+            atomicAdd(ctr, 1);
+        }
+      }
+    }
+
+    if (a.stages == 1 && it + 1 < iterations()) {
+      __syncthreads(); // every warp is done with the only slot
+      load_block(step_of(it + 1), 0, int(fresh_tid()));
+      cp_async_commit();
+    }
+  }
+
+  // Epilogue: dK (scaled) and dV through the K and V tiles, then 16-byte stores of the rows before the end.
+  const int tid = int(fresh_tid()), warp = tid / 32, lane = tid % 32;
+  const int k_row0 = (warp / WKD) * KR, k_col0 = (warp % WKD) * KC;
+  const int k0 = col() * BN, hkv = fresh_ctaid<1>(), b = fresh_ctaid<2>();
+  cp_async_wait<0>();
+  __syncthreads(); // every warp is done with K and V (and, with no row block, K and V have landed)
+  store_tile<T, D>(smem + oK, dk, k_row0, k_col0, lane, a.scale);
+  store_tile<T, D>(smem + oV, dv, k_row0, k_col0, lane);
+  __syncthreads();
+  const int64_t kv_off = int64_t(b) * a.ks.batch + int64_t(hkv) * a.ks.head;
+  T *dkg = a.dk + kv_off, *dvg = a.dv + kv_off;
+  for (int idx = tid; idx < BN * D / 8; idx += kThreads) {
+    const int r = idx / (D / 8), c = idx % (D / 8);
+    if (k0 + r < a.seqlen_kv) {
+      const int64_t off = int64_t(k0 + r) * a.ks.seq + c * 8;
+      *reinterpret_cast<uint4 *>(dkg + off) =
+          *reinterpret_cast<const uint4 *>(smem + oK + swz<D>(r, c));
+      *reinterpret_cast<uint4 *>(dvg + off) =
+          *reinterpret_cast<const uint4 *>(smem + oV + swz<D>(r, c));
+    }
+  }
+}
+
+// Threads of the preprocess and convert kernels; D / 8 lanes (16 bytes each) per row.
+constexpr int kRowThreads = 256;
+
+template <class T, int D>
+__global__ void __launch_bounds__(kRowThreads) fa2_bwd_preprocess(const Args<T> a) {
+  constexpr int kLanes = D / 8, kRows = kRowThreads / kLanes;
+  const int tid = threadIdx.x, ch = tid % kLanes;
+  const int row = blockIdx.x * kRows + tid / kLanes, h = blockIdx.y, b = blockIdx.z;
+  float dot = 0.f;
+  if (row < a.seqlen_q) {
+    const int64_t off =
+        int64_t(b) * a.qs.batch + int64_t(row) * a.qs.seq + int64_t(h) * a.qs.head + ch * 8;
+    const uint4 o = *reinterpret_cast<const uint4 *>(a.o + off);
+    const uint4 d = *reinterpret_cast<const uint4 *>(a.dout + off);
+    const T *ov = reinterpret_cast<const T *>(&o), *dv = reinterpret_cast<const T *>(&d);
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      dot = fmaf(float(ov[i]), float(dv[i]), dot);
+  }
+#pragma unroll
+  for (int s = kLanes / 2; s > 0; s /= 2)
+    dot += __shfl_xor_sync(0xffffffffu, dot, s);
+  if (row >= a.rows_pad)
+    return;
+  const int64_t r = (int64_t(b) * a.heads_q + h) * a.rows_pad + row;
+  if (ch == 0) {
+    const float lse =
+        row < a.seqlen_q ? a.lse[(int64_t(b) * a.heads_q + h) * a.seqlen_q + row] : -INFINITY;
+    a.delta[r] = dot;
+    a.lse2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
+  }
+  float4 *z = reinterpret_cast<float4 *>(a.dq_acc + r * D + ch * 8);
+  z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+  z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(kRowThreads) fa2_bwd_convert(const Args<T> a) {
+  constexpr int kLanes = D / 8, kRows = kRowThreads / kLanes;
+  const int tid = threadIdx.x, ch = tid % kLanes;
+  const int row = blockIdx.x * kRows + tid / kLanes, h = blockIdx.y, b = blockIdx.z;
+  if (row >= a.seqlen_q)
+    return;
+  const float4 *src = reinterpret_cast<const float4 *>(
+      a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + row) * D + ch * 8);
+  const float4 x = src[0], y = src[1];
+  const float s = a.scale;
+  uint4 out;
+  out.x = Mma<T>::pack(x.x * s, x.y * s);
+  out.y = Mma<T>::pack(x.z * s, x.w * s);
+  out.z = Mma<T>::pack(y.x * s, y.y * s);
+  out.w = Mma<T>::pack(y.z * s, y.w * s);
+  *reinterpret_cast<uint4 *>(a.dq + int64_t(b) * a.qs.batch + int64_t(row) * a.qs.seq +
+                             int64_t(h) * a.qs.head + ch * 8) = out;
+}
+
+template <class T, int D, int BM, int BN, int W, int WM>
+void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
+                 cudaStream_t stream) {
+  const Workspace ws = workspace_layout(p, c);
+  unsigned char *w = static_cast<unsigned char *>(args.workspace);
+  Args<T> a{};
+  a.q = static_cast<const T *>(args.q);
+  a.k = static_cast<const T *>(args.k);
+  a.v = static_cast<const T *>(args.v);
+  a.o = static_cast<const T *>(args.o);
+  a.dout = static_cast<const T *>(args.dout);
+  a.lse = args.lse;
+  a.dq = static_cast<T *>(args.dq);
+  a.dk = static_cast<T *>(args.dk);
+  a.dv = static_cast<T *>(args.dv);
+  a.dq_acc = reinterpret_cast<float *>(w + ws.dq_acc);
+  a.lse2 = reinterpret_cast<float *>(w + ws.lse2);
+  a.delta = reinterpret_cast<float *>(w + ws.delta);
+  a.sem = static_cast<int *>(args.semaphores);
+  a.seqlen_q = static_cast<int>(p.seqlen_q);
+  a.seqlen_kv = static_cast<int>(p.seqlen_kv);
+  a.rows_pad = static_cast<int>(padded_rows(p.seqlen_q, c.block_m));
+  a.heads_q = static_cast<int>(p.heads_q);
+  a.group = static_cast<int>(p.group_size());
+  a.qs = p.q_strides();
+  a.ks = p.kv_strides();
+  a.scale = static_cast<float>(p.softmax_scale());
+  a.scale_log2 = static_cast<float>(p.softmax_scale() * 1.4426950408889634);
+  a.stages = c.stages;
+  a.n_row_blocks = static_cast<int>(num_row_blocks(p, c));
+  a.n_col_blocks = static_cast<int>(num_col_blocks(p, c));
+  a.causal = p.causal;
+  a.deterministic = c.deterministic != 0;
+
+  constexpr int kRows = kRowThreads / (D / 8);
+  const dim3 pre_grid(static_cast<unsigned>((a.rows_pad + kRows - 1) / kRows),
+                      static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
+  fa2_bwd_preprocess<T, D><<<pre_grid, kRowThreads, 0, stream>>>(a);
+  FB_CHECK_LAUNCH();
+
+  auto *kernel = fa2_bwd_main<T, D, BM, BN, W, WM>;
+  const int64_t smem = smem_bytes(D, c);
+  if (smem > 48 * 1024)
+    FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>(a.n_col_blocks), static_cast<unsigned>(p.heads_kv),
+                  static_cast<unsigned>(p.batch));
+  kernel<<<grid, W * 32, static_cast<size_t>(smem), stream>>>(a);
+  FB_CHECK_LAUNCH();
+
+  const dim3 cvt_grid(static_cast<unsigned>((a.seqlen_q + kRows - 1) / kRows),
+                      static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
+  fa2_bwd_convert<T, D><<<cvt_grid, kRowThreads, 0, stream>>>(a);
+  FB_CHECK_LAUNCH();
+}
+
+template <class T, int D, int BM, int BN, int W, int WM>
+std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {
+  constexpr int kRows = kRowThreads / (D / 8);
+  const int64_t heads = p.batch * p.heads_q, rows_pad = padded_rows(p.seqlen_q, c.block_m);
+  return {{"fa2_bwd_preprocess", reinterpret_cast<const void *>(&fa2_bwd_preprocess<T, D>),
+           kRowThreads, 0, heads * ((rows_pad + kRows - 1) / kRows)},
+          {"fa2_bwd_main", reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM>),
+           W * 32, static_cast<size_t>(smem_bytes(D, c)),
+           num_col_blocks(p, c) * p.heads_kv * p.batch},
+          {"fa2_bwd_convert", reinterpret_cast<const void *>(&fa2_bwd_convert<T, D>), kRowThreads,
+           0, heads * ((p.seqlen_q + kRows - 1) / kRows)}};
+}
+
+} // namespace detail
+
+// The launch and kernel-list functions of the compiled instantiation for (T, D, tile shape), or nulls when that
+// shape is not compiled (tile_compiled() false). One instantiation file compiles one (T, D) slice.
+template <class T, int D> Instance pick_tile(const Params &c) {
+#define FB_FA2_BWD_TILE(BM, BN, W, WM)                                                             \
+  if constexpr (tile_compiled(D, BM, BN, W, WM))                                                   \
+    if (c.block_m == BM && c.block_n == BN && c.warps == W && c.warp_m == WM)                      \
+      return {&detail::launch_tile<T, D, BM, BN, W, WM>,                                           \
+              &detail::describe_tile<T, D, BM, BN, W, WM>};
+  FB_FA2_BWD_TILE(64, 64, 4, 2)
+  FB_FA2_BWD_TILE(64, 64, 8, 2)
+  FB_FA2_BWD_TILE(64, 64, 8, 4)
+  FB_FA2_BWD_TILE(64, 128, 8, 2)
+  FB_FA2_BWD_TILE(64, 128, 8, 4)
+  FB_FA2_BWD_TILE(128, 64, 8, 2)
+  FB_FA2_BWD_TILE(128, 64, 8, 4)
+  FB_FA2_BWD_TILE(128, 128, 8, 2)
+  FB_FA2_BWD_TILE(128, 128, 8, 4)
+#undef FB_FA2_BWD_TILE
+  return {};
+}
+
+} // namespace fb::fa2_bwd

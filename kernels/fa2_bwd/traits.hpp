@@ -1,0 +1,251 @@
+// FA2 backward (column-block parallel, tensor cores): the config space, the tile geometry that the kernels,
+// supports(), the workspace and the traffic model share, and which tile shapes are compiled at all. Host-only code
+// may include this file; everything here is constexpr or inline so that the kernel files see the same numbers.
+#pragma once
+
+#include "flashbench/config.hpp"
+#include "flashbench/device.hpp"
+#include "flashbench/problem.hpp"
+#include "flashbench/variant.hpp"
+#include "kernels/common/host_device.hpp"
+#include "kernels/common/mask.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fb::fa2_bwd {
+
+// The MMA tile is 16 rows by 8 columns, 16 deep; ldmatrix.x4 loads 16 rows (or 16 columns) at a time, so every
+// per-warp slice of every product is a multiple of 16 in both directions.
+constexpr int kMma = 16;
+constexpr int kMaxStages = 2;
+
+struct Params {
+  int block_m = 64;  // query rows per row block (the inner loop's step)
+  int block_n = 128; // keys per CTA (its column block: K, V, dK, dV stay on chip)
+  int warps = 8;     // warps per CTA
+  int stages = 2;    // Q/dO row blocks in shared memory (2: the next one loads during this one)
+  int warp_m = 2; // warp_layout: warps along the query rows in S = QKᵀ, dP = dO·Vᵀ and dQ = dS·K
+  int deterministic =
+      0; // 1: the column blocks add their dQ partials in a fixed order (bit-identical runs)
+};
+
+// The three warp partitions of one CTA (kernel, smem staging and register estimate share them):
+//  - S and dP (block_m x block_n, depth head_dim): warp_m warps along the rows, warps / warp_m along the keys;
+//  - dQ (block_m x head_dim, depth block_n): the same rows, warps / warp_m along head_dim;
+//  - dK and dV (block_n x head_dim, depth block_m): kv_warps_n() warps along the keys (32 keys each where the
+//    tile allows), the rest along head_dim. 32 x head_dim/2 slices need 6 ldmatrix per 16 MMAs at d128 where
+//    16 x head_dim slices need 9.
+constexpr int kv_warps_n(int block_n, int warps) { return std::min(warps, block_n / 32); }
+
+// Structural limits, independent of the problem.
+inline std::optional<std::string> config_problem(const Params &c) {
+  if (c.block_m % kMma || c.block_m < kMma)
+    return "block_m must be a multiple of 16";
+  if (c.block_n != 64 && c.block_n != 128)
+    return "block_n must be 64 or 128 (the P and dS tiles are swizzled in rows of 8 or 16 chunks)";
+  if (c.warps != 4 && c.warps != 8)
+    return "warps must be 4 or 8";
+  if (c.stages < 1 || c.stages > kMaxStages)
+    return "stages must be 1 or 2";
+  if (c.deterministic != 0 && c.deterministic != 1)
+    return "deterministic must be off or on";
+  if (c.warp_m < 1 || c.warps % c.warp_m)
+    return "warp_layout: warps must be a multiple of the warps along the rows";
+  if (c.block_m % (c.warp_m * kMma))
+    return "warp_layout gives each warp " + std::to_string(c.block_m / c.warp_m) +
+           " query rows of S; an MMA row tile needs a multiple of 16 (more block_m or fewer row "
+           "warps)";
+  const int wn = c.warps / c.warp_m;
+  if (c.block_n % (wn * kMma))
+    return "warp_layout gives each warp " + std::to_string(c.block_n / wn) +
+           " keys of S; ldmatrix needs a multiple of 16 (more row warps or fewer warps)";
+  return std::nullopt;
+}
+
+// head_dim-dependent limits of the same kind: the dQ and dK/dV warp slices along head_dim.
+inline std::optional<std::string> head_dim_problem(int64_t d, const Params &c) {
+  const int64_t wn = c.warps / c.warp_m;
+  if (d % (wn * kMma))
+    return "warp_layout gives each warp " + std::to_string(d / wn) +
+           " head_dim columns of dQ; a multiple of 16 is needed";
+  const int64_t wd = c.warps / kv_warps_n(c.block_n, c.warps);
+  if (d % (wd * kMma))
+    return "the dK/dV warp slice is " + std::to_string(d / wd) +
+           " head_dim columns; a multiple of 16 is needed";
+  return std::nullopt;
+}
+
+inline Params params_of(const Config &c) {
+  const Params d;
+  return Params{static_cast<int>(c.get_or("block_m", d.block_m)),
+                static_cast<int>(c.get_or("block_n", d.block_n)),
+                static_cast<int>(c.get_or("warps", d.warps)),
+                static_cast<int>(c.get_or("stages", d.stages)),
+                static_cast<int>(c.get_or("warp_layout", d.warp_m)),
+                static_cast<int>(c.get_or("deterministic", d.deterministic))};
+}
+
+Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev);
+
+inline ConfigSpace make_space() {
+  const Params d;
+  return ConfigSpace(
+      {Axis{"block_m", {64, 128}, {}, "query rows per row block (the inner loop's step)"},
+       Axis{
+           "block_n", {64, 128}, {}, "keys per CTA: its K/V column block, with dK/dV in registers"},
+       Axis{"warps", {4, 8}, {}, "warps per CTA"},
+       Axis{"stages",
+            {1, 2},
+            {},
+            "Q/dO row blocks in shared memory (2: cp.async loads the next during this one)"},
+       Axis{"warp_layout",
+            {2, 4},
+            {"m2", "m4"},
+            "warps along the query rows of S, dP and dQ (m2: 2, m4: 4; the rest split keys or "
+            "head_dim)"},
+       Axis{"deterministic",
+            {0, 1},
+            {"off", "on"},
+            "on: column blocks add dQ in a fixed order (per-warp counters), bit-identical run to "
+            "run"}},
+      Config({{"block_m", d.block_m},
+              {"block_n", d.block_n},
+              {"warps", d.warps},
+              {"stages", d.stages},
+              {"warp_layout", d.warp_m},
+              {"deterministic", d.deterministic}}),
+      [](const Config &c) { return config_problem(params_of(c)); }, default_for);
+}
+
+constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; }
+
+// The tile shapes compiled, per head_dim: each builds with zero register spills for sm_80 and sm_90 (the build
+// fails on a spill: kernels/fa2_bwd/CMakeLists.txt), checked with ptxas 13.0 for bf16 and fp16. The dK and dV
+// accumulators alone are 2·block_n·head_dim / (32·warps) registers a thread and S and dP another
+// 2·block_m·block_n / (32·warps), so the shapes are those whose sum stays near 192. Left out because they spill:
+// d64 128x128x8 m4 (24 B, bf16 on sm_90); d128 128x128 and d256 with block_m or block_n 128 (256 or more
+// accumulator registers). HISTORY.md lists the ptxas register counts.
+constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm) {
+  if (d == 64)
+    return (bm == 128 && bn == 128 && w == 8 && wm == 2) ||
+           (bm == 64 && bn == 128 && w == 8 && (wm == 2 || wm == 4)) ||
+           (bm == 64 && bn == 64 && w == 4 && wm == 2);
+  if (d == 128)
+    return (bm == 64 && bn == 128 && w == 8 && (wm == 2 || wm == 4)) ||
+           (bm == 128 && bn == 64 && w == 8 && (wm == 2 || wm == 4)) ||
+           (bm == 64 && bn == 64 && w == 4 && wm == 2);
+  if (d == 256)
+    return bm == 64 && bn == 64 && w == 8 && (wm == 2 || wm == 4);
+  return false;
+}
+
+// Rows of the padded per-(batch, head) buffers in the workspace: a whole number of row blocks, so the main kernel
+// reads LSE and D and adds dQ without row predicates.
+inline int64_t padded_rows(int64_t seqlen_q, int block_m) {
+  return (seqlen_q + block_m - 1) / block_m * block_m;
+}
+
+// Workspace (fp32, not zero on entry): dQ accumulator [batch, heads_q, padded rows, head_dim], then the
+// base-2 LSE and D = rowsum(dO∘O), each [batch, heads_q, padded rows]. The preprocess kernel writes all three.
+struct Workspace {
+  int64_t dq_acc = 0, lse2 = 0, delta = 0, total = 0; // byte offsets and size
+};
+inline Workspace workspace_layout(const AttentionProblem &p, const Params &c) {
+  const int64_t rows = p.batch * p.heads_q * padded_rows(p.seqlen_q, c.block_m);
+  Workspace w;
+  w.dq_acc = 0;
+  w.lse2 = 4 * rows * p.head_dim;
+  w.delta = w.lse2 + 4 * rows;
+  w.total = w.delta + 4 * rows;
+  return w;
+}
+
+// Semaphores (deterministic only): one int per (batch, query head, row block, warp), the number of column blocks
+// that have added their dQ partial to that warp's slice of the row block so far (zero between launches).
+inline int64_t num_row_blocks(const AttentionProblem &p, const Params &c) {
+  return (p.seqlen_q + c.block_m - 1) / c.block_m;
+}
+inline int64_t num_col_blocks(const AttentionProblem &p, const Params &c) {
+  return (p.seqlen_kv + c.block_n - 1) / c.block_n;
+}
+inline int64_t semaphore_count(const AttentionProblem &p, const Params &c) {
+  return c.deterministic ? p.batch * p.heads_q * num_row_blocks(p, c) * c.warps : 0;
+}
+
+// Dynamic shared memory: K and V of the column block, `stages` slots of (Q, dO, base-2 LSE, D) for one row block,
+// and P and dS of the current row block (all in the input type but LSE and D).
+constexpr int64_t smem_bytes(int64_t head_dim, const Params &c) {
+  const int64_t e = 2;
+  return 2 * e * c.block_n * head_dim +
+         int64_t(c.stages) * (2 * e * c.block_m * head_dim + 2 * 4 * c.block_m) +
+         2 * e * c.block_m * c.block_n;
+}
+
+// Row blocks that column block n visits: from the first one holding a row that sees key n·block_n (causal:
+// bottom-right aligned) to the last; first == end when no row sees it.
+struct RowRange {
+  int64_t first, end;
+};
+FB_HOST_DEVICE RowRange row_blocks_for(int64_t n, int64_t block_m, int64_t block_n,
+                                       int64_t seqlen_q, int64_t seqlen_kv, bool causal) {
+  const int64_t end = (seqlen_q + block_m - 1) / block_m;
+  if (!causal)
+    return {0, end};
+  const int64_t first_row =
+      n * block_n - (seqlen_kv - seqlen_q); // first row that sees key n·block_n
+  if (first_row > seqlen_q - 1)
+    return {end, end};
+  return {first_row <= 0 ? 0 : first_row / block_m, end};
+}
+
+// Column blocks that visit row block m: 0 .. the one holding its last row's last visible key (0 when no row of
+// the block sees a key).
+FB_HOST_DEVICE int64_t col_blocks_for(int64_t m, int64_t block_m, int64_t block_n, int64_t seqlen_q,
+                                      int64_t seqlen_kv, bool causal) {
+  int64_t last_row = (m + 1) * block_m - 1;
+  if (last_row > seqlen_q - 1)
+    last_row = seqlen_q - 1;
+  const int64_t visible = fb::kernels::visible_keys(last_row, seqlen_q, seqlen_kv, causal);
+  return (visible + block_n - 1) / block_n;
+}
+
+// The default config of a problem (ConfigSpace::default_config(p, dev)), FlashAttention-2's own sm80 backward
+// tiles: d64 128 x 128 (8 warps; 2 along the rows, as FA2's 4 spills here), d128 64 x 128 (8 warps, 2 along the
+// rows: the base), d256 64 x 64 (8 warps, 2 along the rows). Where the device allows less shared memory per block
+// than 2 stages need (d256 on an A100: 209 KB at 2 stages, 163 KB allowed), 1 stage. deterministic keeps the base
+// (off).
+inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev) {
+  if (p.head_dim == 64) {
+    base.set("block_m", 128), base.set("block_n", 128), base.set("warps", 8);
+    base.set("warp_layout", 2);
+  } else if (p.head_dim == 256) {
+    base.set("block_m", 64), base.set("block_n", 64), base.set("warps", 8);
+    base.set("warp_layout", 2);
+  }
+  if (dev.smem_per_block_optin > 0 && head_dim_ok(p.head_dim) &&
+      smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin)
+    base.set("stages", 1);
+  return base;
+}
+
+using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
+                          cudaStream_t);
+// The kernels one launch queues (preprocess, main, convert), for the occupancy report.
+using KernelsFn = std::vector<KernelDesc> (*)(const AttentionProblem &, const Params &);
+struct Instance {
+  LaunchFn launch = nullptr;
+  KernelsFn kernels = nullptr;
+};
+
+// Enqueues preprocess, main and convert kernels on `stream` (register.cpp picks the compiled instantiation). The
+// caller has checked supports(); a shape that was not compiled throws std::invalid_argument.
+void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
+            cudaStream_t stream);
+// The kernels of one launch (empty for a shape that was not compiled).
+std::vector<KernelDesc> kernels(const AttentionProblem &p, const Params &c);
+
+} // namespace fb::fa2_bwd

@@ -1,0 +1,214 @@
+// fa2_bwd (FA2 backward, tensor cores) against the harness's float64 backward reference: every compiled config on
+// awkward shapes (length 1, odd lengths, causal with seqlen_q != seqlen_kv and rows that see no key, GQA and MQA,
+// head_dim 64/128/256, several row and column blocks crossing the diagonal), deterministic mode bit-identical
+// from run to run, and the semaphores left zero after back-to-back launches.
+#include "../gpu_test_util.hpp"
+
+#include <cstring>
+
+using namespace fb;
+using fb::test::Shape;
+
+namespace {
+
+const Variant &bwd() { return catalog().get("fa2_bwd"); }
+
+// Inputs of one backward problem and its reference. Q, K, V and dO are fresh random values; O and LSE come from
+// the float64 forward reference of the same inputs (O rounded to the dtype, LSE to fp32, as a verified forward
+// leaves them), so that P = exp(S - LSE) is the forward's softmax.
+class BwdCase {
+public:
+  explicit BwdCase(AttentionProblem p, uint64_t seed = std::random_device{}())
+      : p_(std::move(p)), seed_(seed), e_(dtype_bytes(p_.dtype)) {
+    p_.pass = Pass::bwd;
+    validate(p_);
+    q_ = DeviceBuffer(size_t(p_.q_elems() * e_));
+    k_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
+    v_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
+    o_ = DeviceBuffer(size_t(p_.q_elems() * e_));
+    dout_ = DeviceBuffer(size_t(p_.q_elems() * e_));
+    lse_ = DeviceBuffer(size_t(p_.lse_elems()) * sizeof(float));
+    dq_ = DeviceBuffer(size_t(p_.q_elems() * e_));
+    dk_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
+    dv_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
+    fill_normal(q_.get(), p_.dtype, p_.q_elems(), seed_ * 4 + 0, 1.f, nullptr);
+    fill_normal(k_.get(), p_.dtype, p_.kv_elems(), seed_ * 4 + 1, 1.f, nullptr);
+    fill_normal(v_.get(), p_.dtype, p_.kv_elems(), seed_ * 4 + 2, 1.f, nullptr);
+    fill_normal(dout_.get(), p_.dtype, p_.q_elems(), seed_ * 4 + 3, 1.f, nullptr);
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto q = download_as_float(q_.get(), p_.dtype, p_.q_elems());
+    const auto k = download_as_float(k_.get(), p_.dtype, p_.kv_elems());
+    const auto v = download_as_float(v_.get(), p_.dtype, p_.kv_elems());
+    const auto dout = download_as_float(dout_.get(), p_.dtype, p_.q_elems());
+
+    AttentionProblem fwd = p_;
+    fwd.pass = Pass::fwd;
+    const ReferenceOutput f = cpu_reference(fwd, q.data(), k.data(), v.data());
+    std::vector<float> o32(f.o.begin(), f.o.end()), lse32(f.lse.begin(), f.lse.end());
+    DeviceBuffer o_f32(o32.size() * sizeof(float));
+    FB_CUDA_CHECK(cudaMemcpy(o_f32.get(), o32.data(), o_f32.bytes(), cudaMemcpyHostToDevice));
+    convert_from_float(o_.get(), p_.dtype, o_f32.as<float>(), p_.q_elems(), nullptr);
+    FB_CUDA_CHECK(cudaMemcpy(lse_.get(), lse32.data(), lse_.bytes(), cudaMemcpyHostToDevice));
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto o = download_as_float(o_.get(), p_.dtype, p_.q_elems());
+    ref_ = cpu_reference_backward(p_, q.data(), k.data(), v.data(), o.data(), dout.data(),
+                                  lse32.data());
+  }
+
+  const AttentionProblem &problem() const { return p_; }
+  uint64_t seed() const { return seed_; }
+
+  struct Run {
+    VerifyResult verdict;
+    std::vector<unsigned char> dq, dk, dv; // raw output bytes, for bit-for-bit comparisons
+  };
+
+  // Poisons the gradients and the workspace (NaN bits), launches `launches` times on the legacy stream (later
+  // launches find the workspace and semaphores as the previous one left them), and verifies the last result.
+  // The semaphores start at zero and must come back zero.
+  Run run(const Variant &var, const Config &c, int launches = 1) {
+    DeviceBuffer ws(var.workspace_bytes(p_, c));
+    DeviceBuffer sem(var.semaphore_bytes(p_, c));
+    if (sem.bytes() > 0)
+      FB_CUDA_CHECK(cudaMemset(sem.get(), 0, sem.bytes()));
+    poison(dq_.get(), dq_.bytes(), nullptr);
+    poison(dk_.get(), dk_.bytes(), nullptr);
+    poison(dv_.get(), dv_.bytes(), nullptr);
+    poison(ws.get(), ws.bytes(), nullptr);
+    LaunchArgs args;
+    args.q = q_.get();
+    args.k = k_.get();
+    args.v = v_.get();
+    args.o = o_.get();
+    args.lse = lse_.as<float>();
+    args.dout = dout_.get();
+    args.dq = dq_.get();
+    args.dk = dk_.get();
+    args.dv = dv_.get();
+    args.workspace = ws.get();
+    args.workspace_bytes = ws.bytes();
+    args.semaphores = sem.get();
+    args.semaphore_bytes = sem.bytes();
+    for (int i = 0; i < launches; ++i)
+      var.launch(p_, c, args, nullptr);
+    FB_CUDA_CHECK(cudaDeviceSynchronize());
+    Run r;
+    const auto dq = download_as_float(dq_.get(), p_.dtype, p_.q_elems());
+    const auto dk = download_as_float(dk_.get(), p_.dtype, p_.kv_elems());
+    const auto dv = download_as_float(dv_.get(), p_.dtype, p_.kv_elems());
+    r.verdict =
+        verify_backward(p_, dq.data(), dk.data(), dv.data(), ref_, grad_tolerance_for(p_.dtype));
+    const int64_t nonzero = count_nonzero_bytes(sem.get(), sem.bytes());
+    if (nonzero > 0) {
+      r.verdict.pass = false;
+      r.verdict.detail =
+          std::to_string(nonzero) + " semaphore bytes left non-zero; " + r.verdict.detail;
+    }
+    r.dq = bytes_of(dq_), r.dk = bytes_of(dk_), r.dv = bytes_of(dv_);
+    return r;
+  }
+
+  std::string what(const Variant &var, const Config &c) const {
+    return var.name() + " [" + var.space().to_string(c) + "] on " + key(p_) + " (seed " +
+           std::to_string(seed_) + ")";
+  }
+
+private:
+  static std::vector<unsigned char> bytes_of(const DeviceBuffer &b) {
+    std::vector<unsigned char> h(b.bytes());
+    FB_CUDA_CHECK(cudaMemcpy(h.data(), b.get(), b.bytes(), cudaMemcpyDeviceToHost));
+    return h;
+  }
+
+  AttentionProblem p_;
+  uint64_t seed_;
+  int64_t e_;
+  DeviceBuffer q_, k_, v_, o_, dout_, lse_, dq_, dk_, dv_;
+  BackwardReference ref_;
+};
+
+// Runs every config of the space that the variant supports on this problem (both deterministic modes); returns
+// how many ran. Unsupported combinations must say why.
+int run_all_configs(BwdCase &c) {
+  int ran = 0;
+  for (const auto &e : bwd().space().expand()) {
+    if (e.invalid_reason)
+      continue;
+    const Support s = support_for(bwd(), c.problem(), e.config, fb::test::test_device());
+    if (!s) {
+      EXPECT_FALSE(s.reason.empty()) << bwd().space().to_string(e.config);
+      continue;
+    }
+    const BwdCase::Run r = c.run(bwd(), e.config);
+    EXPECT_TRUE(r.verdict.pass) << c.what(bwd(), e.config) << ": " << r.verdict.summary();
+    ++ran;
+  }
+  return ran;
+}
+
+class Fa2BwdAllConfigs : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(Fa2BwdAllConfigs, MatchCpuReference) {
+  FB_SKIP_WITHOUT_GPU();
+  BwdCase c(GetParam().problem());
+  EXPECT_GT(run_all_configs(c), 0) << "no config of fa2_bwd supports " << key(c.problem());
+}
+
+const std::vector<Shape> kShapes = {
+    {"len1", 1, 2, 2, 1, 1, 64, false, DType::bf16},
+    {"len1_causal", 1, 2, 2, 1, 1, 64, true, DType::f16},
+    {"q77_kv131", 1, 2, 2, 77, 131, 64, false, DType::bf16},
+    {"q131_kv77_f16", 2, 2, 2, 131, 77, 64, false, DType::f16},
+    // seqlen_q > seqlen_kv, causal: the first 54 rows see no key (LSE -inf): zero dQ, nothing added to dK/dV.
+    {"causal_q131_kv77", 1, 2, 2, 131, 77, 64, true, DType::f16},
+    {"causal_q77_kv131_d128", 1, 2, 2, 77, 131, 128, true, DType::bf16},
+    // One key: every row but the last sees nothing.
+    {"causal_q40_kv1", 1, 1, 1, 40, 1, 64, true, DType::bf16},
+    {"gqa_8_2_causal", 2, 8, 2, 100, 100, 128, true, DType::bf16},
+    {"mqa_8_1", 1, 8, 1, 64, 200, 64, false, DType::f16},
+    // Several row and column blocks, the diagonal crossing both, ragged ends on both sides.
+    {"causal_q300_kv300_d128", 1, 2, 2, 300, 300, 128, true, DType::bf16},
+    {"causal_q257_kv513_d64_gqa", 1, 4, 2, 257, 513, 64, true, DType::f16},
+    {"q333_kv650_d64", 2, 2, 2, 333, 650, 64, false, DType::bf16},
+    {"causal_q513_kv200_d128_gqa", 1, 4, 2, 513, 200, 128, true, DType::f16},
+    {"causal_q190_kv190_d256", 1, 2, 2, 190, 190, 256, true, DType::bf16},
+    {"q70_kv300_d256_f16", 1, 2, 1, 70, 300, 256, false, DType::f16},
+};
+INSTANTIATE_TEST_SUITE_P(Awkward, Fa2BwdAllConfigs, ::testing::ValuesIn(kShapes),
+                         fb::test::shape_name);
+
+// deterministic: on gives the same bytes from run to run, on a problem where many column blocks add into every
+// row block's dQ (the order the atomics would otherwise race on). Two launches back to back also check that the
+// counters come back to zero (the second launch would deadlock or misorder if they did not).
+TEST(Fa2Bwd, DeterministicIsBitIdentical) {
+  FB_SKIP_WITHOUT_GPU();
+  for (bool causal : {false, true}) {
+    BwdCase c(Shape{"det", 2, 4, 2, 1024, 1024, 128, causal, DType::bf16}.problem());
+    Config cfg = bwd().space().default_config(c.problem(), fb::test::test_device());
+    cfg.set("deterministic", 1);
+    ASSERT_TRUE(support_for(bwd(), c.problem(), cfg, fb::test::test_device()).ok);
+    const BwdCase::Run a = c.run(bwd(), cfg, 2);
+    const BwdCase::Run b = c.run(bwd(), cfg, 1);
+    EXPECT_TRUE(a.verdict.pass) << c.what(bwd(), cfg) << ": " << a.verdict.summary();
+    EXPECT_TRUE(b.verdict.pass) << c.what(bwd(), cfg) << ": " << b.verdict.summary();
+    EXPECT_TRUE(a.dq == b.dq) << c.what(bwd(), cfg) << ": dQ differs between runs";
+    EXPECT_TRUE(a.dk == b.dk) << c.what(bwd(), cfg) << ": dK differs between runs";
+    EXPECT_TRUE(a.dv == b.dv) << c.what(bwd(), cfg) << ": dV differs between runs";
+  }
+}
+
+// Host-only: the acceptance head_dims have a compiled config on the nominal H100, both warp layouts at d128.
+TEST(Fa2Bwd, AcceptanceHeadDimsAreCompiled) {
+  const DeviceInfo dev = nominal_device();
+  for (int64_t d : {64, 128}) {
+    AttentionProblem p = Shape{"x", 1, 16, 16, 4096, 4096, d, true, DType::bf16}.problem();
+    p.pass = Pass::bwd;
+    int supported = 0;
+    for (const auto &e : bwd().space().expand())
+      if (!e.invalid_reason && support_for(bwd(), p, e.config, dev))
+        ++supported;
+    EXPECT_GT(supported, 0) << "head_dim " << d;
+  }
+}
+
+} // namespace

@@ -1,0 +1,148 @@
+// fa2_bwd's host logic on the CPU: which row blocks a column block visits (against the causal rule pair by pair),
+// the workspace and semaphore sizes, the traffic model's parts, and the reasons supports() gives.
+#include "kernels/fa2_bwd/traffic.hpp"
+#include "kernels/fa2_bwd/traits.hpp"
+
+#include "flashbench/variant.hpp"
+#include "kernels/common/mask.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+using namespace fb;
+
+namespace {
+
+AttentionProblem bwd_problem(int64_t sq, int64_t skv, int64_t d, bool causal, int64_t hq = 4,
+                             int64_t hkv = 4) {
+  AttentionProblem p;
+  p.batch = 2, p.heads_q = hq, p.heads_kv = hkv, p.seqlen_q = sq, p.seqlen_kv = skv;
+  p.head_dim = d, p.causal = causal, p.pass = Pass::bwd;
+  return p;
+}
+
+// Does some row of row block m see some key of column block n (brute force over the rows)?
+bool visits(int64_t m, int64_t n, int64_t bm, int64_t bn, const AttentionProblem &p) {
+  for (int64_t r = m * bm; r < std::min((m + 1) * bm, p.seqlen_q); ++r)
+    if (kernels::visible_keys(r, p.seqlen_q, p.seqlen_kv, p.causal) > n * bn)
+      return true;
+  return false;
+}
+
+} // namespace
+
+TEST(Fa2BwdTraits, RowAndColumnRangesMatchTheCausalRule) {
+  for (bool causal : {false, true})
+    for (auto [sq, skv] : {std::pair<int64_t, int64_t>{1, 1},
+                           {77, 131},
+                           {131, 77},
+                           {40, 1},
+                           {300, 300},
+                           {1, 300},
+                           {257, 513}})
+      for (auto [bm, bn] : {std::pair<int64_t, int64_t>{64, 128}, {128, 64}, {128, 128}}) {
+        const AttentionProblem p = bwd_problem(sq, skv, 64, causal);
+        const int64_t rows = (sq + bm - 1) / bm, cols = (skv + bn - 1) / bn;
+        for (int64_t n = 0; n < cols; ++n) {
+          const fa2_bwd::RowRange r = fa2_bwd::row_blocks_for(n, bm, bn, sq, skv, causal);
+          EXPECT_EQ(r.end, rows);
+          for (int64_t m = 0; m < rows; ++m) {
+            const bool v = visits(m, n, bm, bn, p);
+            EXPECT_EQ(v, m >= r.first) << key(p) << " n " << n << " m " << m;
+            // The deterministic order counts the visitors of a row block as columns 0 .. col_blocks_for - 1.
+            EXPECT_EQ(v, n < fa2_bwd::col_blocks_for(m, bm, bn, sq, skv, causal))
+                << key(p) << " n " << n << " m " << m;
+          }
+        }
+      }
+}
+
+TEST(Fa2BwdTraits, WorkspaceAndSemaphores) {
+  AttentionProblem p = bwd_problem(100, 300, 128, true, 8, 2);
+  fa2_bwd::Params c;
+  c.block_m = 64;
+  const fa2_bwd::Workspace w = fa2_bwd::workspace_layout(p, c);
+  const int64_t rows = 2 * 8 * 128; // padded to two row blocks
+  EXPECT_EQ(w.dq_acc, 0);
+  EXPECT_EQ(w.lse2, 4 * rows * 128);
+  EXPECT_EQ(w.delta, w.lse2 + 4 * rows);
+  EXPECT_EQ(w.total, w.delta + 4 * rows);
+  EXPECT_EQ(w.lse2 % 16, 0); // cp.async reads LSE₂ and D in 16-byte chunks
+  EXPECT_EQ(fa2_bwd::semaphore_count(p, c), 0);
+  c.deterministic = 1;
+  EXPECT_EQ(fa2_bwd::semaphore_count(p, c), 2 * 8 * 2 * c.warps);
+}
+
+TEST(Fa2BwdTraits, TrafficModelParts) {
+  // Non-causal, whole blocks: every column block visits every row block of every query head.
+  const AttentionProblem p = bwd_problem(256, 512, 64, false, 4, 2);
+  fa2_bwd::Params c; // 64 x 128
+  const fa2_bwd::Traffic t = fa2_bwd::traffic(p, c);
+  const double e = 2, d = 64, pairs = 2.0 * 4 * (256 / 64) * (512 / 128);
+  EXPECT_DOUBLE_EQ(t.kv, 2.0 * 2 * 4 * e * d * 512);
+  EXPECT_DOUBLE_EQ(t.q_rows, pairs * (2 * e * d * 64 + 8 * 64));
+  EXPECT_DOUBLE_EQ(t.dq_add, pairs * 4 * d * 64);
+  EXPECT_DOUBLE_EQ(t.total(), fa2_bwd::traffic_bytes(p, c));
+  // Causal visits fewer pairs.
+  AttentionProblem pc = p;
+  pc.causal = true;
+  EXPECT_LT(fa2_bwd::traffic(pc, c).dq_add, t.dq_add);
+}
+
+TEST(Fa2BwdVariant, SupportsSaysWhy) {
+  const Variant &v = catalog().get("fa2_bwd");
+  EXPECT_EQ(v.pass(), Pass::bwd);
+  const DeviceInfo h100 = nominal_device();
+  AttentionProblem p = bwd_problem(1024, 1024, 128, true);
+  const Config def = v.space().default_config(p, h100);
+  EXPECT_TRUE(support_for(v, p, def, h100).ok) << support_for(v, p, def, h100).reason;
+
+  AttentionProblem f = p;
+  f.pass = Pass::fwd;
+  EXPECT_FALSE(support_for(v, f, def, h100).ok);
+
+  AttentionProblem d96 = p;
+  d96.head_dim = 96;
+  EXPECT_NE(v.supports(d96, def, h100).reason.find("head_dim 96"), std::string::npos);
+
+  AttentionProblem f32 = p;
+  f32.dtype = DType::f32;
+  EXPECT_NE(v.supports(f32, def, h100).reason.find("fp32"), std::string::npos);
+
+  // d128 128 x 128 is not compiled (256 accumulator registers a thread).
+  Config big = def;
+  big.set("block_m", 128);
+  big.set("block_n", 128);
+  EXPECT_NE(v.supports(p, big, h100).reason.find("not compiled"), std::string::npos);
+
+  // d256 at two stages needs 209 KB: more than an A100 allows; its default takes one stage.
+  DeviceInfo a100 = h100;
+  a100.present = true;
+  a100.cc_major = 8;
+  a100.smem_per_block_optin = 163 * 1024;
+  AttentionProblem d256 = p;
+  d256.head_dim = 256;
+  Config two = v.space().default_config(d256, h100);
+  EXPECT_EQ(two.get("stages"), 2);
+  EXPECT_NE(v.supports(d256, two, a100).reason.find("shared memory"), std::string::npos);
+  const Config one = v.space().default_config(d256, a100);
+  EXPECT_EQ(one.get("stages"), 1);
+  EXPECT_TRUE(v.supports(d256, one, a100).ok) << v.supports(d256, one, a100).reason;
+}
+
+TEST(Fa2BwdVariant, DefaultsAreFa2Tiles) {
+  const Variant &v = catalog().get("fa2_bwd");
+  const DeviceInfo h100 = nominal_device();
+  AttentionProblem p = bwd_problem(4096, 4096, 64, false, 32, 32);
+  Config c = v.space().default_config(p, h100);
+  EXPECT_EQ(c.get("block_m"), 128);
+  EXPECT_EQ(c.get("block_n"), 128);
+  EXPECT_EQ(c.get("deterministic"), 0);
+  p.head_dim = 128;
+  c = v.space().default_config(p, h100);
+  EXPECT_EQ(c.get("block_m"), 64);
+  EXPECT_EQ(c.get("block_n"), 128);
+  EXPECT_EQ(c.get("warps"), 8);
+}
