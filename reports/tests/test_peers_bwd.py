@@ -1,0 +1,198 @@
+"""peers.py on backward problems (pass: bwd), without a GPU: which peers run them, the inputs' shapes, the reference
+gradients (against finite differences and against torch's own math attention, in float64 on the CPU), the check of
+a peer's gradients, and a backward problem through the runner (verified, or incorrect) with torch on the CPU.
+The tests that need torch are skipped where it is absent."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PEERS
+
+BWD = {"batch": 1, "heads_q": 2, "heads_kv": 1, "seqlen_q": 5, "seqlen_kv": 3, "head_dim": 4, "causal": True,
+       "dtype": "fp32", "layout": "bshd", "pass": "bwd"}
+
+
+def _p(peers, **kw):
+    return peers.normalize_problem(dict(BWD, **kw))
+
+
+def test_backward_peers_and_the_others_reasons(peers):
+    p = _p(peers, dtype="bf16")
+    runs = [n for n in peers.PEERS if n not in ("cudnn_fe",) and not peers.make_peer(None, n, p).skip_reason()]
+    assert runs == ["torch_flash", "torch_cudnn", "torch_efficient"]
+    for n in ("flex", "torch_fp8", "cudnn_fp8"):
+        why = peers.make_peer(None, n, p).skip_reason()
+        assert "backward" in why and "\n" not in why, why
+    # cudnn_fe runs it where the frontend is importable, else says how to install it
+    why = peers.make_peer(None, "cudnn_fe", p).skip_reason()
+    assert why is None or "pip install" in why
+    # fp32: torch's flash and cuDNN backends take fp16/bf16 only, backward or not
+    assert "fp16 or bf16" in peers.make_peer(None, "torch_flash", _p(peers)).skip_reason()
+
+
+def test_backward_records_name_the_pass(peers):
+    p = _p(peers, dtype="bf16", seqlen_q=512, seqlen_kv=512, heads_q=16, heads_kv=16, head_dim=128)
+    timing = dict(peers.summarize([100.0, 100.0]), samples_us=[100.0, 100.0])
+    r = peers.record("torch_flash", p, "ok", timing=timing)
+    assert r["name"].endswith("_bwd") and r["problem"]["pass"] == "bwd"
+    fwd = dict(p, **{"pass": "fwd"})
+    assert r["flops"] == pytest.approx(2.5 * peers.flops(fwd))  # five GEMMs against the forward's two
+
+
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_inputs_carry_dout_shaped_like_q(peers, layout):
+    torch = pytest.importorskip("torch")
+    p = dict(_p(peers, dtype="bf16"), layout=layout)  # bhsd: not a harness backward, but the inputs still follow it
+    inp = peers.make_inputs(torch, p, 7, "cpu")
+    q, k, v = inp
+    assert tuple(q.shape) == (1, 2, 5, 4) and tuple(k.shape) == tuple(v.shape) == (1, 1, 3, 4)
+    assert inp.dout.shape == q.shape and inp.dout.stride() == q.stride() and inp.dout.dtype == torch.bfloat16
+    assert q.transpose(1, 2).is_contiguous() == (layout == "bshd")
+    assert not torch.equal(inp.dout.float(), q.float())  # drawn after Q, K and V, not a copy
+    fwd = peers.make_inputs(torch, dict(p, **{"pass": "fwd"}), 7, "cpu")
+    assert type(fwd) is tuple and all(torch.equal(a, b) for a, b in zip(fwd, inp))  # same Q, K, V as the forward
+
+
+def _loss(torch, peers, p, q, k, v, dout):
+    o, _ = peers.reference_forward(torch, p, q, k, v, dtype=torch.float64)
+    return float((o.double() * dout).sum())
+
+
+@pytest.mark.parametrize("shape", [dict(seqlen_q=5, seqlen_kv=3), dict(seqlen_q=3, seqlen_kv=6),
+                                   dict(seqlen_q=4, seqlen_kv=4, causal=False)])
+def test_reference_gradients_match_finite_differences(peers, shape):
+    torch = pytest.importorskip("torch")
+    p = _p(peers, **shape)
+    g = torch.Generator().manual_seed(3)
+    B, Hq, Hkv, Sq, Skv, D = (p[x] for x in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim"))
+    q = torch.randn(B, Hq, Sq, D, generator=g, dtype=torch.float64)
+    k = torch.randn(B, Hkv, Skv, D, generator=g, dtype=torch.float64)
+    v = torch.randn(B, Hkv, Skv, D, generator=g, dtype=torch.float64)
+    dout = torch.randn(B, Hq, Sq, D, generator=g, dtype=torch.float64)
+    p64 = dict(p, dtype="fp32")
+    grads = peers.reference_grads(torch, p64, q, k, v, dout, dtype=torch.float64)
+    eps = 1e-6
+    for x, gx in zip((q, k, v), grads):
+        assert gx.shape == x.shape and bool(torch.isfinite(gx).all())
+        num = torch.zeros_like(x)
+        flat, nflat = x.view(-1), num.view(-1)
+        for i in range(flat.numel()):
+            keep = float(flat[i])
+            flat[i] = keep + eps
+            up = _loss(torch, peers, p64, q, k, v, dout)
+            flat[i] = keep - eps
+            down = _loss(torch, peers, p64, q, k, v, dout)
+            flat[i] = keep
+            nflat[i] = (up - down) / (2 * eps)
+        assert float((gx - num).abs().max()) < 1e-6, (gx - num).abs().max()
+    if p["causal"] and Sq > Skv:  # the first Sq - Skv rows see no key: no gradient, no NaN
+        assert float(grads[0][:, :, :Sq - Skv].abs().max()) == 0.0
+
+
+def test_reference_matches_torch_math_attention_under_gqa(peers):
+    torch = pytest.importorskip("torch")
+    p = _p(peers, heads_q=4, heads_kv=2, seqlen_q=6, seqlen_kv=9, head_dim=8, batch=2)
+    inp = peers.make_inputs(torch, p, 11, "cpu")
+    q, k, v = (x.double().detach().requires_grad_() for x in inp)
+    grp = 2
+    s = (q @ k.repeat_interleave(grp, 1).transpose(-1, -2)) / math.sqrt(8)
+    i, j = torch.arange(6)[:, None], torch.arange(9)[None, :]
+    o = torch.softmax(s.masked_fill(j > i + 3, float("-inf")), -1) @ v.repeat_interleave(grp, 1)
+    want = torch.autograd.grad(o, (q, k, v), inp.dout.double())
+    got = inp.reference()
+    assert all(float((a - b).abs().max()) < 1e-12 for a, b in zip(got, want))
+    O, lse = inp.forward()
+    assert float((O.double() - o.detach()).abs().max()) < 1e-6 and O.dtype == torch.float32
+    assert float((lse.double() - torch.logsumexp(s.masked_fill(j > i + 3, float("-inf")), -1)).abs().max()) < 1e-5
+
+
+def test_grad_check_counts_each_bad_element(peers):
+    torch = pytest.importorskip("torch")
+    p = _p(peers, dtype="bf16", heads_q=4, heads_kv=2, seqlen_q=6, seqlen_kv=9, head_dim=8)
+    inp = peers.make_inputs(torch, p, 5, "cpu")
+    ref = inp.reference()
+    good = tuple(x.to(torch.bfloat16) for x in ref)
+    c = peers.grad_check(torch, p, ref, good)
+    assert c["_bad"] == 0 and c["verified_against"] == "cpu_f64" and set(c["grad_errors"]) == {"dq", "dk", "dv"}
+    atol, rtol = peers.BWD_TOLERANCE["bf16"]
+    wrong = [x.clone() for x in good]
+    wrong[1][0, 1, 2, 3] += 10 * (atol + rtol * float(ref[1][0, 1, 2, 3].abs()))
+    wrong[2][0, 0, 0, 0] = float("nan")
+    c = peers.grad_check(torch, p, ref, wrong)
+    assert c["_bad"] == 2 and c["grad_errors"]["dk"]["bad"] == 1 and c["grad_errors"]["dv"]["bad"] == 1
+    assert c["rel_l2_error"] is None  # a NaN makes the norm infinite
+    with pytest.raises(ValueError, match="dk has shape"):
+        peers.grad_check(torch, p, ref, (good[0], good[0], good[2]))
+    assert peers.grads_close(torch, p, good, good) and not peers.grads_close(torch, p, wrong, good)
+
+
+class _CpuCuda:
+    OutOfMemoryError = MemoryError
+
+    @staticmethod
+    def synchronize():
+        pass
+
+    @staticmethod
+    def Stream():
+        raise RuntimeError("no CUDA graphs on the CPU")  # as_graph falls back to the eager call
+
+
+class _CpuTorch:
+    """torch with a CPU stand-in for the few torch.cuda calls of the runner."""
+    cuda = _CpuCuda
+
+    def __init__(self, torch):
+        self._torch = torch
+
+    def __getattr__(self, name):
+        return getattr(self._torch, name)
+
+
+class _GradPeer:
+    config, poison = "", None
+
+    def __init__(self, name, p, scale_dk=1.0):
+        self.name, self.p, self.extra, self.scale_dk = name, p, {}, scale_dk
+
+    def skip_reason(self):
+        return None
+
+    def build(self, q, k, v):
+        ref = self.inputs.reference()
+        grads = (ref[0].to(q.dtype), (ref[1] * self.scale_dk).to(q.dtype), ref[2].to(q.dtype))
+        return lambda: grads
+
+    def close(self):
+        pass
+
+
+class _CallTimer:
+    def measure(self, fn):
+        fn()
+        return {"median_us": 10.0, "min_us": 10.0, "max_us": 10.0, "mean_us": 10.0, "cv": 0.0,
+                "samples_us": [10.0, 10.0]}
+
+
+def test_runner_verifies_backward_gradients(peers, monkeypatch):
+    torch = pytest.importorskip("torch")
+    p = _p(peers, dtype="bf16", heads_q=4, heads_kv=2, seqlen_q=6, seqlen_kv=9, head_dim=8)
+    monkeypatch.setattr(peers.runner, "make_inputs", lambda t, p, seed, device: peers.make_inputs(t, p, seed, "cpu"))
+    recs = peers.run_problem(_CpuTorch(torch), _CallTimer(), [_GradPeer("good", p), _GradPeer("bad", p, 1.5)], p,
+                             7, True, 1)
+    by = {r["variant"]: r for r in recs}
+    assert by["peer:bad"]["status"] == "incorrect" and "beyond" in by["peer:bad"]["reason"]
+    assert by["peer:good"]["status"] == "ok" and by["peer:good"]["verified_against"] == "cpu_f64"
+    assert by["peer:good"]["name"].endswith("_bwd") and by["peer:good"]["launch"].startswith("eager")
+    assert by["peer:good"]["grad_errors"]["dq"]["bad"] == 0
+
+
+def test_peers_option_lists_the_frontend_peers(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"problems": [dict(BWD, dtype="bf16")]}))
+    r = subprocess.run([sys.executable, PEERS, "--problems", str(plan), "-o", str(tmp_path / "o.json"),
+                        "--peers", "cudnn_fx"], capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cudnn_fe,cudnn_fp8" in r.stderr, r.stderr
