@@ -246,3 +246,21 @@ TEST(Cli, ResumingAFinishedRunKeepsItsPoints) {
   expect_path_error("run " + other + " --fake-worker --resume -o " + out,
                     "holds the results of another plan", d);
 }
+
+TEST(Cli, ShapeTakesThePass) {
+  const std::string shape = "--variant naive --shape batch=1,heads=2,seqlen=64,head_dim=64";
+  Outcome o = run_cli("run --dry-run " + shape + ",pass=bwd");
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("naive/"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("_d64_bf16_bwd"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("(naive computes the forward pass; this point is a backward (pass: bwd))"),
+            std::string::npos)
+      << o.out;
+  o = run_cli("run --dry-run " + shape + ",pass=fwd");
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out.find("_bwd"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("skip "), std::string::npos) << o.out;
+  expect_user_error("run " + shape + ",pass=sideways", "unknown pass 'sideways'");
+  expect_user_error("run " + shape + ",pass=bwd,dtype=e4m3", "use dtype bf16");
+}
+
