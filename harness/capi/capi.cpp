@@ -43,10 +43,13 @@ fb::AttentionProblem parse_problem(const char *problem_json) {
   fb::AttentionProblem p;
   try {
     p = nlohmann::json::parse(problem_json).get<fb::AttentionProblem>();
+    fb::validate(p);
   } catch (const nlohmann::json::exception &e) {
     throw fb::UserError(std::string("problem_json: ") + e.what());
+  } catch (const fb::UserError
+               &e) { // a field's value the harness refuses (problem.cpp says which and why)
+    throw fb::UserError(std::string("problem_json: ") + e.what());
   }
-  fb::validate(p);
   if (p.paged())
     throw fb::UserError(
         "problem_json: paged KV caches are not offered through the C API (no page table "
@@ -211,8 +214,9 @@ extern "C" int fb_capi_launch(fb_capi_launcher *l, const void *q, const void *k,
         if (!l || !q || !k || !v || !o || !lse)
           throw fb::UserError("fb_capi_launch: a null launcher or buffer");
         if (l->problem.pass != fb::Pass::fwd)
-          throw fb::UserError("fb_capi_launch: the launcher's problem is a backward (pass bwd); launch it "
-                              "with fb_capi_launch_backward");
+          throw fb::UserError(
+              "fb_capi_launch: the launcher's problem is a backward (pass bwd); launch it "
+              "with fb_capi_launch_backward");
         if (l->problem.dtype == fb::DType::e4m3 && !l->descales[0])
           throw fb::UserError(
               "fb_capi_launch: an e4m3 problem needs its descales first (fb_capi_set_descales)");
@@ -234,8 +238,9 @@ extern "C" int fb_capi_launch_backward(fb_capi_launcher *l, const void *q, const
         if (!l || !q || !k || !v || !o || !lse || !dout || !dq || !dk || !dv)
           throw fb::UserError("fb_capi_launch_backward: a null launcher or buffer");
         if (l->problem.pass != fb::Pass::bwd)
-          throw fb::UserError("fb_capi_launch_backward: the launcher's problem is a forward; create it on "
-                              "a problem with \"pass\": \"bwd\" and a backward variant");
+          throw fb::UserError(
+              "fb_capi_launch_backward: the launcher's problem is a forward; create it on "
+              "a problem with \"pass\": \"bwd\" and a backward variant");
         fb::LaunchArgs a = launcher_args(*l);
         // O and LSE are the backward's inputs: LaunchArgs keeps the forward's mutable pointers, and a backward
         // variant does not write them (variant.hpp).

@@ -54,6 +54,9 @@ def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool, graph: bool =
                 check = grad_check(torch, p, inputs.reference(), out)
             except ValueError as e:
                 return rec("incorrect", first_line(e)), None
+            except torch.cuda.OutOfMemoryError:
+                torch.cuda.empty_cache()
+                return rec("skipped", "the reference gradients do not fit in device memory"), None
             accept = lambda o: grad_check(torch, p, inputs.reference(), o)["_bad"] == 0
         else:
             first = _clone(out)
