@@ -73,7 +73,7 @@ def test_reference_gradients_match_finite_differences(peers, shape):
     v = torch.randn(B, Hkv, Skv, D, generator=g, dtype=torch.float64)
     dout = torch.randn(B, Hq, Sq, D, generator=g, dtype=torch.float64)
     p64 = dict(p, dtype="fp32")
-    grads = peers.reference_grads(torch, p64, q, k, v, dout, dtype=torch.float64)
+    grads = peers.reference_grads(torch, p64, q, k, v, dout, dtype=torch.float64)  # O, LSE exact in float64
     eps = 1e-6
     for x, gx in zip((q, k, v), grads):
         assert gx.shape == x.shape and bool(torch.isfinite(gx).all())
@@ -102,12 +102,35 @@ def test_reference_matches_torch_math_attention_under_gqa(peers):
     i, j = torch.arange(6)[:, None], torch.arange(9)[None, :]
     o = torch.softmax(s.masked_fill(j > i + 3, float("-inf")), -1) @ v.repeat_interleave(grp, 1)
     want = torch.autograd.grad(o, (q, k, v), inp.dout.double())
+    # on float64 inputs O and LSE are exact: the formulas equal autograd to rounding
+    exact = peers.reference_grads(torch, p, *(x.double() for x in inp), inp.dout.double())
+    assert all(float((a - b).abs().max()) < 1e-12 for a, b in zip(exact, want))
+    # the problem's own: O rounded to its dtype (fp32) and LSE in fp32, as a catalog variant reads them
     got = inp.reference()
-    assert all(float((a - b).abs().max()) < 1e-12 for a, b in zip(got, want))
+    assert all(float((a - b).abs().max()) < 1e-5 for a, b in zip(got, want))
     O, lse = inp.forward()
     assert float((O.double() - o.detach()).abs().max()) < 1e-6 and O.dtype == torch.float32
     want_lse = torch.logsumexp(s.detach().masked_fill(j > i + 3, float("-inf")), -1)
     assert float((lse.double() - want_lse).abs().max()) < 1e-5
+
+
+def test_reference_sums_bound_each_terms_size(peers):
+    torch = pytest.importorskip("torch")
+    p = _p(peers, dtype="fp16", heads_q=4, heads_kv=2, seqlen_q=6, seqlen_kv=9, head_dim=8)
+    inp = peers.make_inputs(torch, p, 13, "cpu")
+    ref = inp.reference()
+    # abs bounds the value (a sum of terms is at most the sum of their sizes); floor is fp16's alone
+    assert all(bool((a >= r.abs() - 1e-12).all()) for a, r in zip(ref.abs, ref))
+    assert ref.floor is not None and all(bool((f >= 0).all()) for f in ref.floor)
+    # the rows that see no key (causal, seqlen_q > seqlen_kv would have them; here the first row sees 4 keys):
+    # dV's floor is the sum of |dO| over the queries that see each key, under the mask
+    q, k, v = inp
+    grp, off = 2, 3
+    i, j = torch.arange(6)[:, None], torch.arange(9)[None, :]
+    seen = (j <= i + off).double()
+    want = sum(seen.T @ inp.dout[0, h].double().abs() for h in range(grp))
+    assert float((ref.floor[2][0, 0] - want).abs().max()) < 1e-9
+    assert peers.reference_grads(torch, dict(p, dtype="bf16"), *inp, inp.dout).floor is None
 
 
 def test_grad_check_counts_each_bad_element(peers):
@@ -118,13 +141,19 @@ def test_grad_check_counts_each_bad_element(peers):
     good = tuple(x.to(torch.bfloat16) for x in ref)
     c = peers.grad_check(torch, p, ref, good)
     assert c["_bad"] == 0 and c["verified_against"] == "cpu_f64" and set(c["grad_errors"]) == {"dq", "dk", "dv"}
-    atol, rtol = peers.BWD_TOLERANCE["bf16"]
+    tol = peers.GRAD_TOLERANCE["bf16"]
+    assert c["tolerance"] == tol and tol["rtol"] == 2 * 2.0 ** -9  # the harness's (verify.cpp)
     wrong = [x.clone() for x in good]
-    wrong[1][0, 1, 2, 3] += 10 * (atol + rtol * float(ref[1][0, 1, 2, 3].abs()))
+    bound = tol["atol"] + tol["rtol"] * float(ref[1][0, 1, 2, 3].abs()) + tol["term"] * float(ref.abs[1][0, 1, 2, 3])
+    wrong[1][0, 1, 2, 3] += 2 * bound
     wrong[2][0, 0, 0, 0] = float("nan")
     c = peers.grad_check(torch, p, ref, wrong)
-    assert c["_bad"] == 2 and c["grad_errors"]["dk"]["bad"] == 1 and c["grad_errors"]["dv"]["bad"] == 1
+    assert c["grad_errors"]["dk"]["bad"] == 1 and c["grad_errors"]["dq"]["bad"] == 0
+    assert c["grad_errors"]["dv"]["bad"] == 2 and c["_bad"] == 3  # the NaN, and so dv's norm bound
     assert c["rel_l2_error"] is None  # a NaN makes the norm infinite
+    # a gradient a few percent off everywhere passes element bounds nowhere near, and fails the norm bound too
+    scaled = (good[0], good[1], (ref[2] * 1.05).to(torch.bfloat16))
+    assert peers.grad_check(torch, p, ref, scaled)["grad_errors"]["dv"]["bad"] >= 1
     with pytest.raises(ValueError, match="dk has shape"):
         peers.grad_check(torch, p, ref, (good[0], good[0], good[2]))
     assert peers.grads_close(torch, p, good, good) and not peers.grads_close(torch, p, wrong, good)

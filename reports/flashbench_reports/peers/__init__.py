@@ -47,7 +47,7 @@ line and exits 0 without writing a file.
 The package, by role (for other tools, e.g. an A/B of two builds' C API libraries):
   timer     Timer (measure, measure_many), StoppingRule, sample_loop(_many), timing_args, Nvml
   backends  Peer (torch SDPA flash/cuDNN/efficient, flex, torch_fp8), make_peer, make_inputs, reference_check
-  backward  BwdInputs (dO; the reference forward's O and LSE), reference_grads, grad_check, BWD_TOLERANCE
+  backward  BwdInputs (dO; the reference forward's O and LSE), reference_grads (GradReference), grad_check, GRAD_TOLERANCE
   cudnn_fe  CudnnFe (cudnn_fe, cudnn_fp8 through the frontend's graph API), graph_spec, op_kwargs, build_graph
   capi      CapiLib (libflashbench_capi.so), Ours (a catalog variant at one config), best_configs
   runner    prepare_peer, time_peer, run_problem (rounds, interleave)
@@ -60,8 +60,8 @@ from ..problem import (DTYPE_BYTES, E4M3_P_ROUND, E4M3_REL_L2, FP8_SCALE_BLOCK, 
                        UserError, bytes_min, flops, kv_bytes, normalize_problem, problem_key, unmasked_pairs)
 from .backends import PEERS, Fp8Inputs, Peer, first_line, make_fp8_inputs, make_inputs, quantize_e4m3  # noqa: F401
 from .backends import BWD_PEERS, make_peer, reference_check  # noqa: F401
-from .backward import (BWD_TOLERANCE, BwdInputs, attend, grad_check, grads_close, reference_forward,  # noqa: F401
-                       reference_grads)
+from .backward import (GRAD_TOLERANCE, BwdInputs, GradReference, attend, grad_check, grads_close,  # noqa: F401
+                       reference_forward, reference_grads)
 from . import cudnn_fe, runner  # noqa: F401
 from .capi import CapiLib, Ours, best_configs  # noqa: F401
 from .device import device_info, measure_ceilings, nvidia_smi, sm_clock_mhz  # noqa: F401
