@@ -199,18 +199,19 @@ TEST(Capi, AForwardVariantRefusesABackwardProblemWithTheReason) {
 }
 
 TEST(Capi, ABackwardProblemMustBeDenseBshdOfAFloatType) {
-  for (
-      const char *pj :
-      {R"({"batch": 1, "heads_q": 2, "seqlen_q": 64, "head_dim": 128, "dtype": "e4m3", "pass": "bwd"})",
-       R"({"batch": 1, "heads_q": 2, "seqlen_q": 64, "head_dim": 64, "layout": "bhsd", "pass": "bwd"})"}) {
-    EXPECT_EQ(fb_capi_choose("auto", "", pj), nullptr) << pj;
+  const std::string base =
+      R"({"batch": 1, "heads_q": 2, "heads_kv": 2, "seqlen_q": 64, "seqlen_kv": 64,
+                               "head_dim": 128, "causal": false, )";
+  for (const std::string tail : {R"("dtype": "e4m3", "pass": "bwd"})",
+                                 R"("dtype": "bf16", "layout": "bhsd", "pass": "bwd"})"}) {
+    const std::string pj = base + tail;
+    EXPECT_EQ(fb_capi_choose("auto", "", pj.c_str()), nullptr) << pj;
     const std::string e = fb_capi_last_error();
     EXPECT_NE(e.find("problem_json"), std::string::npos) << e;
     EXPECT_NE(e.find("backward"), std::string::npos) << e;
   }
-  EXPECT_EQ(fb_capi_choose("auto", "",
-                           R"({"batch": 1, "heads_q": 2, "seqlen_q": 64, "pass": "sideways"})"),
-            nullptr);
+  const std::string sideways = base + R"("dtype": "bf16", "pass": "sideways"})";
+  EXPECT_EQ(fb_capi_choose("auto", "", sideways.c_str()), nullptr);
   EXPECT_NE(std::string(fb_capi_last_error()).find("sideways"), std::string::npos)
       << fb_capi_last_error();
 }
