@@ -226,3 +226,37 @@ def test_peers_option_lists_the_frontend_peers(tmp_path):
     r = subprocess.run([sys.executable, PEERS, "--problems", str(plan), "-o", str(tmp_path / "o.json"),
                         "--peers", "cudnn_fx"], capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "cudnn_fe,cudnn_fp8" in r.stderr, r.stderr
+
+
+class _MathPeer:
+    """Peer.build_bwd over torch's math attention on the CPU (the GPU backends' stand-in): the autograd path, the
+    layout of dO and the repeated backward of one forward."""
+
+    def __new__(cls, peers, torch, p):
+        class MathPeer(peers.Peer):
+            def build_fwd(self, q, k, v):
+                F = torch.nn.functional
+                i = torch.arange(p["seqlen_q"])[:, None]
+                j = torch.arange(p["seqlen_kv"])[None, :]
+                mask = (j <= i + p["seqlen_kv"] - p["seqlen_q"]) if p["causal"] else None
+                return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+        return MathPeer(torch, "torch_flash", p)
+
+
+def test_autograd_backward_is_timed_apart_from_its_forward(peers):
+    torch = pytest.importorskip("torch")
+    p = _p(peers, heads_q=4, heads_kv=2, seqlen_q=8, seqlen_kv=8, head_dim=8)
+    inp = peers.make_inputs(torch, p, 17, "cpu")
+    pe = _MathPeer(peers, torch, p)
+    pe.inputs = inp
+    fn = pe.build(*inp)
+    out, dout, leaves, _ = pe.saved
+    assert dout.stride() == out.stride() and torch.equal(dout, inp.dout.to(out.dtype))
+    first, second = fn(), fn()  # retain_graph: every call runs the same backward
+    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert [tuple(g.shape) for g in first] == [tuple(x.shape) for x in inp]  # GQA: dK, dV of the kv heads
+    c = peers.grad_check(torch, p, inp.reference(), first)
+    assert c["_bad"] == 0, c
+    assert pe.extra["peer_backward"].startswith("torch.autograd.grad")
+    pe.close()
+    assert pe.saved is None

@@ -7,6 +7,7 @@ torch is absent.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 from ..problem import E4M3_P_ROUND, E4M3_REL_L2, FP8_SCALE_BLOCK, TOLERANCE
@@ -77,12 +78,14 @@ class Peer:
         torch = self.torch
         leaves = [x.detach().requires_grad_() for x in (q, k, v)]
         fwd = self.build_fwd(*leaves)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
+        stream = torch.cuda.Stream() if q.is_cuda else None  # (CPU: the tests)
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             out = fwd()
             dout = torch.empty_like(out).copy_(self.inputs.dout)
-        torch.cuda.current_stream().wait_stream(stream)
+        if stream is not None:
+            torch.cuda.current_stream().wait_stream(stream)
         self.saved = (out, dout, leaves, stream)  # alive as long as the call is
         self.extra["peer_backward"] = "torch.autograd.grad(retain_graph=True) after an untimed forward"
         grad = torch.autograd.grad
