@@ -198,10 +198,14 @@ class CudnnFe(Peer):
     def build(self, q, k, v):
         torch, cudnn, p = self.torch, self.cudnn, self.p
         spec = graph_spec(p)
-        self.extra.update({"peer_frontend": getattr(cudnn, "__version__", None),
-                           "peer_cudnn": cudnn.backend_version(),
+        try:  # the frontend imports without cuDNN itself, which it loads here
+            backend = cudnn.backend_version()
+            self.handle = cudnn.create_handle()
+        except Exception as e:
+            raise ValueError("the cuDNN frontend cannot load cuDNN ({}); it takes the cuDNN torch ships (import "
+                             "torch first, as peers.py does) or one on the library path".format(first_line(e)))
+        self.extra.update({"peer_frontend": getattr(cudnn, "__version__", None), "peer_cudnn": backend,
                            "peer_causal": "bottom_right" if p["causal"] else "none"})
-        self.handle = cudnn.create_handle()
         q, k, v = (self._as(x, spec[n]) for x, n in ((q, "q"), (k, "k"), (v, "v")))
         if self.name == "cudnn_fp8":
             return self.build_fp8(spec, q, k, v)
