@@ -102,3 +102,84 @@ def test_arguments_are_the_bindings_and_graphs_build(peers, op):
     else:
         assert tuple(t["o"].get_dim()) == s["o"][0] and tuple(t["o"].get_stride()) == s["o"][1]
         assert tuple(t["stats"].get_dim()) == s["stats"][0]
+
+
+class _FakeHandle:
+    pass
+
+
+def _fake_frontend(cudnn, executed):
+    """The frontend with its device steps stood in for: no handle, no plans, and execute() records the pack."""
+    class Frontend:
+        def __getattr__(self, name):
+            return getattr(cudnn, name)
+
+        @staticmethod
+        def backend_version():
+            return cudnn.backend_version()
+
+        @staticmethod
+        def create_handle():
+            return _FakeHandle()
+
+        @staticmethod
+        def set_stream(handle, stream):
+            pass
+
+        @staticmethod
+        def destroy_handle(handle):
+            pass
+    real_execute = cudnn.pygraph.execute
+
+    def execute(self, pack, ws, handle=None):
+        executed.append((self, pack))
+    return Frontend(), real_execute, execute
+
+
+_TORCH_TYPE = {"BFLOAT16": "bfloat16", "HALF": "float16", "FLOAT": "float32", "FP8_E4M3": "float8_e4m3fn"}
+
+
+@pytest.mark.parametrize("dtype,pass_", [("bf16", "fwd"), ("fp16", "bwd"), ("e4m3", "fwd")])
+def test_every_graph_tensor_is_bound_to_a_buffer_of_its_shape(peers, monkeypatch, dtype, pass_):
+    torch = pytest.importorskip("torch")
+    cudnn, why = cudnn_fe.import_cudnn()
+    if cudnn is None:
+        pytest.skip("the cuDNN frontend is not importable here: " + why)
+    executed = []
+    frontend, _, execute = _fake_frontend(cudnn, executed)
+    monkeypatch.setattr(cudnn.pygraph, "execute", execute)
+    monkeypatch.setattr(cudnn.pygraph, "get_workspace_size", lambda self, *a, **k: 256)
+    monkeypatch.setattr(cudnn_fe.CudnnFe, "_plan", lambda self, g: "(no plans on the CPU)")
+    name = "cudnn_fp8" if dtype == "e4m3" else "cudnn_fe"
+    p = _p(peers, dtype=dtype, seqlen_q=40, seqlen_kv=72, **{"pass": pass_})
+    inp = peers.make_inputs(torch, p, 3, "cpu")
+    pe = peers.make_peer(torch, name, p)
+    pe.cudnn, pe.inputs = frontend, inp
+    out = pe.build(*inp)()
+    assert len(executed) == (2 if pass_ == "bwd" else 1)  # the backward's own forward, untimed, then the timed call
+    for g, pack in executed:
+        bound = {t.uid: x for t, x in pack.items()}
+        graph = {t.uid: t for t in g._tensors.values() if not t.is_virtual}
+        assert set(bound) == set(graph)
+        for uid, t in graph.items():
+            x = bound[uid]
+            assert list(x.shape) == list(t.dim) and list(x.stride()) == list(t.stride), t
+            assert str(x.dtype) == "torch." + _TORCH_TYPE[t.data_type.name], t
+    g, pack = executed[-1]
+    if pass_ == "bwd":
+        assert [tuple(x.shape) for x in out] == [tuple(x.shape) for x in inp]
+        assert pe.extra["peer_deterministic"] is False
+    else:
+        assert out.dtype == (torch.bfloat16 if dtype == "e4m3" else inp[0].dtype)
+    if dtype == "e4m3":
+        assert pe.extra["peer_descale"] == "per_tensor" and pe.extra["peer_p_scale"] == cudnn_fe.FP8_P_SCALE
+        scal = {t.name: x for t, x in pack.items() if t.name in cudnn_fe.FP8_SCALARS}
+        assert float(scal["scale_s"]) * float(scal["descale_s"]) == 1.0 and float(scal["scale_o"]) == 1.0
+        assert all(float(scal[n]) > 0 for n in ("descale_q", "descale_k", "descale_v"))
+        # the check compares with the values it was given: its codes times its one descale
+        codes = [x for t, x in pack.items() if t.name in ("q", "k", "v")]
+        assert len(codes) == 3 and all(torch.equal(c.float() * d, r) for c, d, r in zip(
+            codes, (scal["descale_q"], scal["descale_k"], scal["descale_v"]), pe.ref_values))
+    pe.poison()
+    assert all(bool(torch.isnan(x.float()).all()) for x in (out if pass_ == "bwd" else (out,)))
+    pe.close()

@@ -180,7 +180,7 @@ class CudnnFe(Peer):
         """fn() executing g on torch's current stream (the handle follows it: a CUDA graph capture runs on its
         own stream) over pack, returning outputs; outputs are poisoned before a replay is compared."""
         torch, cudnn, handle = self.torch, self.cudnn, self.handle
-        ws = torch.empty(max(1, g.get_workspace_size()), dtype=torch.uint8, device="cuda")
+        ws = torch.empty(max(1, g.get_workspace_size()), dtype=torch.uint8, device=outputs[0].device)
         self.saved = (pack, ws)
 
         def poison():
@@ -188,9 +188,10 @@ class CudnnFe(Peer):
                 x.fill_(float("nan"))
         self.poison = poison
         ret = outputs[0] if len(outputs) == 1 else outputs
+        cuda = outputs[0].is_cuda  # (CPU buffers: the tests, with a stand-in for execute)
 
         def call():
-            cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+            cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream if cuda else 0)
             g.execute(pack, ws, handle=handle)
             return ret
         return call
@@ -259,7 +260,8 @@ class CudnnFe(Peer):
 
     def close(self):
         if self.handle is not None:
-            self.torch.cuda.synchronize()
+            if self.saved and self.saved[1].is_cuda:
+                self.torch.cuda.synchronize()
             self.saved = None
             try:
                 self.cudnn.destroy_handle(self.handle)
