@@ -260,3 +260,56 @@ def test_autograd_backward_is_timed_apart_from_its_forward(peers):
     assert pe.extra["peer_backward"].startswith("torch.autograd.grad")
     pe.close()
     assert pe.saved is None
+
+
+class _FakeCapi:
+    """libflashbench_capi.so's functions as peers' Ours calls them, recording the backward's arguments."""
+    path, has_choice, has_backward = "/fake/libflashbench_capi.so", True, True
+
+    def __init__(self):
+        self.calls = []
+        lib = self
+
+        class Lib:
+            @staticmethod
+            def fb_capi_create(variant, config, problem):
+                lib.calls.append(("create", variant, config, json.loads(problem)))
+                return 1
+
+            fb_capi_config_string = staticmethod(lambda h: b"block_m=64,deterministic=off")
+            fb_capi_variant = staticmethod(lambda h: b"fa2_bwd")
+            fb_capi_choice = staticmethod(lambda h: b"given")
+
+            @staticmethod
+            def fb_capi_launch_backward(*args):
+                lib.calls.append(("launch_backward",) + args)
+                return 0
+
+            @staticmethod
+            def fb_capi_destroy(h):
+                lib.calls.append(("destroy", h))
+        self.lib = Lib
+
+    def error(self):
+        return ""
+
+
+def test_ours_passes_the_backwards_buffers_in_the_c_apis_order(peers):
+    torch = pytest.importorskip("torch")
+    p = _p(peers, dtype="bf16", heads_q=4, heads_kv=2, seqlen_q=6, seqlen_kv=9, head_dim=8)
+    inp = peers.make_inputs(torch, p, 21, "cpu")
+    lib = _FakeCapi()
+    ours = peers.Ours(torch, lib, "fa2_bwd", "default", p)
+    ours.inputs = inp
+    grads = ours.build(*inp)()
+    create = lib.calls[0]
+    assert create[:3] == ("create", b"fa2_bwd", b"default") and create[3]["pass"] == "bwd"
+    o, lse = inp.forward()
+    launch = lib.calls[1]
+    want = [x.data_ptr() for x in (*inp, o, lse, inp.dout, *grads)]
+    assert launch[0] == "launch_backward" and launch[1] == 1 and list(launch[2:11]) == want
+    assert all(g.stride() == x.stride() for g, x in zip(grads, inp))  # bshd, like Q, K, V
+    assert all(bool(torch.isnan(g.float()).all()) for g in grads)  # poisoned: the stand-in wrote nothing
+    assert ours.config == "block_m=64,deterministic=off" and ours.extra["chosen_variant"] == "fa2_bwd"
+    ours.close()
+    assert lib.calls[-1] == ("destroy", 1)

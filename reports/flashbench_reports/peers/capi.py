@@ -119,9 +119,10 @@ class Ours(Peer):
         ptrs = tuple(x.data_ptr() for x in (q, k, v, o)) + (lse.data_ptr(), dout.data_ptr()) + tuple(
             g.data_ptr() for g in grads)
         self.extra["bwd_inputs"] = "O and LSE of the reference forward"
+        cuda = q.is_cuda  # (CPU tensors: the tests, with a stand-in library)
 
         def call():
-            if launch(h, *ptrs, torch.cuda.current_stream().cuda_stream) != 0:
+            if launch(h, *ptrs, torch.cuda.current_stream().cuda_stream if cuda else None) != 0:
                 raise RuntimeError(lib.error())
             return grads
         return call
@@ -141,7 +142,8 @@ class Ours(Peer):
 
     def close(self):
         if self.handle:
-            self.torch.cuda.synchronize()
+            if not self.outputs or self.outputs[0].is_cuda:
+                self.torch.cuda.synchronize()
             self.lib.lib.fb_capi_destroy(self.handle)
             self.handle = None
 
