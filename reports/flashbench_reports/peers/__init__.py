@@ -47,7 +47,7 @@ line and exits 0 without writing a file.
 The package, by role (for other tools, e.g. an A/B of two builds' C API libraries):
   timer     Timer (measure, measure_many), StoppingRule, sample_loop(_many), timing_args, Nvml
   backends  Peer (torch SDPA flash/cuDNN/efficient, flex, torch_fp8), make_peer, make_inputs, reference_check
-  backward  BwdInputs (dO; the reference forward's O and LSE), reference_grads (GradReference), grad_check, GRAD_TOLERANCE
+  backward  BwdInputs (dO; the reference forward's O, LSE), reference_grads, grad_check, GRAD_TOLERANCE
   cudnn_fe  CudnnFe (cudnn_fe, cudnn_fp8 through the frontend's graph API), graph_spec, op_kwargs, build_graph
   capi      CapiLib (libflashbench_capi.so), Ours (a catalog variant at one config), best_configs
   runner    prepare_peer, time_peer, run_problem (rounds, interleave)

@@ -20,7 +20,8 @@ import math
 # element finite, and per tensor ||got - ref|| / ||ref|| <= rel_l2.
 _U = {"bf16": 2.0 ** -9, "fp16": 2.0 ** -11, "fp32": 2.0 ** -24}
 GRAD_TOLERANCE = {
-    "bf16": {"atol": 2.0 ** -16, "rtol": 2 * _U["bf16"], "term": 4 * _U["bf16"], "floor": 0.0, "rel_l2": 8 * _U["bf16"]},
+    "bf16": {"atol": 2.0 ** -16, "rtol": 2 * _U["bf16"], "term": 4 * _U["bf16"], "floor": 0.0,
+             "rel_l2": 8 * _U["bf16"]},
     "fp16": {"atol": 2.0 ** -16, "rtol": 2 * _U["fp16"], "term": 4 * _U["fp16"], "floor": 2.0 ** -24,
              "rel_l2": 8 * _U["fp16"]},
     "fp32": {"atol": 2.0 ** -16, "rtol": 2 * _U["fp32"], "term": 2.0 ** -14, "floor": 0.0, "rel_l2": 2.0 ** -14},
