@@ -720,6 +720,13 @@ int run_tune(const SweepSpec &spec, const TuneOptions &o, std::ostream &os) {
           space_configs.push_back(e.config);
     }
     for (const auto &p : spec.problems) {
+      // A problem of the other pass has nothing to tune for this variant (a spec may mix fwd and bwd): said once,
+      // and not counted as a problem without an eligible config.
+      if (p.pass != v->pass()) {
+        os << v->name() << " on " << key(p) << ": not tuned ("
+           << support_for(*v, p, v->space().default_config(), dev).reason << ")\n";
+        continue;
+      }
       std::vector<Config> candidates;
       nlohmann::json rejected = nlohmann::json::array();
       for (const auto &c : space_configs) {

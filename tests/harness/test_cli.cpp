@@ -264,3 +264,13 @@ TEST(Cli, ShapeTakesThePass) {
   expect_user_error("run " + shape + ",pass=bwd,dtype=e4m3", "use dtype bf16");
 }
 
+TEST(Cli, PlanGivesTheBackwardsKeyFlopsBytesAndGradientTolerance) {
+  const Outcome o = run_cli(
+      "plan " + write_temp("bwd.yaml", "problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: "
+                                       "64, pass: [fwd, bwd]}\nvariants: [naive]\n"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("\"pass\": \"bwd\""), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\"pass\": \"fwd\""), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("b1_hq2_hkv2_sq64_skv64_d64_bf16_bwd"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\"term\""), std::string::npos) << o.out; // the gradients' bound
+}

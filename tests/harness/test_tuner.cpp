@@ -703,3 +703,26 @@ TEST(Tuner, DispatcherPicksOnlyVariantsOfTheProblemsPass) {
   EXPECT_EQ(choose_kernel(fwd, dev, "auto", &t).variant->pass(), Pass::fwd);
   EXPECT_NE(choose_kernel(fwd, dev, "auto", &t).source.find("heuristic"), std::string::npos);
 }
+
+TEST(Tuner, ASpecMixingPassesTunesEachVariantOnItsOwnPass) {
+  const fs::path d = test_dir("mixed_pass");
+  fs::create_directories(d / "tuning");
+  std::ofstream(d / "t.yaml")
+      << "name: t\nproblems:\n  - {tokens: 16384, hidden: 2048, seqlen: 1024, "
+         "head_dim: 128, causal: true, pass: [fwd, bwd]}\n"
+         "variants: [fa2_q_outer]\n";
+  const std::string out = (d / "tuning" / "t.json").string();
+  const Cli r = cli("tune " + (d / "t.yaml").string() + " --fake-worker --strategy halving -o " +
+                        out + " --report " + (d / "report.json").string(),
+                    d);
+  ASSERT_EQ(r.code, 0) << r.err
+                       << r.out; // the backward problem is no failure of the forward variant
+  EXPECT_NE(
+      r.out.find("fa2_q_outer on b16_hq16_hkv16_sq1024_skv1024_d128_causal_bf16_bwd: not tuned "
+                 "(fa2_q_outer computes the forward pass; this point is a backward (pass: bwd))"),
+      std::string::npos)
+      << r.out;
+  const TuningTable t = load_tuning_table(out);
+  ASSERT_EQ(t.entries.size(), 1u);
+  EXPECT_EQ(t.entries[0].pass, Pass::fwd);
+}
