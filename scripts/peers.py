@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""peers.py: time torch SDPA (flash, cuDNN, efficient backends) and FlexAttention on flashbench problems, and
-optionally a catalog variant through libflashbench_capi.so, and write flashbench results records.
+"""peers.py: time torch SDPA (flash, cuDNN, efficient backends), FlexAttention, torch's FP8 SDPA and cuDNN through
+its frontend (cudnn_fe, cudnn_fp8; the optional nvidia-cudnn-frontend wheel) on flashbench problems, forward and,
+on backward problems (pass: bwd), backward, and optionally a catalog variant through libflashbench_capi.so (a
+backward one through fb_capi_launch_backward), and write flashbench results records.
 
   python3 scripts/peers.py --problems plan.json -o peers.json [--ceilings] [--peers torch_flash,flex]
+  python3 scripts/peers.py --problems plan_bwd.json -o ab.json --peers torch_flash --ours fa2_bwd --ours-config default
   python3 scripts/peers.py --help
 
 The code is the package reports/flashbench_reports/peers (timer, backends, C API, CLI; its docstring tells the

@@ -1,5 +1,6 @@
 // flashbench's C API (flashbench/capi.h): the catalog behind extern "C" functions, every exception turned into a
-// status and a one-line reason.
+// status and a one-line reason. A launcher serves one pass, its problem's: fb_capi_launch the forward,
+// fb_capi_launch_backward the backward.
 #include "flashbench/capi.h"
 
 #include "flashbench/buffers.hpp"
@@ -42,10 +43,13 @@ fb::AttentionProblem parse_problem(const char *problem_json) {
   fb::AttentionProblem p;
   try {
     p = nlohmann::json::parse(problem_json).get<fb::AttentionProblem>();
+    fb::validate(p);
   } catch (const nlohmann::json::exception &e) {
     throw fb::UserError(std::string("problem_json: ") + e.what());
+  } catch (const fb::UserError
+               &e) { // a field's value the harness refuses (problem.cpp says which and why)
+    throw fb::UserError(std::string("problem_json: ") + e.what());
   }
-  fb::validate(p);
   if (p.paged())
     throw fb::UserError(
         "problem_json: paged KV caches are not offered through the C API (no page table "
@@ -189,21 +193,59 @@ extern "C" const char *fb_capi_config_string(const fb_capi_launcher *l) {
   return l ? l->config_str.c_str() : "";
 }
 
+namespace {
+
+// The arguments every launch passes on: the launcher's workspace, semaphores, KV lengths and descales.
+fb::LaunchArgs launcher_args(const fb_capi_launcher &l) {
+  fb::LaunchArgs a;
+  a.workspace = l.workspace.get(), a.workspace_bytes = l.workspace.bytes();
+  a.semaphores = l.semaphores.get(), a.semaphore_bytes = l.semaphores.bytes();
+  a.cache_seqlens = l.seqlens.as<int32_t>();
+  a.q_descale = l.descales[0], a.k_descale = l.descales[1], a.v_descale = l.descales[2];
+  return a;
+}
+
+} // namespace
+
 extern "C" int fb_capi_launch(fb_capi_launcher *l, const void *q, const void *k, const void *v,
                               void *o, float *lse, void *stream) {
   return guarded(
       [&]() -> int {
         if (!l || !q || !k || !v || !o || !lse)
           throw fb::UserError("fb_capi_launch: a null launcher or buffer");
+        if (l->problem.pass != fb::Pass::fwd)
+          throw fb::UserError(
+              "fb_capi_launch: the launcher's problem is a backward (pass bwd); launch it "
+              "with fb_capi_launch_backward");
         if (l->problem.dtype == fb::DType::e4m3 && !l->descales[0])
           throw fb::UserError(
               "fb_capi_launch: an e4m3 problem needs its descales first (fb_capi_set_descales)");
-        fb::LaunchArgs a;
+        fb::LaunchArgs a = launcher_args(*l);
         a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
-        a.workspace = l->workspace.get(), a.workspace_bytes = l->workspace.bytes();
-        a.semaphores = l->semaphores.get(), a.semaphore_bytes = l->semaphores.bytes();
-        a.cache_seqlens = l->seqlens.as<int32_t>();
-        a.q_descale = l->descales[0], a.k_descale = l->descales[1], a.v_descale = l->descales[2];
+        l->variant->launch(l->problem, l->config, a, static_cast<cudaStream_t>(stream));
+        FB_CHECK_LAUNCH();
+        return 0;
+      },
+      -1);
+}
+
+extern "C" int fb_capi_launch_backward(fb_capi_launcher *l, const void *q, const void *k,
+                                       const void *v, const void *o, const float *lse,
+                                       const void *dout, void *dq, void *dk, void *dv,
+                                       void *stream) {
+  return guarded(
+      [&]() -> int {
+        if (!l || !q || !k || !v || !o || !lse || !dout || !dq || !dk || !dv)
+          throw fb::UserError("fb_capi_launch_backward: a null launcher or buffer");
+        if (l->problem.pass != fb::Pass::bwd)
+          throw fb::UserError(
+              "fb_capi_launch_backward: the launcher's problem is a forward; create it on "
+              "a problem with \"pass\": \"bwd\" and a backward variant");
+        fb::LaunchArgs a = launcher_args(*l);
+        // O and LSE are the backward's inputs: LaunchArgs keeps the forward's mutable pointers, and a backward
+        // variant does not write them (variant.hpp).
+        a.q = q, a.k = k, a.v = v, a.o = const_cast<void *>(o), a.lse = const_cast<float *>(lse);
+        a.dout = dout, a.dq = dq, a.dk = dk, a.dv = dv;
         l->variant->launch(l->problem, l->config, a, static_cast<cudaStream_t>(stream));
         FB_CHECK_LAUNCH();
         return 0;

@@ -7,8 +7,9 @@ shipped spec and on a spec of the rarer fields (layout, scale, kv_lens of either
 Runs `flashbench plan` for each sweeps/**/*.yaml and compares, per problem, the key the harness gives (and names
 its records by) with problem_key() of the problem as peers.py reads it (normalize_problem) and as the reports read
 it (the record's raw problem object); FLOPs, bytes_min and kv_bytes likewise; that parse_problem_key gives the
-problem back from its key; and that the peers' tolerances are the harness's for e4m3 and never stricter elsewhere. Registered in CTest (tests/CMakeLists.txt, label cpu). Exit 1 with the mismatches listed,
-or when no spec is found.
+problem back from its key; and that the peers' tolerances are the harness's for e4m3 and the backward and never
+stricter elsewhere. Registered in CTest (tests/CMakeLists.txt, label cpu). Exit 1 with the mismatches listed, or
+when no spec is found.
 """
 import glob
 import json
@@ -20,6 +21,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from flashbench_reports import problem as P  # noqa: E402
 from flashbench_reports import results  # noqa: E402
+from flashbench_reports.peers.backward import GRAD_TOLERANCE  # noqa: E402
 
 # Fields no shipped spec uses yet: the key's every suffix (the backward's _bwd too) and both kv_lens forms.
 RARE = """name: rare-fields
@@ -46,9 +48,13 @@ def close(a, b):
     return a == b or (a and b and abs(a - b) <= 1e-12 * max(abs(a), abs(b)))
 
 
-def tolerance_mismatches(dtype, cpp):
+def tolerance_mismatches(dtype, cpp, pass_="fwd"):
     """The peers' check is never stricter than the harness's own (verify.cpp, tolerance_for); for e4m3 it is the
-    same bound."""
+    same bound, and for the backward the same gradient bound (grad_tolerance_for; peers/backward.py)."""
+    if pass_ == "bwd":
+        ours = GRAD_TOLERANCE[dtype]
+        return ["{} backward tolerance {}: C++ {!r} != Python {!r}".format(dtype, k, cpp.get(k), v)
+                for k, v in ours.items() if not close(cpp.get(k), v)]
     atol, rtol = P.TOLERANCE[dtype]
     if dtype == "e4m3":
         ours = {"atol": atol, "rtol": rtol, "rel_l2": P.E4M3_REL_L2, "p_round": P.E4M3_P_ROUND}
@@ -82,7 +88,8 @@ def check_spec(fb, path):
         for f, fn in (("flops", P.flops), ("bytes_min", P.bytes_min), ("kv_bytes", P.kv_bytes)):
             if not close(d[f], fn(q)):
                 bad.append("{}: {} {}: C++ {!r} != Python {!r}".format(path, want, f, d[f], fn(q)))
-        bad += ["{}: {}: {}".format(path, want, x) for x in tolerance_mismatches(q["dtype"], d["tolerance"])]
+        bad += ["{}: {}: {}".format(path, want, x)
+                for x in tolerance_mismatches(q["dtype"], d["tolerance"], q["pass"])]
     return bad, len(probs)
 
 

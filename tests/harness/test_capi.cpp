@@ -161,3 +161,74 @@ TEST(Capi, AutoTakesNoConfig) {
   EXPECT_STREQ(fb_capi_variant(nullptr), "");
   EXPECT_STREQ(fb_capi_choice(nullptr), "");
 }
+
+// The backward through the C API: a launcher serves its problem's pass, and the arguments are checked as the
+// forward's are.
+namespace {
+
+const char *kBwdProblem =
+    R"({"batch": 2, "heads_q": 4, "heads_kv": 2, "seqlen_q": 77, "seqlen_kv": 131,
+                              "head_dim": 64, "causal": true, "dtype": "bf16", "layout": "bshd", "pass": "bwd"})";
+
+// A backward variant of the catalog, if it has one.
+const fb::Variant *backward_variant() {
+  for (const auto &v : fb::catalog().all())
+    if (v->pass() == fb::Pass::bwd && v->name().rfind("test_", 0) != 0)
+      return v.get();
+  return nullptr;
+}
+
+} // namespace
+
+TEST(Capi, BackwardLaunchRefusesNullArguments) {
+  EXPECT_EQ(fb_capi_launch_backward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                    nullptr, nullptr, nullptr, nullptr),
+            -1);
+  const std::string e = fb_capi_last_error();
+  EXPECT_NE(e.find("fb_capi_launch_backward"), std::string::npos) << e;
+  EXPECT_NE(e.find("null"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
+TEST(Capi, AForwardVariantRefusesABackwardProblemWithTheReason) {
+  EXPECT_EQ(fb_capi_choose("fa2_q_outer", "", kBwdProblem), nullptr);
+  const std::string e = fb_capi_last_error();
+  EXPECT_NE(e.find("fa2_q_outer"), std::string::npos) << e;
+  EXPECT_NE(e.find("forward pass"), std::string::npos) << e;
+  EXPECT_NE(e.find("pass: bwd"), std::string::npos) << e;
+}
+
+TEST(Capi, ABackwardProblemMustBeDenseBshdOfAFloatType) {
+  const std::string base =
+      R"({"batch": 1, "heads_q": 2, "heads_kv": 2, "seqlen_q": 64, "seqlen_kv": 64,
+                               "head_dim": 128, "causal": false, )";
+  for (const std::string tail : {R"("dtype": "e4m3", "pass": "bwd"})",
+                                 R"("dtype": "bf16", "layout": "bhsd", "pass": "bwd"})"}) {
+    const std::string pj = base + tail;
+    EXPECT_EQ(fb_capi_choose("auto", "", pj.c_str()), nullptr) << pj;
+    const std::string e = fb_capi_last_error();
+    EXPECT_NE(e.find("problem_json"), std::string::npos) << e;
+    EXPECT_NE(e.find("backward"), std::string::npos) << e;
+  }
+  const std::string sideways = base + R"("dtype": "bf16", "pass": "sideways"})";
+  EXPECT_EQ(fb_capi_choose("auto", "", sideways.c_str()), nullptr);
+  EXPECT_NE(std::string(fb_capi_last_error()).find("sideways"), std::string::npos)
+      << fb_capi_last_error();
+}
+
+TEST(Capi, ABackwardVariantServesBackwardProblemsOnly) {
+  const fb::Variant *bwd = backward_variant();
+  if (!bwd)
+    GTEST_SKIP() << "no backward variant in this catalog";
+  const nlohmann::json c = choose(bwd->name().c_str(), "", kBwdProblem);
+  EXPECT_EQ(c.value("variant", ""), bwd->name()) << c;
+  EXPECT_FALSE(c.value("config", "").empty()) << c;
+  // "auto" on a backward problem picks a backward variant (the table's, else the heuristic's)
+  const nlohmann::json a = choose("auto", "", kBwdProblem);
+  const fb::Variant *chosen = fb::catalog().find(a.value("variant", ""));
+  ASSERT_NE(chosen, nullptr) << a;
+  EXPECT_EQ(chosen->pass(), fb::Pass::bwd) << a;
+  EXPECT_EQ(fb_capi_choose(bwd->name().c_str(), "", kProblem), nullptr);
+  EXPECT_NE(std::string(fb_capi_last_error()).find("backward pass"), std::string::npos)
+      << fb_capi_last_error();
+}

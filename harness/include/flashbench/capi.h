@@ -19,7 +19,9 @@ extern "C" {
 typedef struct fb_capi_launcher fb_capi_launcher;
 
 /* A launcher for VARIANT at CONFIG on PROBLEM_JSON (a plan's problem object: batch, heads_q, heads_kv, seqlen_q,
- * seqlen_kv, head_dim, causal, dtype, layout, scale), on the current CUDA device.
+ * seqlen_kv, head_dim, causal, dtype, layout, scale, pass), on the current CUDA device. A problem with
+ * "pass": "bwd" takes a backward variant (e.g. fa2_bwd) and fb_capi_launch_backward; any other, a forward variant
+ * and fb_capi_launch.
  *  VARIANT  a catalog name, or "auto": the library's own choice (flashbench/dispatch.hpp: this GPU's tuning table,
  *           else the documented heuristic), the variant and config that flashbench::attention_forward runs.
  *  CONFIG   "block_m=128,block_n=128,..." as in a results file's config_str (axes not named come from the
@@ -44,9 +46,18 @@ FB_CAPI const char *fb_capi_choice(const fb_capi_launcher *l);
 /* The config's canonical string (every axis), owned by the launcher. */
 FB_CAPI const char *fb_capi_config_string(const fb_capi_launcher *l);
 /* Queues the forward pass on STREAM (a cudaStream_t; NULL for the legacy default stream). Q, K, V and O are in the
- * problem's dtype and layout (O in bf16 for e4m3, whose descales fb_capi_set_descales gives), LSE is fp32 [batch, heads_q, seqlen_q]. Asynchronous. 0 on success, -1 on error. */
+ * problem's dtype and layout (O in bf16 for e4m3, whose descales fb_capi_set_descales gives), LSE is fp32
+ * [batch, heads_q, seqlen_q]. Asynchronous. 0 on success, -1 on error (a null argument, a backward launcher). */
 FB_CAPI int fb_capi_launch(fb_capi_launcher *l, const void *q, const void *k, const void *v,
                            void *o, float *lse, void *stream);
+/* Queues the backward pass of a launcher made on a backward problem ("pass": "bwd") on STREAM. Inputs, which it
+ * does not write: Q, K, V, O (the forward's output) and DOUT in the problem's dtype, bshd; LSE fp32
+ * [batch, heads_q, seqlen_q] (natural log; -inf for a row that sees no key). Outputs, in the problem's dtype,
+ * bshd: DQ like Q, DK and DV like K and V (under GQA each sums over its group's query heads). Asynchronous. 0 on
+ * success, -1 on error (a null argument, a forward launcher). */
+FB_CAPI int fb_capi_launch_backward(fb_capi_launcher *l, const void *q, const void *k,
+                                    const void *v, const void *o, const float *lse,
+                                    const void *dout, void *dq, void *dk, void *dv, void *stream);
 /* e4m3 problems: the float32 descales (device pointers, shapes as in flashbench/variant.hpp's LaunchArgs) that every
  * later fb_capi_launch passes on; O is then bf16. 0 on success, -1 when the launcher is NULL or not e4m3. */
 FB_CAPI int fb_capi_set_descales(fb_capi_launcher *l, const float *q_descale,

@@ -1,6 +1,15 @@
-"""peers.py: time torch SDPA (flash, cuDNN, efficient backends) and FlexAttention on flashbench problems and
-write the records in flashbench's results-file schema (reports/SCHEMA.md), so reports put peers next to our
+"""peers.py: time torch SDPA (flash, cuDNN, efficient backends), FlexAttention, torch's FP8 SDPA and cuDNN through
+its frontend (cudnn_fe: fp16/bf16, cudnn_fp8: e4m3; the optional nvidia-cudnn-frontend wheel) on flashbench problems
+and write the records in flashbench's results-file schema (reports/SCHEMA.md), so reports put peers next to our
 variants.
+
+On a backward problem (pass: bwd) torch_flash, torch_cudnn, torch_efficient and cudnn_fe time the backward alone:
+the forward runs once beforehand (untimed) and gives O and LSE; the timed call is torch.autograd.grad(O, (Q, K, V),
+dO, retain_graph=True) (cudnn_fe: its sdpa_backward graph), captured in a CUDA graph like the forwards. dQ, dK and
+dV are checked against the harness's backward reference and bound (float64; fp32 for large problems) on the same
+Q, K, V and dO, with O and LSE of the reference forward. `--ours fa2_bwd` times a backward variant through the C
+API (fb_capi_launch_backward) on those O and LSE. The other peers are skipped on backward problems, with the
+reason.
 
   python scripts/peers.py --problems plan.json -o peers.json [--ceilings] [--peers torch_flash,flex]
   python scripts/peers.py --problems plan.json -o ab.json --peers torch_cudnn --ours fa3_pipelined \
@@ -38,7 +47,9 @@ line and exits 0 without writing a file.
 
 The package, by role (for other tools, e.g. an A/B of two builds' C API libraries):
   timer     Timer (measure, measure_many), StoppingRule, sample_loop(_many), timing_args, Nvml
-  backends  Peer (torch SDPA flash/cuDNN/efficient, flex, torch_fp8), make_inputs, reference_check
+  backends  Peer (torch SDPA flash/cuDNN/efficient, flex, torch_fp8), make_peer, make_inputs, reference_check
+  backward  BwdInputs (dO; the reference forward's O, LSE), reference_grads, grad_check, GRAD_TOLERANCE
+  cudnn_fe  CudnnFe (cudnn_fe, cudnn_fp8 through the frontend's graph API), graph_spec, op_kwargs, build_graph
   capi      CapiLib (libflashbench_capi.so), Ours (a catalog variant at one config), best_configs
   runner    prepare_peer, time_peer, run_problem (rounds, interleave)
   records   record, write_atomic, append_partial, load_plan, git_sha
@@ -49,7 +60,10 @@ The problem math (key, FLOPs, bytes, tolerances) is flashbench_reports.problem, 
 from ..problem import (DTYPE_BYTES, E4M3_P_ROUND, E4M3_REL_L2, FP8_SCALE_BLOCK, OUT_DTYPE, TOLERANCE,  # noqa: F401
                        UserError, bytes_min, flops, kv_bytes, normalize_problem, problem_key, unmasked_pairs)
 from .backends import PEERS, Fp8Inputs, Peer, first_line, make_fp8_inputs, make_inputs, quantize_e4m3  # noqa: F401
-from .backends import reference_check  # noqa: F401
+from .backends import BWD_PEERS, make_peer, reference_check  # noqa: F401
+from .backward import (GRAD_TOLERANCE, BwdInputs, GradReference, attend, grad_check, grads_close,  # noqa: F401
+                       reference_forward, reference_grads)
+from . import cudnn_fe, runner  # noqa: F401
 from .capi import CapiLib, Ours, best_configs  # noqa: F401
 from .device import device_info, measure_ceilings, nvidia_smi, sm_clock_mhz  # noqa: F401
 from .records import SCHEMA_VERSION, append_partial, git_sha, load_plan, record, repo_root, write_atomic  # noqa: F401

@@ -1,16 +1,31 @@
 """The peers: torch SDPA's flash, cuDNN and efficient backends, FlexAttention and torch's FP8 SDPA, each bound to a
-problem (`Peer(torch, name, p).build(q, k, v)` -> a call returning O as [B, Hq, Sq, D]); the inputs they share
-(make_inputs, e4m3 quantized as the harness's) and the float64 reference check. torch is passed in, never
-imported here, so that the module loads where torch is absent.
+problem (`make_peer(torch, name, p).build(q, k, v)` -> a call returning O as [B, Hq, Sq, D], or on a backward
+problem (dQ, dK, dV)); the inputs they share (make_inputs, e4m3 quantized as the harness's; dO for the backward) and
+the float64 reference check of the forward (backward.py checks the gradients). The cuDNN frontend's peers
+(cudnn_fe, cudnn_fp8) are in cudnn_fe.py. torch is passed in, never imported here, so that the module loads where
+torch is absent.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 from ..problem import E4M3_P_ROUND, E4M3_REL_L2, FP8_SCALE_BLOCK, TOLERANCE
+from .backward import BwdInputs, is_bwd
 
 
-PEERS = ("torch_flash", "torch_cudnn", "torch_efficient", "flex", "torch_fp8")
+PEERS = ("torch_flash", "torch_cudnn", "torch_efficient", "flex", "torch_fp8", "cudnn_fe", "cudnn_fp8")
+# The peers that time a backward problem (pass bwd); the others are skipped there with a reason.
+BWD_PEERS = ("torch_flash", "torch_cudnn", "torch_efficient", "cudnn_fe")
+FP8_PEERS = ("torch_fp8", "cudnn_fp8")
+
+
+def make_peer(torch, name: str, p: dict) -> "Peer":
+    """The peer NAME (one of PEERS) bound to problem p."""
+    if name in ("cudnn_fe", "cudnn_fp8"):
+        from .cudnn_fe import CudnnFe
+        return CudnnFe(torch, name, p)
+    return Peer(torch, name, p)
 
 
 def first_line(e: BaseException) -> str:
@@ -19,12 +34,12 @@ def first_line(e: BaseException) -> str:
 
 
 class Peer:
-    """One peer bound to a problem: build(q, k, v) -> fn() returning O in [B, Hq, Sq, D]."""
+    """One peer bound to a problem: build(q, k, v) -> fn() returning O in [B, Hq, Sq, D], or on a backward problem
+    (dQ, dK, dV) as [B, H, S, D]: the forward through autograd, run once beforehand (untimed), and fn() its
+    backward alone (torch.autograd.grad with retain_graph, so that every call runs the same backward)."""
     config = ""    # a catalog variant's config string (Ours); peers have none
     poison = None  # Ours: overwrites the outputs fn() writes in place, before a graph replay is compared
-
-    def close(self):
-        pass
+    saved = None  # a backward's forward outputs and leaves (build_bwd)
 
     def __init__(self, torch, name: str, p: dict):
         self.torch, self.name, self.p = torch, name, p
@@ -40,12 +55,49 @@ class Peer:
             return "torch flash backend needs fp16 or bf16 inputs"
         if self.name == "torch_cudnn" and p["dtype"] == "fp32":
             return "torch cuDNN backend needs fp16 or bf16 inputs"
-        if (self.name == "torch_fp8") != (p["dtype"] == "e4m3"):
-            return "torch_fp8 takes e4m3 problems only" if self.name == "torch_fp8" else \
-                "e4m3 inputs with per-block descales: torch's peer for them is torch_fp8"
+        if is_bwd(p) and self.name not in BWD_PEERS:
+            return "{}: its backward is not timed by peers.py (backward peers: {})".format(
+                self.name, ", ".join(BWD_PEERS))
+        if (self.name in FP8_PEERS) != (p["dtype"] == "e4m3"):
+            return "{} takes e4m3 problems only".format(self.name) if self.name in FP8_PEERS else \
+                "e4m3 inputs with per-block descales: the FP8 peers for them are " + ", ".join(FP8_PEERS)
         return None
 
     def build(self, q, k, v):
+        if is_bwd(self.p):
+            return self.build_bwd(q, k, v)
+        return self.build_fwd(q, k, v)
+
+    def build_bwd(self, q, k, v):
+        """The backward through autograd: the forward (build_fwd) runs once here on q, k and v as leaves that need
+        gradients, with dO laid out like its O (a backend would copy a dO of other strides inside the timed call);
+        fn() is torch.autograd.grad(O, (q, k, v), dO, retain_graph=True), whatever backward the forward's backend
+        recorded (GQA's sum over the group included). The forward runs on a side stream: autograd runs each
+        backward kernel on its forward's stream, ordered after and before the caller's stream by events, which
+        joins it into a CUDA graph captured on any stream; the legacy default stream could not be joined."""
+        torch = self.torch
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+        fwd = self.build_fwd(*leaves)
+        stream = torch.cuda.Stream() if q.is_cuda else None  # (CPU: the tests)
+        if stream is not None:
+            stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            out = fwd()
+            dout = torch.empty_like(out).copy_(self.inputs.dout)
+        if stream is not None:
+            torch.cuda.current_stream().wait_stream(stream)
+        self.saved = (out, dout, leaves, stream)  # alive as long as the call is
+        self.extra["peer_backward"] = "torch.autograd.grad(retain_graph=True) after an untimed forward"
+        grad = torch.autograd.grad
+
+        def call():
+            return grad(out, leaves, dout, retain_graph=True)
+        return call
+
+    def close(self):
+        self.saved = None
+
+    def build_fwd(self, q, k, v):
         torch, p = self.torch, self.p
         scale = p["scale"] or None
         gqa = p["heads_q"] != p["heads_kv"]
@@ -173,6 +225,8 @@ def make_fp8_inputs(torch, p: dict, g, device):
 
 
 def make_inputs(torch, p: dict, seed: int, device):
+    """(q, k, v) as SDPA's [B, H, S, D] views of the problem's layout, N(0, 1) in the problem's dtype (e4m3:
+    make_fp8_inputs); a backward problem's also carry dO, drawn after them (BwdInputs)."""
     if p["dtype"] == "e4m3":
         return make_fp8_inputs(torch, p, torch.Generator(device=device).manual_seed(seed), device)
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[p["dtype"]]
@@ -183,7 +237,10 @@ def make_inputs(torch, p: dict, seed: int, device):
         x = torch.randn(B, s, h, D, generator=g, device=device, dtype=torch.float32).to(dtype)
         # bshd storage viewed as SDPA's [B, H, S, D], as flashbench's kernels see it; bhsd is contiguous
         return x.transpose(1, 2) if p["layout"] == "bshd" else x.transpose(1, 2).contiguous()
-    return t(Hq, Sq), t(Hkv, Skv), t(Hkv, Skv)
+    qkv = (t(Hq, Sq), t(Hkv, Skv), t(Hkv, Skv))
+    if is_bwd(p):
+        return BwdInputs(qkv).setup(torch, p, t(Hq, Sq))
+    return qkv
 
 
 def reference_check(torch, p: dict, q, k, v, out) -> dict:

@@ -10,6 +10,7 @@ import os
 
 from ..problem import UserError, normalize_problem, problem_key
 from .backends import Peer
+from .backward import is_bwd
 
 
 class CapiLib:
@@ -31,6 +32,10 @@ class CapiLib:
         lib.fb_capi_set_descales.restype, lib.fb_capi_set_descales.argtypes = ctypes.c_int, [P] * 4
         lib.fb_capi_destroy.restype, lib.fb_capi_destroy.argtypes = None, [P]
         lib.fb_capi_last_error.restype, lib.fb_capi_last_error.argtypes = ctypes.c_char_p, []
+        # The backward (newer libraries only, as below): Ours says so on a backward problem when it is missing.
+        self.has_backward = hasattr(lib, "fb_capi_launch_backward")
+        if self.has_backward:
+            lib.fb_capi_launch_backward.restype, lib.fb_capi_launch_backward.argtypes = ctypes.c_int, [P] * 11
         # What "auto" chose (newer libraries only: an A/B against an older build's library still loads it).
         self.has_choice = hasattr(lib, "fb_capi_variant") and hasattr(lib, "fb_capi_choice")
         if self.has_choice:
@@ -44,7 +49,9 @@ class CapiLib:
 
 class Ours(Peer):
     """A catalog variant at one config (--ours), bound to a problem. Its output and LSE are poisoned (NaN) before the
-    verified call and before a graph replay is compared with it. Variant "auto" (config "auto") is the library's own
+    verified call and before a graph replay is compared with it. On a backward problem (a backward variant, e.g.
+    fa2_bwd) it launches fb_capi_launch_backward with O and LSE of the reference forward, the problem's dO and
+    dQ, dK, dV of its own (poisoned alike), and returns (dQ, dK, dV). Variant "auto" (config "auto") is the library's own
     choice, what flashbench::attention_forward runs: its records are named "auto" with the chosen config, and carry
     the chosen variant (chosen_variant) and why (choice: the tuning table's bucket, or the heuristic)."""
 
@@ -62,8 +69,12 @@ class Ours(Peer):
 
     def build(self, q, k, v):
         torch, p = self.torch, self.p
-        problem = json.dumps({f: p[f] for f in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim",
-                                                 "causal", "dtype", "layout", "scale")})
+        fields = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim", "causal", "dtype", "layout",
+                  "scale") + (("pass",) if is_bwd(p) else ())
+        problem = json.dumps({f: p[f] for f in fields})
+        if is_bwd(p) and not self.lib.has_backward:
+            raise ValueError("{} has no fb_capi_launch_backward: a library older than the backward".format(
+                self.lib.path))
         h = self.lib.lib.fb_capi_create(self.name.encode(), self.config.encode(), problem.encode())
         if not h:
             raise ValueError(self.lib.error())
@@ -78,6 +89,8 @@ class Ours(Peer):
             ds = self.inputs.descales  # kept alive by self.inputs while the launcher is
             if self.lib.lib.fb_capi_set_descales(h, *(d.data_ptr() for d in ds)) != 0:
                 raise ValueError(self.lib.error())
+        if is_bwd(p):
+            return self.build_bwd_launch(h, q, k, v)
         o, lse = self.outputs = self.make_outputs(q)
         self.poison()
         launch, lib, ptrs = self.lib.lib.fb_capi_launch, self.lib, (q.data_ptr(), k.data_ptr(), v.data_ptr(),
@@ -87,6 +100,31 @@ class Ours(Peer):
             if launch(h, *ptrs, torch.cuda.current_stream().cuda_stream) != 0:
                 raise RuntimeError(lib.error())
             return o
+        return call
+
+    def build_bwd_launch(self, h, q, k, v):
+        """fb_capi_launch_backward's call: Q, K, V, O, dO and dQ, dK, dV bshd (the backward's only layout), LSE
+        [B, Hq, Sq]."""
+        torch = self.torch
+        o, lse = self.inputs.forward()
+        dout = self.inputs.dout
+        grads = tuple(torch.empty_like(x) for x in (q, k, v))  # same strides: bshd storage, [B, H, S, D] views
+        for x in (q, k, v, o, dout) + grads:
+            if not x.transpose(1, 2).is_contiguous():
+                raise ValueError("the backward takes bshd tensors; a [B, H, S, D] view has strides {}".format(
+                    x.stride()))
+        self.outputs = grads
+        self.poison()
+        launch, lib = self.lib.lib.fb_capi_launch_backward, self.lib
+        ptrs = tuple(x.data_ptr() for x in (q, k, v, o)) + (lse.data_ptr(), dout.data_ptr()) + tuple(
+            g.data_ptr() for g in grads)
+        self.extra["bwd_inputs"] = "O and LSE of the reference forward"
+        cuda = q.is_cuda  # (CPU tensors: the tests, with a stand-in library)
+
+        def call():
+            if launch(h, *ptrs, torch.cuda.current_stream().cuda_stream if cuda else None) != 0:
+                raise RuntimeError(lib.error())
+            return grads
         return call
 
     def make_outputs(self, q):
@@ -104,7 +142,8 @@ class Ours(Peer):
 
     def close(self):
         if self.handle:
-            self.torch.cuda.synchronize()
+            if not self.outputs or self.outputs[0].is_cuda:
+                self.torch.cuda.synchronize()
             self.lib.lib.fb_capi_destroy(self.handle)
             self.handle = None
 

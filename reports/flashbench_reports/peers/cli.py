@@ -10,7 +10,7 @@ import sys
 
 from . import __doc__ as DOC
 from ..problem import UserError, problem_key
-from .backends import PEERS, Peer
+from .backends import PEERS, make_peer
 from .capi import CapiLib, Ours, best_configs
 from .device import device_info, measure_ceilings
 from .records import SCHEMA_VERSION, append_partial, git_sha, load_plan, repo_root, write_atomic
@@ -54,7 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ours", default=None, metavar="VARIANT|auto",
                     help="also time this catalog variant here, through libflashbench_capi.so, with the same timer "
                          "and interleaved with the peers (give --ours-config or --ours-best); "
-                         "auto: the library's own choice per problem, as flashbench::attention_forward makes it")
+                         "auto: the library's own choice per problem, as flashbench::attention_forward makes it; "
+                         "a backward variant (e.g. fa2_bwd) on the plan's backward problems (pass: bwd)")
     ap.add_argument("--ours-config", default=None, help="--ours's config on every problem: name=value,... | default")
     ap.add_argument("--ours-best", default=None, metavar="RESULTS",
                     help="--ours's config per problem: its fastest verified one in this `flashbench run` results file")
@@ -146,7 +147,7 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(partial_path)), exist_ok=True)
     partial = open(partial_path, "w")
     for i, p in enumerate(problems):
-        bound = [Peer(torch, peer, p) for peer in peers]
+        bound = [make_peer(torch, peer, p) for peer in peers]
         if lib:
             bound[:0] = [Ours(torch, lib, args.ours, c, p) for c in ours_configs.get(problem_key(p)) or [None]]
         for rec in run_problem(torch, timer, bound, p, args.seed + i, args.verify, args.rounds, args.graph,
