@@ -3,6 +3,7 @@
 #include "kernels/catalog.hpp"
 
 #include "flashbench/options.hpp"
+#include "flashbench/traffic.hpp"
 
 namespace fb {
 
@@ -23,6 +24,7 @@ const Registry &catalog() {
   static const Registry registry = [] {
     Registry r;
     register_catalog(r);
+    install_traffic_models(&catalog_traffic_models);
     return r;
   }();
   return registry;

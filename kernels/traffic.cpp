@@ -1,4 +1,4 @@
-// The catalog's traffic models (flashbench/traffic.hpp: traffic_model): each is its variant's traffic.hpp, which
+// The catalog's traffic models (flashbench/traffic.hpp: traffic_model; catalog() installs them): each is its variant's traffic.hpp, which
 // the tuning source hash leaves out, so that a better model changes none of the variant's hashed sources and no
 // tuned entry goes stale. Variants without one here get their model_bytes(p, c, dev) and no reason.
 #include "flashbench/traffic.hpp"
@@ -12,8 +12,8 @@
 
 namespace fb {
 
-TrafficModel traffic_model(const Variant &v, const AttentionProblem &p, const Config &c,
-                           const DeviceInfo &dev) {
+std::optional<TrafficModel> catalog_traffic_models(const Variant &v, const AttentionProblem &p,
+                                                   const Config &c, const DeviceInfo &dev) {
   const std::string name = v.name();
   if (name == "naive")
     return naive::traffic(p, v.model_bytes(p, c), dev);
@@ -27,9 +27,7 @@ TrafficModel traffic_model(const Variant &v, const AttentionProblem &p, const Co
     return fa3::traffic(p, fa3::params_of(c), dev);
   if (name == "fa3_fp8")
     return fa3fp8::traffic(p, dev);
-  TrafficModel m;
-  m.bytes = v.model_bytes(p, c, dev);
-  return m;
+  return std::nullopt;
 }
 
 } // namespace fb

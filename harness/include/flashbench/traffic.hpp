@@ -4,6 +4,7 @@
 // models; scripts/model_check.py checks them against measured bytes.
 #pragma once
 
+#include <optional>
 #include <string>
 
 namespace fb {
@@ -25,11 +26,17 @@ struct TrafficModel {
   bool has_range() const { return low >= 0 && high >= low; }
 };
 
-// The traffic model of a variant for one point on one device. Defined with the catalog (kernels/traffic.cpp), as
-// catalog() is: each catalog variant's model lives in its traffic.hpp, which the tuning source hash leaves out, so
-// that a better model changes none of the variant's hashed sources. Any other variant (a test's) gets its
-// model_bytes(p, c, dev) without a reason.
+// The traffic model of a variant for one point on one device: the catalog's models (kernels/traffic.cpp), which
+// catalog() installs when it is built, for the catalog's variants; model_bytes(p, c, dev) without a reason for any
+// other variant (a test's) or before the catalog exists. Each catalog variant's model lives in its traffic.hpp,
+// which the tuning source hash leaves out, so that a better model changes none of the variant's hashed sources.
 TrafficModel traffic_model(const Variant &v, const AttentionProblem &p, const Config &c,
                            const DeviceInfo &dev);
+
+// The catalog's models; nullptr when the variant has none there. Installed by catalog() (the harness core does not
+// link the catalog: the catalog links the core).
+using TrafficModels = std::optional<TrafficModel> (*)(const Variant &v, const AttentionProblem &p,
+                                                      const Config &c, const DeviceInfo &dev);
+void install_traffic_models(TrafficModels models);
 
 } // namespace fb
