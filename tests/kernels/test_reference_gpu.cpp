@@ -143,6 +143,8 @@ const std::vector<BwdShape> kBwdShapes = {
     {"causal_rows_without_keys", 1, 4, 1, 131, 77, 32, true, DType::f16}, // 54 rows see no key; MQA
     {"causal_sq_lt_skv_f32", 1, 2, 2, 65, 257, 128, true, DType::f32},
     {"length_one", 1, 1, 1, 1, 1, 16, false, DType::bf16},
+    // Three [rows, skv] blocks of 2^26 floats at most: 2^26 / 8200 = 8184 rows < 8200, so two row blocks run.
+    {"row_blocks", 1, 1, 1, 8200, 8200, 8, true, DType::bf16},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuReferenceBackward, ::testing::ValuesIn(kBwdShapes),
                          [](const ::testing::TestParamInfo<BwdShape> &i) { return i.param.name; });
