@@ -159,7 +159,7 @@ namespace {
 
 class ReferenceBackwardVariant : public Variant {
 public:
-  enum class Fault { none, skip_dv, scale_dq };
+  enum class Fault { none, skip_dv, scale_dq, write_o };
   explicit ReferenceBackwardVariant(Fault f) : fault_(f), space_({}, Config()) {}
   std::string name() const override { return "test_reference_bwd"; }
   std::string description() const override { return "the GPU reference as a backward kernel"; }
@@ -197,6 +197,8 @@ public:
     convert_from_float(a.dk, p.dtype, out.dk, p.kv_elems(), stream);
     if (fault_ != Fault::skip_dv)
       convert_from_float(a.dv, p.dtype, out.dv, p.kv_elems(), stream);
+    if (fault_ == Fault::write_o) // O used as scratch: the next timed launch would read garbage
+      FB_CUDA_CHECK(cudaMemsetAsync(a.o, 0, size_t(p.q_elems()) * dtype_bytes(p.dtype), stream));
     FB_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
@@ -233,6 +235,12 @@ TEST(PointRunnerBackward, VerifiesTheGradientsOfAFreshPoint) {
       EXPECT_FALSE(bad_dq.pass) << bad_dq.summary();
       EXPECT_GT(bad_dq.tensors[0].rel_l2_error, 0.02) << bad_dq.summary();
       EXPECT_EQ(bad_dq.tensors[1].mismatches + bad_dq.tensors[2].mismatches, 0) << bad_dq.summary();
+      const VerifyResult wrote_o = runner.verify(
+          ReferenceBackwardVariant(ReferenceBackwardVariant::Fault::write_o), Config(), 60);
+      EXPECT_FALSE(wrote_o.pass);
+      EXPECT_EQ(wrote_o.mismatches, 0) << wrote_o.summary(); // its gradients are right
+      EXPECT_NE(wrote_o.detail.find("the launch wrote its input O "), std::string::npos)
+          << wrote_o.detail; // last: O is now zero; the next dtype draws fresh inputs
     }
   }
   FB_CUDA_CHECK(cudaStreamDestroy(stream));

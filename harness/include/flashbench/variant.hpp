@@ -40,7 +40,7 @@ struct Support {
 // The harness fills dq, dk and dv with NaN before a verified launch, so each element must be written. The
 // workspace is NOT zeroed between launches (the timer reuses it, and the harness fills it with all-ones bytes
 // before a verified backward launch): a variant that accumulates in fp32 (dQ by atomics, D = rowsum(dO * O))
-// zeroes what it needs inside its own launch. A launch that changes o or lse fails verification.
+// zeroes what it needs inside its own launch. A launch that changes any of its inputs fails verification.
 struct LaunchArgs {
   const void *q = nullptr;
   const void *k = nullptr;
