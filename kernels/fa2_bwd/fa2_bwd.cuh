@@ -492,9 +492,11 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
           // Column blocks right of this one that visit row block m add first.
           const int before =
               int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal)) - 1 - n;
+          // One lane polls, backing off a little so that waiting warps do not crowd the L2 slices that
+          // serve the reductions they wait for.
           if (l3 == 0)
-            while (ld_acquire(ctr) != before) {
-            }
+            while (ld_acquire(ctr) != before)
+              __nanosleep(32);
           __syncwarp();
         }
         add_dq<D>(acc, dq, q_row0, q_col0 + ch * QCH, l3);

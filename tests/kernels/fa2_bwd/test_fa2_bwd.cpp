@@ -1,7 +1,7 @@
 // fa2_bwd (FA2 backward, tensor cores) against the harness's float64 backward reference: every compiled config on
 // awkward shapes (length 1, odd lengths, causal with seqlen_q != seqlen_kv and rows that see no key, GQA and MQA,
 // head_dim 64/128/256, several row and column blocks crossing the diagonal), deterministic mode bit-identical
-// from run to run, and the semaphores left zero after back-to-back launches.
+// from run to run, the semaphores left zero after back-to-back launches, and every input left untouched.
 #include "../gpu_test_util.hpp"
 
 #include <cstring>
@@ -53,6 +53,7 @@ public:
     const auto o = download_as_float(o_.get(), p_.dtype, p_.q_elems());
     ref_ = cpu_reference_backward(p_, q.data(), k.data(), v.data(), o.data(), dout.data(),
                                   lse32.data());
+    inputs_ = input_bytes();
   }
 
   const AttentionProblem &problem() const { return p_; }
@@ -104,6 +105,10 @@ public:
       r.verdict.detail =
           std::to_string(nonzero) + " semaphore bytes left non-zero; " + r.verdict.detail;
     }
+    if (input_bytes() != inputs_) {
+      r.verdict.pass = false;
+      r.verdict.detail = "the launch changed an input (Q, K, V, O, dO or LSE); " + r.verdict.detail;
+    }
     r.dq = bytes_of(dq_), r.dk = bytes_of(dk_), r.dv = bytes_of(dv_);
     return r;
   }
@@ -120,11 +125,22 @@ private:
     return h;
   }
 
+  // Every input's bytes, concatenated: a backward launch must leave them as it found them.
+  std::vector<unsigned char> input_bytes() const {
+    std::vector<unsigned char> all;
+    for (const DeviceBuffer *b : {&q_, &k_, &v_, &o_, &dout_, &lse_}) {
+      const auto h = bytes_of(*b);
+      all.insert(all.end(), h.begin(), h.end());
+    }
+    return all;
+  }
+
   AttentionProblem p_;
   uint64_t seed_;
   int64_t e_;
   DeviceBuffer q_, k_, v_, o_, dout_, lse_, dq_, dk_, dv_;
   BackwardReference ref_;
+  std::vector<unsigned char> inputs_;
 };
 
 // Runs every config of the space that the variant supports on this problem (both deterministic modes); returns
