@@ -31,6 +31,7 @@ struct Params {
   int warp_m = 2; // warp_layout: warps along the query rows in S = QKᵀ, dP = dO·Vᵀ and dQ = dS·K
   int deterministic =
       0; // 1: the column blocks add their dQ partials in a fixed order (bit-identical runs)
+  int frag_prefetch = 0; // 1: every product loads the next k-step's ldmatrix fragments ahead
 };
 
 // The three warp partitions of one CTA (kernel, smem staging and register estimate share them):
@@ -53,6 +54,8 @@ inline std::optional<std::string> config_problem(const Params &c) {
     return "stages must be 1 or 2";
   if (c.deterministic != 0 && c.deterministic != 1)
     return "deterministic must be off or on";
+  if (c.frag_prefetch != 0 && c.frag_prefetch != 1)
+    return "frag_prefetch must be off or on";
   if (c.warp_m < 1 || c.warps % c.warp_m)
     return "warp_layout: warps must be a multiple of the warps along the rows";
   if (c.block_m % (c.warp_m * kMma))
@@ -86,7 +89,8 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("warps", d.warps)),
                 static_cast<int>(c.get_or("stages", d.stages)),
                 static_cast<int>(c.get_or("warp_layout", d.warp_m)),
-                static_cast<int>(c.get_or("deterministic", d.deterministic))};
+                static_cast<int>(c.get_or("deterministic", d.deterministic)),
+                static_cast<int>(c.get_or("frag_prefetch", d.frag_prefetch))};
 }
 
 Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev);
@@ -111,13 +115,19 @@ inline ConfigSpace make_space() {
             {0, 1},
             {"off", "on"},
             "on: column blocks add dQ in a fixed order (per-warp counters), bit-identical run to "
-            "run"}},
+            "run"},
+       Axis{"frag_prefetch",
+            {0, 1},
+            {"off", "on"},
+            "on: each product loads the ldmatrix fragments of its next k-step (also across its "
+            "rolled passes) while the MMAs of this one issue, in two fragment buffers"}},
       Config({{"block_m", d.block_m},
               {"block_n", d.block_n},
               {"warps", d.warps},
               {"stages", d.stages},
               {"warp_layout", d.warp_m},
-              {"deterministic", d.deterministic}}),
+              {"deterministic", d.deterministic},
+              {"frag_prefetch", d.frag_prefetch}}),
       [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
@@ -128,8 +138,13 @@ constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; 
 // accumulators alone are 2·block_n·head_dim / (32·warps) registers a thread and S and dP another
 // 2·block_m·block_n / (32·warps), so the shapes are those whose sum stays near 192. Left out because they spill:
 // d64 128x128x8 m4 (24 B, bf16 on sm_90); d128 128x128 and d256 with block_m or block_n 128 (256 or more
-// accumulator registers). HISTORY.md lists the ptxas register counts.
-constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm) {
+// accumulator registers). HISTORY.md lists the ptxas register counts. frag_prefetch (pf) on doubles the live
+// fragments of each product, so it is compiled only for the default tiles of head_dim 64 and 128, the ones the
+// acceptance sweep compares with it off.
+constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm, bool pf = false) {
+  if (pf)
+    return (d == 64 && bm == 128 && bn == 128 && w == 8 && wm == 2) ||
+           (d == 128 && bm == 64 && bn == 128 && w == 8 && wm == 2);
   if (d == 64)
     return (bm == 128 && bn == 128 && w == 8 && wm == 2) ||
            (bm == 64 && bn == 128 && w == 8 && (wm == 2 || wm == 4)) ||
@@ -141,6 +156,17 @@ constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm) {
   if (d == 256)
     return bm == 64 && bn == 64 && w == 8 && (wm == 2 || wm == 4);
   return false;
+}
+
+// frag_prefetch on: which products load their ldmatrix fragments one k-step ahead (a mask of the kPf bits).
+// Each prefetching product holds one more k-step of fragments live; where that spills next to the dK/dV
+// accumulators, the product keeps the plain pass loop. d128 64x128x8 m2 sits at 255 registers: prefetch in dP
+// (the packed P is live there too) spills 26-40 B with any other product prefetching, so dP stays plain there.
+constexpr int kPfS = 1, kPfKV = 2, kPfDQ = 4, kPfDP = 8;
+constexpr int prefetch_products(int d, int bm, int bn, int w, int wm) {
+  if (d == 128 && bm == 64 && bn == 128 && w == 8 && wm == 2)
+    return kPfS | kPfKV | kPfDQ;
+  return kPfS | kPfKV | kPfDQ | kPfDP;
 }
 
 // Rows of the padded per-(batch, head) buffers in the workspace: a whole number of row blocks, so the main kernel
