@@ -407,17 +407,19 @@ __device__ __forceinline__ void add_dq(float *acc, const float (&c)[MT][NT][4], 
 #endif
 }
 
-template <class T, int D, int BM, int BN, int W, int WM, bool PF>
+template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
 __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   constexpr int kThreads = W * 32;
   // S and dP: warp tile SR x SC; dQ: SR x QC; dK and dV: KR x KC.
   constexpr int WN = W / WM, SR = BM / WM, SC = BN / WN, MT = SR / 16, NT = SC / 8;
   // dQ is computed and added in column chunks of QCH: at head_dim 256 a whole slice would be 64 more registers
   // next to the 128 of dK and dV.
-  constexpr int QC = D / WN, QCH = D >= 256 ? 32 : QC;
+  // dQ has its own row warps (dq_layout): WMQ along the rows, WNQ along head_dim, QR x QC a warp.
+  constexpr int WNQ = W / WMQ, QR = BM / WMQ, MQ = QR / 16, QC = D / WNQ, QCH = D >= 256 ? 32 : QC;
   constexpr int WK = kv_warps_n(BN, W), WKD = W / WK, KR = BN / WK, KC = D / WKD, MK = KR / 16,
                 NK = KC / 8;
-  static_assert(SR % 16 == 0 && SC % 16 == 0 && QC % 16 == 0 && KR % 16 == 0 && KC % 16 == 0,
+  static_assert(SR % 16 == 0 && SC % 16 == 0 && QR % 16 == 0 && QC % 16 == 0 && KR % 16 == 0 &&
+                    KC % 16 == 0,
                 "warp slices must be multiples of 16");
   static_assert(2 * BM <= 4 * kThreads, "LSE and D need BM / 2 copy threads");
   // frag_prefetch: the products that load their fragments one k-step ahead (traits.hpp, prefetch_products).
@@ -578,15 +580,15 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     {
       const unsigned t3 = fresh_tid();
       const int w3 = int(t3 / 32), l3 = int(t3 % 32);
-      const int q_row0 = (w3 / WN) * SR, q_col0 = (w3 % WN) * QC;
+      const int q_row0 = (w3 / WNQ) * QR, q_col0 = (w3 % WNQ) * QC;
       const int h = fresh_ctaid<1>() * a.group + g, b = fresh_ctaid<2>();
       float *acc = a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM) * D;
       int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
 #pragma unroll
       for (int ch = 0; ch < QC / QCH; ++ch) {
-        float dq[MT][QCH / 8][4];
+        float dq[MQ][QCH / 8][4];
         zero(dq);
-        gemm_ab<T, BN, D, MT, QCH / 8, (kPf & kPfDQ) != 0>(dq, sbase + oDS, q_row0, sbase + oK,
+        gemm_ab<T, BN, D, MQ, QCH / 8, (kPf & kPfDQ) != 0>(dq, sbase + oDS, q_row0, sbase + oK,
                                                            q_col0 + ch * QCH);
         if (a.deterministic && ch == 0) {
           // Column blocks right of this one that visit row block m add first.
@@ -699,7 +701,7 @@ __global__ void __launch_bounds__(kRowThreads) fa2_bwd_convert(const Args<T> a) 
                              int64_t(h) * a.qs.head + ch * 8) = out;
 }
 
-template <class T, int D, int BM, int BN, int W, int WM, bool PF>
+template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
 void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
                  cudaStream_t stream) {
   const Workspace ws = workspace_layout(p, c);
@@ -739,7 +741,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   fa2_bwd_preprocess<T, D><<<pre_grid, kRowThreads, 0, stream>>>(a);
   FB_CHECK_LAUNCH();
 
-  auto *kernel = fa2_bwd_main<T, D, BM, BN, W, WM, PF>;
+  auto *kernel = fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ>;
   const int64_t smem = smem_bytes(D, c);
   if (smem > 48 * 1024)
     FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -755,15 +757,15 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   FB_CHECK_LAUNCH();
 }
 
-template <class T, int D, int BM, int BN, int W, int WM, bool PF>
+template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
 std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {
   constexpr int kRows = kRowThreads / (D / 8);
   const int64_t heads = p.batch * p.heads_q, rows_pad = padded_rows(p.seqlen_q, c.block_m);
   return {{"fa2_bwd_preprocess", reinterpret_cast<const void *>(&fa2_bwd_preprocess<T, D>),
            kRowThreads, 0, heads * ((rows_pad + kRows - 1) / kRows)},
-          {"fa2_bwd_main", reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM, PF>),
-           W * 32, static_cast<size_t>(smem_bytes(D, c)),
-           num_col_blocks(p, c) * p.heads_kv * p.batch},
+          {"fa2_bwd_main",
+           reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ>), W * 32,
+           static_cast<size_t>(smem_bytes(D, c)), num_col_blocks(p, c) * p.heads_kv * p.batch},
           {"fa2_bwd_convert", reinterpret_cast<const void *>(&fa2_bwd_convert<T, D>), kRowThreads,
            0, heads * ((p.seqlen_q + kRows - 1) / kRows)}};
 }
@@ -773,30 +775,33 @@ std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c
 // The launch and kernel-list functions of the compiled instantiation for (T, D, tile shape), or nulls when that
 // shape is not compiled (tile_compiled() false). One instantiation file compiles one (T, D) slice.
 template <class T, int D> Instance pick_tile(const Params &c) {
-#define FB_FA2_BWD_TILE(BM, BN, W, WM, PF)                                                         \
-  if constexpr (tile_compiled(D, BM, BN, W, WM, PF))                                               \
+#define FB_FA2_BWD_TILE(BM, BN, W, WM, PF, WMQ)                                                    \
+  if constexpr (tile_compiled(D, BM, BN, W, WM, PF, WMQ))                                          \
     if (c.block_m == BM && c.block_n == BN && c.warps == W && c.warp_m == WM &&                    \
-        c.frag_prefetch == PF)                                                                     \
-      return {&detail::launch_tile<T, D, BM, BN, W, WM, PF>,                                       \
-              &detail::describe_tile<T, D, BM, BN, W, WM, PF>};
-  FB_FA2_BWD_TILE(64, 64, 4, 2, false)
-  FB_FA2_BWD_TILE(64, 64, 4, 2, true)
-  FB_FA2_BWD_TILE(64, 64, 8, 2, false)
-  FB_FA2_BWD_TILE(64, 64, 8, 2, true)
-  FB_FA2_BWD_TILE(64, 64, 8, 4, false)
-  FB_FA2_BWD_TILE(64, 64, 8, 4, true)
-  FB_FA2_BWD_TILE(64, 128, 8, 2, false)
-  FB_FA2_BWD_TILE(64, 128, 8, 2, true)
-  FB_FA2_BWD_TILE(64, 128, 8, 4, false)
-  FB_FA2_BWD_TILE(64, 128, 8, 4, true)
-  FB_FA2_BWD_TILE(128, 64, 8, 2, false)
-  FB_FA2_BWD_TILE(128, 64, 8, 2, true)
-  FB_FA2_BWD_TILE(128, 64, 8, 4, false)
-  FB_FA2_BWD_TILE(128, 64, 8, 4, true)
-  FB_FA2_BWD_TILE(128, 128, 8, 2, false)
-  FB_FA2_BWD_TILE(128, 128, 8, 2, true)
-  FB_FA2_BWD_TILE(128, 128, 8, 4, false)
-  FB_FA2_BWD_TILE(128, 128, 8, 4, true)
+        c.frag_prefetch == PF && dq_row_warps(c) == WMQ)                                           \
+      return {&detail::launch_tile<T, D, BM, BN, W, WM, PF, WMQ>,                                  \
+              &detail::describe_tile<T, D, BM, BN, W, WM, PF, WMQ>};
+  FB_FA2_BWD_TILE(64, 64, 4, 2, false, 2)
+  FB_FA2_BWD_TILE(64, 64, 4, 2, true, 2)
+  FB_FA2_BWD_TILE(64, 64, 8, 2, false, 2)
+  FB_FA2_BWD_TILE(64, 64, 8, 2, true, 2)
+  FB_FA2_BWD_TILE(64, 64, 8, 4, false, 4)
+  FB_FA2_BWD_TILE(64, 64, 8, 4, true, 4)
+  FB_FA2_BWD_TILE(64, 128, 8, 2, false, 2)
+  FB_FA2_BWD_TILE(64, 128, 8, 2, true, 2)
+  FB_FA2_BWD_TILE(64, 128, 8, 4, false, 4)
+  FB_FA2_BWD_TILE(64, 128, 8, 4, true, 4)
+  FB_FA2_BWD_TILE(128, 64, 8, 2, false, 2)
+  FB_FA2_BWD_TILE(128, 64, 8, 2, true, 2)
+  FB_FA2_BWD_TILE(128, 64, 8, 4, false, 4)
+  FB_FA2_BWD_TILE(128, 64, 8, 4, true, 4)
+  FB_FA2_BWD_TILE(128, 128, 8, 2, false, 2)
+  FB_FA2_BWD_TILE(128, 128, 8, 2, true, 2)
+  FB_FA2_BWD_TILE(128, 128, 8, 4, false, 4)
+  FB_FA2_BWD_TILE(128, 128, 8, 4, true, 4)
+  // dQ with 4 row warps where S and dP have 2 (dq_layout m4).
+  FB_FA2_BWD_TILE(128, 128, 8, 2, false, 4)
+  FB_FA2_BWD_TILE(128, 128, 8, 2, true, 4)
 #undef FB_FA2_BWD_TILE
   return {};
 }

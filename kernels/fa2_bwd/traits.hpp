@@ -32,7 +32,11 @@ struct Params {
   int deterministic =
       0; // 1: the column blocks add their dQ partials in a fixed order (bit-identical runs)
   int frag_prefetch = 0; // 1: every product loads the next k-step's ldmatrix fragments ahead
+  int dq_warp_m = 0;     // dq_layout: warps along the query rows of dQ = dS·K (0: warp_m)
 };
+
+// Warps along the rows of dQ: dq_layout, or warp_layout when dq_layout is "same".
+constexpr int dq_row_warps(const Params &c) { return c.dq_warp_m ? c.dq_warp_m : c.warp_m; }
 
 // The three warp partitions of one CTA (kernel, smem staging and register estimate share them):
 //  - S and dP (block_m x block_n, depth head_dim): warp_m warps along the rows, warps / warp_m along the keys;
@@ -62,6 +66,14 @@ inline std::optional<std::string> config_problem(const Params &c) {
     return "warp_layout gives each warp " + std::to_string(c.block_m / c.warp_m) +
            " query rows of S; an MMA row tile needs a multiple of 16 (more block_m or fewer row "
            "warps)";
+  if (c.dq_warp_m != 0 && c.dq_warp_m != 4)
+    return "dq_layout must be same or m4";
+  const int wmq = dq_row_warps(c);
+  if (c.warps % wmq)
+    return "dq_layout: warps must be a multiple of the warps along the rows of dQ";
+  if (c.block_m % (wmq * kMma))
+    return "dq_layout gives each warp " + std::to_string(c.block_m / wmq) +
+           " query rows of dQ; an MMA row tile needs a multiple of 16";
   const int wn = c.warps / c.warp_m;
   if (c.block_n % (wn * kMma))
     return "warp_layout gives each warp " + std::to_string(c.block_n / wn) +
@@ -71,7 +83,7 @@ inline std::optional<std::string> config_problem(const Params &c) {
 
 // head_dim-dependent limits of the same kind: the dQ and dK/dV warp slices along head_dim.
 inline std::optional<std::string> head_dim_problem(int64_t d, const Params &c) {
-  const int64_t wn = c.warps / c.warp_m;
+  const int64_t wn = c.warps / dq_row_warps(c);
   if (d % (wn * kMma))
     return "warp_layout gives each warp " + std::to_string(d / wn) +
            " head_dim columns of dQ; a multiple of 16 is needed";
@@ -90,7 +102,8 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("stages", d.stages)),
                 static_cast<int>(c.get_or("warp_layout", d.warp_m)),
                 static_cast<int>(c.get_or("deterministic", d.deterministic)),
-                static_cast<int>(c.get_or("frag_prefetch", d.frag_prefetch))};
+                static_cast<int>(c.get_or("frag_prefetch", d.frag_prefetch)),
+                static_cast<int>(c.get_or("dq_layout", d.dq_warp_m))};
 }
 
 Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev);
@@ -120,14 +133,20 @@ inline ConfigSpace make_space() {
             {0, 1},
             {"off", "on"},
             "on: each product loads the ldmatrix fragments of its next k-step (also across its "
-            "rolled passes) while the MMAs of this one issue, in two fragment buffers"}},
+            "rolled passes) while the MMAs of this one issue, in two fragment buffers"},
+       Axis{"dq_layout",
+            {0, 4},
+            {"same", "m4"},
+            "warps along the query rows of dQ = dS·K (same: warp_layout's; the rest split "
+            "head_dim)"}},
       Config({{"block_m", d.block_m},
               {"block_n", d.block_n},
               {"warps", d.warps},
               {"stages", d.stages},
               {"warp_layout", d.warp_m},
               {"deterministic", d.deterministic},
-              {"frag_prefetch", d.frag_prefetch}}),
+              {"frag_prefetch", d.frag_prefetch},
+              {"dq_layout", d.dq_warp_m}}),
       [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
@@ -141,7 +160,11 @@ constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; 
 // accumulator registers). HISTORY.md lists the ptxas register counts. frag_prefetch (pf) on doubles the live
 // fragments of each product, so it is compiled only for the default tiles of head_dim 64 and 128, the ones the
 // acceptance sweep compares with it off.
-constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm, bool pf = false) {
+constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm, bool pf = false, int wmq = 0) {
+  // dQ with its own row warps: 4 under S's 2 at d64 128x128 (32 x 32 dQ slices, 4 ldmatrix per 8 MMAs where
+  // 64 x 16 slices take 5), with frag_prefetch off and on.
+  if (wmq != 0 && wmq != wm)
+    return d == 64 && bm == 128 && bn == 128 && w == 8 && wm == 2 && wmq == 4;
   if (pf)
     return (d == 64 && bm == 128 && bn == 128 && w == 8 && wm == 2) ||
            (d == 128 && bm == 64 && bn == 128 && w == 8 && wm == 2);
