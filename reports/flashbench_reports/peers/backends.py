@@ -40,6 +40,7 @@ class Peer:
     config = ""    # a catalog variant's config string (Ours); peers have none
     poison = None  # Ours: overwrites the outputs fn() writes in place, before a graph replay is compared
     saved = None  # a backward's forward outputs and leaves (build_bwd)
+    bwd_o = None  # the O a backward reads, where not the reference forward's: its own forward's (build_bwd)
 
     def __init__(self, torch, name: str, p: dict):
         self.torch, self.name, self.p = torch, name, p
@@ -87,7 +88,9 @@ class Peer:
         if stream is not None:
             torch.cuda.current_stream().wait_stream(stream)
         self.saved = (out, dout, leaves, stream)  # alive as long as the call is
+        self.bwd_o = out  # autograd's backward reads the O its forward saved
         self.extra["peer_backward"] = "torch.autograd.grad(retain_graph=True) after an untimed forward"
+        self.extra["bwd_inputs"] = "O of its own forward (the reference gradients are of that O)"
         grad = torch.autograd.grad
 
         def call():
@@ -95,7 +98,7 @@ class Peer:
         return call
 
     def close(self):
-        self.saved = None
+        self.saved = self.bwd_o = None
 
     def build_fwd(self, q, k, v):
         torch, p = self.torch, self.p

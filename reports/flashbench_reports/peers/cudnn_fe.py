@@ -231,6 +231,8 @@ class CudnnFe(Peer):
                 tb["dQ"]: grads[0], tb["dK"]: grads[1], tb["dV"]: grads[2]}
         bwd = self._runner(gb, pack, grads)
         self.saved += (fwd_saved, stats)
+        self.bwd_o = o  # the backward graph reads this O (its D = rowsum(dO * O))
+        self.extra["bwd_inputs"] = "O and statistics of its own forward (the reference gradients are of that O)"
         return bwd
 
     def build_fp8(self, spec, q, k, v):
@@ -262,7 +264,7 @@ class CudnnFe(Peer):
         if self.handle is not None:
             if self.saved and self.saved[1].is_cuda:
                 self.torch.cuda.synchronize()
-            self.saved = None
+            self.saved = self.bwd_o = None
             try:
                 self.cudnn.destroy_handle(self.handle)
             except Exception:  # the frontend's own exit handler may have destroyed it already

@@ -50,14 +50,17 @@ def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool, graph: bool =
         # dQ accumulates by atomics in most backwards: a replay is accepted if it passes the same check (or, unverified,
         # agrees with the eager call within the tolerance), not bit for bit
         if verify:
+            # against the gradients of the O the peer's backward read (its D = rowsum(dO * O)): bwd_o, or the
+            # reference forward's
             try:
-                check = grad_check(torch, p, inputs.reference(), out)
+                ref = inputs.reference(getattr(pe, "bwd_o", None))
+                check = grad_check(torch, p, ref, out)
             except ValueError as e:
                 return rec("incorrect", first_line(e)), None
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 return rec("skipped", "the reference gradients do not fit in device memory"), None
-            accept = lambda o: grad_check(torch, p, inputs.reference(), o)["_bad"] == 0
+            accept = lambda o: grad_check(torch, p, ref, o)["_bad"] == 0
         else:
             first = _clone(out)
             accept = lambda o: grads_close(torch, p, o, first)
