@@ -47,7 +47,9 @@ def shape(p):
         s += " page{}".format(p["page_size"])
     if p.get("kv_lens"):
         s += " varlen"
-    return s + (" causal" if p.get("causal") else "") + " " + str(p.get("dtype"))
+    # A backward point is its own row: the forward's and the backward's rates of one shape never share a cell.
+    return s + (" causal" if p.get("causal") else "") + " " + str(p.get("dtype")) + (
+        " bwd" if p.get("pass") == "bwd" else "")
 
 
 def median_us(r):

@@ -98,7 +98,7 @@ Choice resolve(const char *variant, const char *config, const fb::AttentionProbl
   const fb::ConfigSpace &space = c.variant->space();
   if (const auto why = space.check(c.config))
     throw fb::UserError("config " + space.to_string(c.config) + ": " + *why);
-  const fb::Support s = c.variant->supports(p, c.config, dev);
+  const fb::Support s = fb::support_for(*c.variant, p, c.config, dev);
   if (!s)
     throw fb::UserError(c.variant->name() + " [" + space.to_string(c.config) + "]: " + s.reason);
   return c;

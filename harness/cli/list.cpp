@@ -23,13 +23,14 @@ void list_catalog(bool as_json) {
       axes.push_back({{"name", a.name}, {"values", vals}, {"help", a.help}});
     }
     out.push_back({{"name", v->name()},
+                   {"pass", to_string(v->pass())},
                    {"description", v->description()},
                    {"axes", axes},
                    {"configs", v->space().size()},
                    {"default", v->space().to_json(v->space().default_config())}});
     if (!as_json) {
-      std::printf("%s\n  %s\n  %zu configs; default %s\n", v->name().c_str(),
-                  v->description().c_str(), v->space().size(),
+      std::printf("%s (%s)\n  %s\n  %zu configs; default %s\n", v->name().c_str(),
+                  to_string(v->pass()), v->description().c_str(), v->space().size(),
                   v->space().to_string(v->space().default_config()).c_str());
       for (const auto &a : v->space().axes()) {
         std::printf("    %-18s", a.name.c_str());

@@ -26,16 +26,23 @@ Command add_plan(CLI::App &app, const Globals &) {
             // Beside the problems, not inside them: readers take each problem object as given.
             nlohmann::json derived = nlohmann::json::array();
             for (const auto &p : spec.problems) {
-              const Tolerance t = tolerance_for(p.dtype);
+              nlohmann::json tol;
+              if (p.pass == Pass::bwd) { // the gradients' bound (verify.hpp, GradTolerance)
+                const GradTolerance t = grad_tolerance_for(p.dtype);
+                tol = {{"atol", t.atol}, {"rtol", t.rtol},   {"rel_l2", t.rel_l2},
+                       {"term", t.term}, {"floor", t.floor}, {"p_round", 0.0}};
+              } else {
+                const Tolerance t = tolerance_for(p.dtype);
+                tol = {{"atol", t.atol},
+                       {"rtol", t.rtol},
+                       {"rel_l2", t.rel_l2},
+                       {"p_round", t.p_round}};
+              }
               derived.push_back({{"key", key(p)},
                                  {"flops", flops(p)},
                                  {"bytes_min", min_bytes(p)},
                                  {"kv_bytes", kv_bytes(p)},
-                                 {"tolerance",
-                                  {{"atol", t.atol},
-                                   {"rtol", t.rtol},
-                                   {"rel_l2", t.rel_l2},
-                                   {"p_round", t.p_round}}}});
+                                 {"tolerance", tol}});
             }
             j["derived"] = derived;
             j["timing_policy"] = spec.timing;

@@ -224,6 +224,37 @@ void fill_normal(void *dst, DType t, int64_t n, uint64_t seed, float stddev, cud
   FB_CHECK_LAUNCH();
 }
 
+namespace {
+template <class T> __global__ void convert_from_float_kernel(T *dst, const float *src, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x)
+    dst[i] = cast_from_float<T>(src[i]);
+}
+} // namespace
+
+void convert_from_float(void *dst, DType t, const float *src, int64_t n, cudaStream_t stream) {
+  if (n <= 0)
+    return;
+  constexpr int kThreads = 256;
+  const int64_t blocks64 = (n + kThreads - 1) / kThreads;
+  const int blocks = static_cast<int>(blocks64 < 65536 * 4 ? blocks64 : 65536 * 4);
+  switch (t) {
+  case DType::f32:
+    convert_from_float_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<float *>(dst), src, n);
+    break;
+  case DType::f16:
+    convert_from_float_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<__half *>(dst), src, n);
+    break;
+  case DType::bf16:
+    convert_from_float_kernel<<<blocks, kThreads, 0, stream>>>(static_cast<__nv_bfloat16 *>(dst),
+                                                               src, n);
+    break;
+  case DType::e4m3:
+    throw std::invalid_argument("convert_from_float: e4m3 needs descales (fill_quantized_e4m3)");
+  }
+  FB_CHECK_LAUNCH();
+}
+
 void poison(void *dst, size_t bytes, cudaStream_t stream) {
   if (bytes == 0)
     return;

@@ -54,6 +54,25 @@ std::vector<AttentionProblem> awkward_shapes() {
   spec.page_size = 64;
   v.push_back(spec);
   v.push_back(P(1, 32, 8, 1, 8191, 128, false, DType::bf16)); // uniform decode, many splits
+  // The backward (pass: bwd; dense bshd only): the same awkward kinds, where dK and dV sum over GQA groups and
+  // rows that see no key must give zero gradients.
+  auto B = [&](int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv, int64_t d, bool causal,
+               DType t) {
+    AttentionProblem p = P(b, hq, hkv, sq, skv, d, causal, t);
+    p.pass = Pass::bwd;
+    v.push_back(p);
+  };
+  for (DType t : {DType::bf16, DType::f16, DType::f32}) {
+    B(1, 1, 1, 1, 1, 64, false, t);    // length 1
+    B(2, 4, 4, 77, 131, 64, false, t); // multiples of no tile
+    B(1, 8, 2, 131, 77, 128, true, t); // causal, Sq > Skv: 54 rows see no key (GQA 4)
+    B(2, 8, 1, 65, 257, 128, true, t); // causal, Sq < Skv, MQA
+    B(1, 2, 2, 1, 300, 64, true, t);   // one query over many keys
+  }
+  B(2, 6, 2, 300, 300, 256, true, DType::bf16); // d256 causal GQA where it fits
+  B(1, 2, 1, 200, 200, 256, false, DType::f16);
+  B(1, 2, 2, 33, 47, 96, true, DType::bf16);    // an unusual head_dim
+  B(1, 4, 4, 257, 257, 128, true, DType::bf16); // one past a tile, square causal
   return v;
 }
 
@@ -72,6 +91,8 @@ int run_check(int device, const std::vector<std::string> &only, std::ostream &os
     if (only.empty() && v->name().rfind("test_", 0) == 0)
       continue;
     for (const auto &p : awkward_shapes()) {
+      if (p.pass != v->pass())
+        continue; // the other pass's shapes: not this variant's to check, nor a skip
       std::vector<ConfigSpace::Entry> entries;
       if (defaults_only) {
         const Config d = v->space().default_config(p, dev);
@@ -86,7 +107,7 @@ int run_check(int device, const std::vector<std::string> &only, std::ostream &os
           ++skipped;
           continue;
         }
-        const Support s = v->supports(p, entry.config, dev);
+        const Support s = support_for(*v, p, entry.config, dev);
         if (!s.ok) {
           ++skipped;
           continue;

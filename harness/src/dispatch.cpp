@@ -22,16 +22,20 @@ bool test_only(const std::string &name) { return name.rfind("test_", 0) == 0; }
 std::optional<Config> supported_config(const Variant &v, const AttentionProblem &p,
                                        const DeviceInfo &dev) {
   const Config d = v.space().default_config(p, dev);
-  if (!v.space().check(d) && v.supports(p, d, dev))
+  if (!v.space().check(d) && support_for(v, p, d, dev))
     return d;
   for (const auto &e : v.space().expand())
-    if (!e.invalid_reason && v.supports(p, e.config, dev))
+    if (!e.invalid_reason && support_for(v, p, e.config, dev))
       return e.config;
   return std::nullopt;
 }
 
 std::vector<std::string> preference(const AttentionProblem &p) {
   std::vector<std::string> order;
+  // The backward's variants; names the catalog lacks are passed over, and support_for() keeps every
+  // forward variant out of a backward problem and the reverse.
+  if (p.pass == Pass::bwd)
+    return {"fa3_bwd", "fa2_bwd", "fa1_bwd"};
   if (p.dtype == DType::e4m3)
     order.push_back("fa3_fp8"); // the one variant that takes e4m3 (sm_90)
   if (p.seqlen_q <= 16)
@@ -68,7 +72,7 @@ KernelChoice choose_kernel(const AttentionProblem &p, const DeviceInfo &dev,
       bool exact = false;
       double d = 0;
       const TuningEntry *e = table->lookup(v->name(), p, &exact, &d);
-      if (!e || v->space().check(e->config) || !v->supports(p, e->config, dev))
+      if (!e || v->space().check(e->config) || !support_for(*v, p, e->config, dev))
         continue;
       // The nearer entry (exact: distance 0); at equal distance the higher measured TFLOPs.
       if (!best || d < best_d - 1e-9 ||
@@ -182,6 +186,9 @@ void grow(DeviceBuffer &buf, size_t need, bool zero, cudaStream_t stream, const 
 void attention_forward(const AttentionProblem &p, const void *q, const void *k, const void *v,
                        void *o, float *lse, cudaStream_t stream, const std::string &variant) {
   validate(p);
+  if (p.pass != Pass::fwd)
+    throw UserError("attention_forward computes the forward pass; " + key(p) +
+                    " is a backward problem (pass: bwd): set pass = fwd");
   if (!p.kv_lens.empty() || p.paged())
     throw UserError(
         "attention_forward takes dense problems; for per-sequence KV lengths or a paged cache call "

@@ -48,7 +48,14 @@ void PointRunner::prepare(const AttentionProblem &p) {
   for (DeviceBuffer &d : descales_)
     d = DeviceBuffer();
   ref_o_abs_.clear();
-  if (p.dtype == DType::e4m3) {
+  for (DeviceBuffer *d : {&dout_, &dq_, &dk_, &dv_})
+    *d = DeviceBuffer();
+  ref_grad_ = BackwardReference();
+  o_bytes_.clear();
+  lse_bytes_.clear();
+  if (p.pass == Pass::bwd) {
+    prepare_backward(p);
+  } else if (p.dtype == DType::e4m3) {
     // Quantized per block (buffers.hpp); the reference runs in fp32/fp64 on the dequantized values, so it sees
     // exactly the inputs the kernel sees.
     descales_[0] = DeviceBuffer(static_cast<size_t>(p.q_descale_elems()) * sizeof(float));
@@ -88,6 +95,83 @@ void PointRunner::prepare(const AttentionProblem &p) {
     v_ = DeviceBuffer();
   }
   prepared_ = true;
+}
+
+namespace {
+std::vector<unsigned char> download_bytes(const DeviceBuffer &b) {
+  std::vector<unsigned char> h(b.bytes());
+  if (!h.empty())
+    FB_CUDA_CHECK(cudaMemcpy(h.data(), b.get(), h.size(), cudaMemcpyDeviceToHost));
+  return h;
+}
+} // namespace
+
+void PointRunner::prepare_backward(const AttentionProblem &p) {
+  const size_t e = static_cast<size_t>(dtype_bytes(p.dtype));
+  dout_ = DeviceBuffer(p.q_elems() * e);
+  dq_ = DeviceBuffer(p.q_elems() * e);
+  dk_ = DeviceBuffer(p.kv_elems() * e);
+  dv_ = DeviceBuffer(p.kv_elems() * e);
+  fill_normal(q_.get(), p.dtype, p.q_elems(), seed_, 1.0f, stream_);
+  fill_normal(k_.get(), p.dtype, p.kv_elems(), seed_ + 1, 1.0f, stream_);
+  fill_normal(v_.get(), p.dtype, p.kv_elems(), seed_ + 2, 1.0f, stream_);
+  fill_normal(dout_.get(), p.dtype, p.q_elems(), seed_ + 4, 1.0f, stream_);
+  FB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  // The forward's O and LSE, from the forward reference of the same inputs: O rounded to the dtype (what a
+  // verified forward kernel hands the backward), LSE in fp32.
+  AttentionProblem fwd = p;
+  fwd.pass = Pass::fwd;
+  compute_reference(fwd, q_.get(), k_.get(), v_.get());
+  {
+    const std::vector<float> o(ref_o_.begin(), ref_o_.end()), lse(ref_lse_.begin(), ref_lse_.end());
+    DeviceBuffer o32(o.size() * sizeof(float));
+    FB_CUDA_CHECK(cudaMemcpy(o32.get(), o.data(), o32.bytes(), cudaMemcpyHostToDevice));
+    FB_CUDA_CHECK(cudaMemcpy(lse_.get(), lse.data(), lse_.bytes(), cudaMemcpyHostToDevice));
+    convert_from_float(o_.get(), p.dtype, o32.as<float>(), p.q_elems(), stream_);
+    FB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  ref_o_.clear(); // the gradients are what is checked
+  ref_lse_.clear();
+  o_bytes_ = download_bytes(o_);
+  lse_bytes_ = download_bytes(lse_);
+  if (use_cpu_reference(p)) {
+    const auto qh = download_as_float(q_.get(), p.dtype, p.q_elems());
+    const auto kh = download_as_float(k_.get(), p.dtype, p.kv_elems());
+    const auto vh = download_as_float(v_.get(), p.dtype, p.kv_elems());
+    const auto oh = download_as_float(o_.get(), p.dtype, p.q_elems());
+    const auto doh = download_as_float(dout_.get(), p.dtype, p.q_elems());
+    const auto lh = download_as_float(lse_.get(), DType::f32, p.lse_elems());
+    ref_grad_ = cpu_reference_backward(p, qh.data(), kh.data(), vh.data(), oh.data(), doh.data(),
+                                       lh.data());
+    reference_kind_ = "cpu_f64";
+  } else {
+    const size_t qb = static_cast<size_t>(p.q_elems()) * sizeof(float),
+                 kb = static_cast<size_t>(p.kv_elems()) * sizeof(float);
+    DeviceBuffer bufs[9] = {DeviceBuffer(qb), DeviceBuffer(qb), DeviceBuffer(qb),
+                            DeviceBuffer(kb), DeviceBuffer(kb), DeviceBuffer(kb),
+                            DeviceBuffer(kb), DeviceBuffer(kb), DeviceBuffer(kb)};
+    BackwardReferenceDevice out;
+    out.dq = bufs[0].as<float>(), out.dq_abs = bufs[1].as<float>(),
+    out.dq_floor = bufs[2].as<float>();
+    out.dk = bufs[3].as<float>(), out.dk_abs = bufs[4].as<float>(),
+    out.dk_floor = bufs[5].as<float>();
+    out.dv = bufs[6].as<float>(), out.dv_abs = bufs[7].as<float>(),
+    out.dv_floor = bufs[8].as<float>();
+    gpu_reference_backward(p, q_.get(), k_.get(), v_.get(), o_.get(), dout_.get(), lse_.as<float>(),
+                           out, stream_);
+    auto host = [](const DeviceBuffer &b, int64_t n) {
+      const auto f = download_as_float(b.get(), DType::f32, n);
+      return std::vector<double>(f.begin(), f.end());
+    };
+    GradientReference *g[3] = {&ref_grad_.dq, &ref_grad_.dk, &ref_grad_.dv};
+    for (int t = 0; t < 3; ++t) {
+      const int64_t n = t == 0 ? p.q_elems() : p.kv_elems();
+      g[t]->value = host(bufs[3 * t], n);
+      g[t]->abs = host(bufs[3 * t + 1], n);
+      g[t]->floor = host(bufs[3 * t + 2], n);
+    }
+    reference_kind_ = "gpu_f32";
+  }
 }
 
 void PointRunner::compute_reference(const AttentionProblem &p, const void *q, const void *k,
@@ -142,6 +226,10 @@ LaunchArgs PointRunner::args() const {
   a.workspace_bytes = workspace_.bytes();
   a.semaphores = semaphores_.get();
   a.semaphore_bytes = semaphores_.bytes();
+  a.dout = dout_.get();
+  a.dq = dq_.get();
+  a.dk = dk_.get();
+  a.dv = dv_.get();
   a.q_descale = descales_[0].as<float>();
   a.k_descale = descales_[1].as<float>();
   a.v_descale = descales_[2].as<float>();
@@ -153,16 +241,29 @@ VerifyResult PointRunner::verify(const Variant &v, const Config &c, double deadl
   const AttentionProblem &p = problem_;
   ensure_workspace(v.workspace_bytes(p, c));
   ensure_semaphores(v.semaphore_bytes(p, c));
-  poison(o_.get(), o_.bytes(), stream_);
-  poison(lse_.get(), lse_.bytes(), stream_);
+  const bool bwd = p.pass == Pass::bwd;
+  if (bwd) {
+    // O and LSE are the backward's inputs: only the gradients are poisoned. So is the workspace, which the
+    // contract does not zero (LaunchArgs): a variant that takes fp32 accumulators for zeroed fails here.
+    for (const DeviceBuffer *d : {&dq_, &dk_, &dv_, &workspace_})
+      poison(d->get(), d->bytes(), stream_);
+  } else {
+    poison(o_.get(), o_.bytes(), stream_);
+    poison(lse_.get(), lse_.bytes(), stream_);
+  }
   v.launch(p, c, args(), stream_);
   FB_CHECK_LAUNCH();
   wait_with_deadline(stream_, deadline_s);
-  const auto out = download_as_float(o_.get(), out_dtype(p.dtype), p.q_elems());
-  const auto lse = download_as_float(lse_.get(), DType::f32, p.lse_elems());
-  VerifyResult r =
-      fb::verify<double>(p, out.data(), lse.data(), ref_o_.data(), ref_lse_.data(),
-                         tolerance_for(p.dtype), ref_o_abs_.empty() ? nullptr : ref_o_abs_.data());
+  VerifyResult r;
+  if (bwd) {
+    r = verify_backward_outputs();
+  } else {
+    const auto out = download_as_float(o_.get(), out_dtype(p.dtype), p.q_elems());
+    const auto lse = download_as_float(lse_.get(), DType::f32, p.lse_elems());
+    r = fb::verify<double>(p, out.data(), lse.data(), ref_o_.data(), ref_lse_.data(),
+                           tolerance_for(p.dtype),
+                           ref_o_abs_.empty() ? nullptr : ref_o_abs_.data());
+  }
   r.reference = reference_kind_;
   if (const int64_t nz = count_nonzero_bytes(semaphores_.get(), semaphores_.bytes()); nz > 0) {
     r.pass = false;
@@ -171,6 +272,27 @@ VerifyResult PointRunner::verify(const Variant &v, const Config &c, double deadl
                "read them); " +
                r.detail;
   }
+  return r;
+}
+
+VerifyResult PointRunner::verify_backward_outputs() const {
+  const AttentionProblem &p = problem_;
+  const auto dq = download_as_float(dq_.get(), p.dtype, p.q_elems());
+  const auto dk = download_as_float(dk_.get(), p.dtype, p.kv_elems());
+  const auto dv = download_as_float(dv_.get(), p.dtype, p.kv_elems());
+  VerifyResult r =
+      verify_backward(p, dq.data(), dk.data(), dv.data(), ref_grad_, grad_tolerance_for(p.dtype));
+  struct Input {
+    const char *name;
+    const DeviceBuffer &buf;
+    const std::vector<unsigned char> &bytes;
+  };
+  for (const Input &in : {Input{"O", o_, o_bytes_}, Input{"LSE", lse_, lse_bytes_}})
+    if (download_bytes(in.buf) != in.bytes) {
+      r.pass = false;
+      r.detail = std::string("the launch wrote its input ") + in.name +
+                 " (the backward only reads O and LSE)" + (r.detail.empty() ? "" : "; ") + r.detail;
+    }
   return r;
 }
 

@@ -5,6 +5,7 @@
 #include "flashbench/buffers.hpp"
 #include "flashbench/device.hpp"
 #include "flashbench/kv_cache.hpp"
+#include "flashbench/reference.hpp"
 #include "flashbench/results.hpp"
 #include "flashbench/variant.hpp"
 
@@ -20,13 +21,16 @@ public:
   PointRunner(const DeviceInfo &dev, cudaStream_t stream) : dev_(dev), stream_(stream) {}
 
   // Draws fresh inputs for p (a new seed each call) and computes the reference once. Cheap when p is unchanged.
+  // Backward: Q, K, V and dO are drawn; O and LSE come from the forward reference (O rounded to the dtype), so
+  // the kernel and the backward reference read identical inputs.
   void prepare(const AttentionProblem &p);
   uint64_t seed() const { return seed_; }
   const std::string &reference_kind() const { return reference_kind_; }
 
-  // Poisons O and LSE, launches once, waits (a launch that runs past `deadline_s` throws PointTimeout) and
-  // verifies against the reference; a launch that leaves its semaphores non-zero fails too (the next launch would
-  // read them).
+  // Poisons the outputs (forward: O and LSE; backward: dQ, dK and dV, never its inputs O and LSE), launches once,
+  // waits (a launch that runs past `deadline_s` throws PointTimeout) and verifies against the reference; a launch
+  // that leaves its semaphores non-zero fails too (the next launch would read them), and so does a backward launch
+  // that changes its inputs O or LSE. The backward poisons the workspace too: it is not promised zero.
   VerifyResult verify(const Variant &v, const Config &c, double deadline_s);
   // Launch arguments for timing; the workspace is sized for (v, c) by verify().
   LaunchArgs args() const;
@@ -34,6 +38,9 @@ public:
 private:
   // The reference for inputs q, k, v of problem p (the e4m3 path passes dequantized fp32 copies).
   void compute_reference(const AttentionProblem &p, const void *q, const void *k, const void *v);
+  // The backward: O and LSE from the forward reference into o_ and lse_, then the gradients' reference.
+  void prepare_backward(const AttentionProblem &p);
+  VerifyResult verify_backward_outputs() const;
   void ensure_workspace(size_t bytes);
   void ensure_semaphores(size_t bytes);
 
@@ -43,6 +50,11 @@ private:
   AttentionProblem problem_;
   uint64_t seed_ = 0;
   DeviceBuffer q_, k_, v_, o_, lse_, workspace_;
+  DeviceBuffer dout_, dq_, dk_, dv_; // backward only
+  BackwardReference ref_grad_;       // backward only
+  // Backward: O's and LSE's bytes as prepared, to check that a launch leaves its inputs as it found them (the
+  // timed launches reuse them).
+  std::vector<unsigned char> o_bytes_, lse_bytes_;
   DeviceBuffer descales_[3]; // e4m3 problems: Q, K, V descales (LaunchArgs)
   DeviceBuffer
       semaphores_; // zeroed once when allocated; every launch leaves them zero (LaunchArgs)

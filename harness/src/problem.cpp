@@ -51,6 +51,16 @@ Layout parse_layout(const std::string &s) {
   throw UserError("unknown layout '" + s + "'; use bshd ([batch, seq, heads, dim]) or bhsd");
 }
 
+const char *to_string(Pass p) { return p == Pass::fwd ? "fwd" : "bwd"; }
+
+Pass parse_pass(const std::string &s) {
+  if (s == "fwd" || s == "forward")
+    return Pass::fwd;
+  if (s == "bwd" || s == "backward")
+    return Pass::bwd;
+  throw UserError("unknown pass '" + s + "'; use fwd (forward) or bwd (backward)");
+}
+
 double AttentionProblem::softmax_scale() const {
   return scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
@@ -103,6 +113,20 @@ void validate(const AttentionProblem &p) {
     throw UserError("dtype e4m3 takes one contiguous K/V per batch entry (its descales are per "
                     "128-token block of "
                     "it); drop kv_lens and page_size, or use bf16 for a decode cache");
+  if (p.pass == Pass::bwd) {
+    if (p.dtype == DType::e4m3)
+      throw UserError("the backward (pass: bwd) takes bf16, fp16 or fp32 inputs, not e4m3 (an "
+                      "inference format); use dtype bf16");
+    if (p.paged())
+      throw UserError("the backward (pass: bwd) takes contiguous K/V, not a paged cache "
+                      "(an inference layout); drop page_size");
+    if (!p.kv_lens.empty())
+      throw UserError("the backward (pass: bwd) takes one seqlen_kv for every batch entry, not "
+                      "per-entry kv_lens (a decode cache); drop kv_lens");
+    if (p.layout != Layout::bshd)
+      throw UserError("the backward (pass: bwd) takes layout bshd (Q, K, V, O, dO and the "
+                      "gradients as [batch, seq, heads, dim]); use layout bshd");
+  }
   if (!(p.scale >= 0.0) || !std::isfinite(p.scale))
     throw UserError("scale must be a finite number >= 0 (0 means 1/sqrt(head_dim))");
   // Guard against shapes whose element counts overflow the 64-bit index math downstream.
@@ -142,8 +166,9 @@ int64_t unmasked_pairs_total(const AttentionProblem &p) {
 }
 
 double flops(const AttentionProblem &p) {
-  return 4.0 * static_cast<double>(p.heads_q) * p.head_dim *
-         static_cast<double>(unmasked_pairs_total(p));
+  const double fwd = 4.0 * static_cast<double>(p.heads_q) * p.head_dim *
+                     static_cast<double>(unmasked_pairs_total(p));
+  return p.pass == Pass::bwd ? kBwdFlopsFactor * fwd : fwd;
 }
 
 double kv_bytes(const AttentionProblem &p) {
@@ -157,6 +182,11 @@ double kv_bytes(const AttentionProblem &p) {
 }
 
 double min_bytes(const AttentionProblem &p) {
+  if (p.pass == Pass::bwd) {
+    // Q, O, dO read and dQ written: four q-shaped tensors; K, V read and dK, dV written: kv_bytes twice; LSE read.
+    return 4.0 * dtype_bytes(p.dtype) * static_cast<double>(p.q_elems()) + 2.0 * kv_bytes(p) +
+           4.0 * p.lse_elems();
+  }
   // Q in the input dtype, O in the output dtype (bf16 for e4m3 inputs); descales are too small to count.
   return (dtype_bytes(p.dtype) + dtype_bytes(out_dtype(p.dtype))) *
              static_cast<double>(p.q_elems()) +
@@ -207,6 +237,8 @@ std::string key(const AttentionProblem &p) {
   }
   if (p.page_size > 0)
     os << "_page" << p.page_size;
+  if (p.pass != Pass::fwd)
+    os << "_" << to_string(p.pass);
   return os.str();
 }
 
@@ -215,7 +247,7 @@ void to_json(nlohmann::json &j, const AttentionProblem &p) {
       {"batch", p.batch},       {"heads_q", p.heads_q},        {"heads_kv", p.heads_kv},
       {"seqlen_q", p.seqlen_q}, {"seqlen_kv", p.seqlen_kv},    {"head_dim", p.head_dim},
       {"causal", p.causal},     {"dtype", to_string(p.dtype)}, {"layout", to_string(p.layout)},
-      {"scale", p.scale}};
+      {"scale", p.scale},       {"pass", to_string(p.pass)}};
   // Only when set, so that records of uniform contiguous problems keep their old shape.
   if (!p.kv_lens.empty())
     j["kv_lens"] = p.kv_lens;
@@ -238,6 +270,8 @@ void from_json(const nlohmann::json &j, AttentionProblem &p) {
   if (j.contains("kv_lens") && j["kv_lens"].is_array())
     p.kv_lens = j["kv_lens"].get<std::vector<int64_t>>();
   p.page_size = j.value("page_size", int64_t{0});
+  // Records and tables written before the backward existed have no pass: they are forward.
+  p.pass = parse_pass(j.value("pass", std::string("fwd")));
 }
 
 } // namespace fb

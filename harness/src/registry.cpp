@@ -7,6 +7,16 @@
 
 namespace fb {
 
+Support support_for(const Variant &v, const AttentionProblem &p, const Config &c,
+                    const DeviceInfo &dev) {
+  if (v.pass() != p.pass)
+    return Support::no(v.name() + " computes the " +
+                       (v.pass() == Pass::fwd ? "forward pass" : "backward pass") +
+                       "; this point is a " + (p.pass == Pass::fwd ? "forward" : "backward") +
+                       " (pass: " + to_string(p.pass) + ")");
+  return v.supports(p, c, dev);
+}
+
 void Registry::add(std::unique_ptr<Variant> v) {
   if (find(v->name())) {
     std::fprintf(stderr, "flashbench: internal error: variant '%s' registered twice\n",

@@ -207,6 +207,20 @@ Result result_from_json(const nlohmann::json &j) {
       vr.nonfinite = v.value("nonfinite", int64_t{0});
       vr.mismatches = v.value("mismatches", int64_t{0});
       vr.reference = v.value("verified_against", std::string());
+      if (v.contains("tensors") && v["tensors"].is_object())
+        for (const auto &[name, t] : v["tensors"].items()) {
+          auto num = [&](const char *f) {
+            return t.contains(f) && t[f].is_number() ? t[f].get<double>() : INFINITY;
+          };
+          TensorError e;
+          e.name = name;
+          e.max_abs_error = num("max_error");
+          e.worst_ratio = num("worst_over_tolerance");
+          e.rel_l2_error = num("rel_l2_error");
+          e.nonfinite = t.value("nonfinite", int64_t{0});
+          e.mismatches = t.value("mismatches", int64_t{0});
+          vr.tensors.push_back(std::move(e));
+        }
       r.verification = vr;
     }
     return r;

@@ -115,7 +115,7 @@ std::vector<YAML::Node> axis_values(const Ctx &c, const YAML::Node &n, const std
 const std::vector<std::string> kProblemFields = {
     "name",      "batch",  "heads_q",     "heads_kv", "heads",     "gqa",    "seqlen_q",
     "seqlen_kv", "seqlen", "tokens",      "hidden",   "head_dim",  "causal", "dtype",
-    "layout",    "scale",  "constraints", "kv_lens",  "page_size", "preset"};
+    "layout",    "scale",  "constraints", "kv_lens",  "page_size", "preset", "pass"};
 
 std::string known_list(const std::vector<std::string> &v) {
   std::string s;
@@ -368,7 +368,7 @@ void expand_problem_entry(const Ctx &c, const YAML::Node &entry,
         constraints.push_back(parse_constraint(c, k));
       continue;
     }
-    const bool numeric = !(f == "causal" || f == "dtype" || f == "layout");
+    const bool numeric = !(f == "causal" || f == "dtype" || f == "layout" || f == "pass");
     axes.emplace_back(f, axis_values(c, kv.second, f, numeric));
   }
   auto clash = [&](const std::string &a, const std::string &b) {
@@ -434,12 +434,14 @@ void expand_problem_entry(const Ctx &c, const YAML::Node &entry,
         p.scale = as_double(c, v, f);
       else if (f == "page_size")
         p.page_size = as_int(c, v, f);
-      else if (f == "dtype" || f == "layout") {
+      else if (f == "dtype" || f == "layout" || f == "pass") {
         try {
           if (f == "dtype")
             p.dtype = parse_dtype(v.Scalar());
-          else
+          else if (f == "layout")
             p.layout = parse_layout(v.Scalar());
+          else
+            p.pass = parse_pass(v.Scalar());
         } catch (const UserError &e) {
           c.fail(v, e.what());
         }
@@ -759,7 +761,7 @@ std::vector<PlannedPoint> plan(const SweepSpec &spec, const Registry &registry,
         PlannedPoint pt{v, cfg, p, invalid, {}, v->model_bytes(p, cfg, dev)};
         pt.config_source = source;
         if (!pt.skip_reason) {
-          Support sup = v->supports(p, cfg, dev);
+          Support sup = support_for(*v, p, cfg, dev);
           if (!sup.ok)
             pt.skip_reason = sup.reason;
         }

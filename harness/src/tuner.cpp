@@ -67,14 +67,16 @@ void write_atomically(const std::string &path, const std::string &text) {
 } // namespace
 
 bool TuningEntry::same_key(const TuningEntry &o) const {
-  return variant == o.variant && dtype == o.dtype && head_dim == o.head_dim && causal == o.causal &&
-         seqlen_q_bucket == o.seqlen_q_bucket && seqlen_kv_bucket == o.seqlen_kv_bucket &&
-         bh_bucket == o.bh_bucket && group_bucket == o.group_bucket;
+  return variant == o.variant && pass == o.pass && dtype == o.dtype && head_dim == o.head_dim &&
+         causal == o.causal && seqlen_q_bucket == o.seqlen_q_bucket &&
+         seqlen_kv_bucket == o.seqlen_kv_bucket && bh_bucket == o.bh_bucket &&
+         group_bucket == o.group_bucket;
 }
 
 TuningEntry make_entry_key(const std::string &variant, const AttentionProblem &p) {
   TuningEntry e;
   e.variant = variant;
+  e.pass = p.pass;
   e.dtype = p.dtype;
   e.head_dim = p.head_dim;
   e.causal = p.causal;
@@ -130,8 +132,8 @@ const TuningEntry *TuningTable::lookup(const std::string &variant, const Attenti
   // (distance, its length part, minus the signed size difference): smaller is nearer. Equal within 1e-9.
   std::array<double, 3> best_rank{};
   for (const auto &e : entries) {
-    if (e.variant != k.variant || e.dtype != k.dtype || e.head_dim != k.head_dim ||
-        e.causal != k.causal)
+    if (e.variant != k.variant || e.pass != k.pass || e.dtype != k.dtype ||
+        e.head_dim != k.head_dim || e.causal != k.causal)
       continue;
     if (e.same_key(k)) {
       if (exact)
@@ -181,6 +183,7 @@ nlohmann::json to_json(const TuningTable &t) {
   j["entries"] = nlohmann::json::array();
   for (const auto &e : t.entries)
     j["entries"].push_back({{"variant", e.variant},
+                            {"pass", to_string(e.pass)},
                             {"dtype", to_string(e.dtype)},
                             {"head_dim", e.head_dim},
                             {"causal", e.causal},
@@ -215,6 +218,7 @@ TuningTable tuning_table_from_json(const nlohmann::json &j, const std::string &p
     for (const auto &x : j.at("entries")) {
       TuningEntry e;
       e.variant = x.at("variant").get<std::string>();
+      e.pass = parse_pass(x.value("pass", std::string("fwd")));
       e.dtype = parse_dtype(x.at("dtype").get<std::string>());
       e.head_dim = x.at("head_dim").get<int64_t>();
       e.causal = x.at("causal").get<bool>();
@@ -275,7 +279,8 @@ std::string tuning_path_for(const DeviceInfo &dev) {
 }
 
 std::string describe_bucket(const TuningEntry &e) {
-  return "bucket sq<=" + std::to_string(e.seqlen_q_bucket) +
+  return std::string(e.pass == Pass::bwd ? "bwd " : "") +
+         "bucket sq<=" + std::to_string(e.seqlen_q_bucket) +
          " skv<=" + std::to_string(e.seqlen_kv_bucket) + " b*h<=" + std::to_string(e.bh_bucket) +
          " group<=" + std::to_string(e.group_bucket);
 }
@@ -381,12 +386,13 @@ std::pair<Config, std::string> tuned_config(const Variant &v, const AttentionPro
   bool exact = false;
   const TuningEntry *e = t->lookup(v.name(), p, &exact);
   if (!e)
-    return {fallback, "default: no " + v.name() + " entry for " + to_string(p.dtype) + " d" +
+    return {fallback, "default: no " + v.name() + " entry for " +
+                          (p.pass == Pass::bwd ? "bwd " : "") + to_string(p.dtype) + " d" +
                           std::to_string(p.head_dim) + (p.causal ? " causal" : "") + " in " +
                           tuning_path_for(dev)};
   if (auto why = v.space().check(e->config))
     return {fallback, "default: tuned config invalid (" + *why + ")"};
-  if (Support s = v.supports(p, e->config, dev); !s.ok)
+  if (Support s = support_for(v, p, e->config, dev); !s.ok)
     return {fallback, "default: tuned config unsupported here (" + s.reason + ")"};
   return {e->config, std::string("tuned: ") + (exact ? "" : "nearest ") + describe_bucket(*e) +
                          " of " + tuning_path_for(dev)};
@@ -714,13 +720,20 @@ int run_tune(const SweepSpec &spec, const TuneOptions &o, std::ostream &os) {
           space_configs.push_back(e.config);
     }
     for (const auto &p : spec.problems) {
+      // A problem of the other pass has nothing to tune for this variant (a spec may mix fwd and bwd): said once,
+      // and not counted as a problem without an eligible config.
+      if (p.pass != v->pass()) {
+        os << v->name() << " on " << key(p) << ": not tuned ("
+           << support_for(*v, p, v->space().default_config(), dev).reason << ")\n";
+        continue;
+      }
       std::vector<Config> candidates;
       nlohmann::json rejected = nlohmann::json::array();
       for (const auto &c : space_configs) {
         std::string why;
         if (auto bad = v->space().check(c))
           why = *bad;
-        else if (Support s = v->supports(p, c, dev); !s.ok)
+        else if (Support s = support_for(*v, p, c, dev); !s.ok)
           why = s.reason;
         if (why.empty())
           candidates.push_back(c);

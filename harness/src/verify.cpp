@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -31,11 +32,35 @@ Tolerance tolerance_for(DType t) {
   return {};
 }
 
+GradTolerance grad_tolerance_for(DType t) {
+  // verify.hpp states the arithmetic behind each number; the README's tolerance section repeats them.
+  switch (t) {
+  case DType::bf16: {
+    const double u = 0x1p-9;
+    return {0x1p-16, 2 * u, 4 * u, 0.0, 8 * u};
+  }
+  case DType::f16: {
+    const double u = 0x1p-11;
+    return {0x1p-16, 2 * u, 4 * u, 0x1p-24, 8 * u};
+  }
+  case DType::f32: {
+    const double u = 0x1p-24;
+    return {0x1p-16, 2 * u, 0x1p-14, 0.0, 0x1p-14};
+  }
+  case DType::e4m3: // validate() refuses a backward of e4m3
+    break;
+  }
+  return {};
+}
+
 std::string VerifyResult::summary() const {
   std::ostringstream os;
   os << (pass ? "pass" : "FAIL") << " vs " << reference << ": max_abs_error=" << max_abs_error
      << " worst/tol=" << worst_ratio << " rel_l2=" << rel_l2_error
      << " lse_max_error=" << lse_max_error;
+  for (const TensorError &t : tensors)
+    os << " " << t.name << ":{max_abs_error=" << t.max_abs_error << " worst/tol=" << t.worst_ratio
+       << " rel_l2=" << t.rel_l2_error << "}";
   if (nonfinite)
     os << " nonfinite=" << nonfinite;
   if (mismatches)
@@ -123,6 +148,85 @@ template VerifyResult verify<double>(const AttentionProblem &, const float *, co
 template VerifyResult verify<float>(const AttentionProblem &, const float *, const float *,
                                     const float *, const float *, const Tolerance &, const float *);
 
+namespace {
+
+// One gradient against its reference; appends up to `budget` mismatches to detail.
+TensorError check_gradient(const char *name, const float *got, const GradientReference &ref,
+                           int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim,
+                           const GradTolerance &tol, int &reported, int max_reported,
+                           std::ostringstream &detail) {
+  TensorError e;
+  e.name = name;
+  double diff_sq = 0, ref_sq = 0;
+  // bshd, dense: the index walks (b, s, h, d) in memory order.
+  int64_t idx = 0;
+  for (int64_t b = 0; b < batch; ++b)
+    for (int64_t s = 0; s < seqlen; ++s)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t d = 0; d < head_dim; ++d, ++idx) {
+          const size_t i = static_cast<size_t>(idx);
+          const double g = got[idx], want = ref.value[i];
+          const double bound = tol.atol + tol.rtol * std::abs(want) + tol.term * ref.abs[i] +
+                               tol.floor * ref.floor[i];
+          const double err = std::abs(g - want);
+          bool bad;
+          if (!std::isfinite(g)) {
+            ++e.nonfinite;
+            bad = true;
+          } else {
+            e.max_abs_error = std::max(e.max_abs_error, err);
+            e.worst_ratio = std::max(e.worst_ratio, err / bound);
+            diff_sq += err * err;
+            bad = err > bound;
+          }
+          ref_sq += want * want;
+          if (bad) {
+            ++e.mismatches;
+            if (reported++ < max_reported)
+              detail << (reported > 1 ? "; " : "") << name << "[b=" << b << ",s=" << s << ",h=" << h
+                     << ",d=" << d << "]: got " << g << " want " << want << " (bound " << bound
+                     << ")";
+          }
+        }
+  if (e.nonfinite)
+    e.max_abs_error = INFINITY;
+  e.rel_l2_error = ref_sq > 0 ? std::sqrt(diff_sq / ref_sq) : std::sqrt(diff_sq);
+  return e;
+}
+
+} // namespace
+
+VerifyResult verify_backward(const AttentionProblem &p, const float *dq, const float *dk,
+                             const float *dv, const BackwardReference &ref,
+                             const GradTolerance &tol) {
+  VerifyResult r;
+  constexpr int kMaxReported = 3;
+  int reported = 0;
+  std::ostringstream detail;
+  r.tensors.push_back(check_gradient("dq", dq, ref.dq, p.batch, p.seqlen_q, p.heads_q, p.head_dim,
+                                     tol, reported, kMaxReported, detail));
+  r.tensors.push_back(check_gradient("dk", dk, ref.dk, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim,
+                                     tol, reported, kMaxReported, detail));
+  r.tensors.push_back(check_gradient("dv", dv, ref.dv, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim,
+                                     tol, reported, kMaxReported, detail));
+  bool l2_ok = true;
+  for (const TensorError &t : r.tensors) {
+    r.max_abs_error = std::max(r.max_abs_error, t.max_abs_error);
+    r.worst_ratio = std::max(r.worst_ratio, t.worst_ratio);
+    r.rel_l2_error = std::max(r.rel_l2_error, t.rel_l2_error);
+    r.nonfinite += t.nonfinite;
+    r.mismatches += t.mismatches;
+    if (tol.rel_l2 > 0 && !(t.rel_l2_error <= tol.rel_l2)) {
+      l2_ok = false;
+      detail << (reported++ ? "; " : "") << t.name << " rel_l2 " << t.rel_l2_error
+             << " over its bound " << tol.rel_l2;
+    }
+  }
+  r.pass = r.mismatches == 0 && l2_ok;
+  r.detail = detail.str();
+  return r;
+}
+
 void to_json(nlohmann::json &j, const VerifyResult &v) {
   auto num = [](double x) {
     return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
@@ -135,6 +239,16 @@ void to_json(nlohmann::json &j, const VerifyResult &v) {
                      {"nonfinite", v.nonfinite},
                      {"mismatches", v.mismatches},
                      {"verified_against", v.reference}};
+  if (!v.tensors.empty()) {
+    nlohmann::json t = nlohmann::json::object();
+    for (const TensorError &e : v.tensors)
+      t[e.name] = {{"max_error", num(e.max_abs_error)},
+                   {"worst_over_tolerance", num(e.worst_ratio)},
+                   {"rel_l2_error", num(e.rel_l2_error)},
+                   {"nonfinite", e.nonfinite},
+                   {"mismatches", e.mismatches}};
+    j["tensors"] = t;
+  }
 }
 
 } // namespace fb

@@ -15,6 +15,9 @@ DTYPES = ("fp32", "fp16", "bf16", "e4m3")
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1}
 OUT_DTYPE = {"e4m3": "bf16"}  # O's dtype where it is not the inputs' (problem.hpp, out_dtype)
 FP8_SCALE_BLOCK = 128  # tokens per Q/K descale (problem.hpp, kFp8ScaleBlock)
+PASSES = ("fwd", "bwd")  # problem.hpp, Pass; a problem without "pass" (older records) is a forward
+BWD_FLOPS_FACTOR = 2.5  # problem.hpp, kBwdFlopsFactor: five GEMMs against the forward's two
+_PASS_ALIASES = {"forward": "fwd", "backward": "bwd"}
 
 # The peers' check (scripts/peers.py): atol + rtol * |ref| per input dtype. fp32 allows for TF32 inside a torch
 # backend, and fp16/bf16 for other implementations' rounding, so these are at least the harness's own bounds
@@ -39,17 +42,27 @@ def normalize_dtype(dt: Any) -> Optional[str]:
     return _DTYPE_ALIASES.get(dt, dt)
 
 
+def normalize_pass(ps: Any) -> Optional[str]:
+    """The harness's pass name (problem.cpp, parse_pass's aliases); "fwd" for none (records before the backward)."""
+    if ps is None:
+        return "fwd"
+    if not isinstance(ps, str):
+        return None
+    return _PASS_ALIASES.get(ps, ps)
+
+
 def normalize_problem(p: dict) -> dict:
     """A problem object as written by `flashbench plan` or a results record, with the harness's defaults filled in
     and checked; raises UserError (one line) for what the harness would refuse."""
     q = {"batch": 1, "heads_q": 1, "heads_kv": None, "seqlen_q": None, "seqlen_kv": None, "head_dim": 64,
-         "causal": False, "dtype": "bf16", "layout": "bshd", "scale": 0.0}
+         "causal": False, "dtype": "bf16", "layout": "bshd", "scale": 0.0, "pass": "fwd"}
     q.update({k: v for k, v in p.items() if v is not None})
     q["kv_lens"] = list(q.get("kv_lens") or [])
     q["page_size"] = int(q.get("page_size") or 0)
     q["heads_kv"] = q["heads_kv"] or q["heads_q"]
     q["seqlen_kv"] = q["seqlen_kv"] or q["seqlen_q"]
     q["dtype"] = normalize_dtype(q["dtype"])
+    q["pass"] = normalize_pass(q["pass"])
     for k in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv", "head_dim"):
         if not isinstance(q[k], int) or isinstance(q[k], bool) or q[k] <= 0:
             raise UserError("problem {}: {} must be a positive integer".format(json.dumps(p), k))
@@ -59,6 +72,11 @@ def normalize_problem(p: dict) -> dict:
         raise UserError("problem {}: dtype must be fp32, fp16, bf16 or e4m3".format(json.dumps(p)))
     if q["kv_lens"] and len(q["kv_lens"]) != q["batch"]:
         raise UserError("problem {}: kv_lens needs one length per batch entry".format(json.dumps(p)))
+    if q["pass"] not in PASSES:
+        raise UserError("problem {}: pass must be fwd or bwd".format(json.dumps(p)))
+    if q["pass"] == "bwd" and (q["dtype"] == "e4m3" or q["kv_lens"] or q["page_size"] or q["layout"] != "bshd"):
+        raise UserError("problem {}: the backward (pass: bwd) takes dense bshd problems of bf16, fp16 or fp32"
+                        .format(json.dumps(p)))
     return q
 
 
@@ -89,8 +107,10 @@ def unmasked_pairs_total(p: dict) -> int:
 
 
 def flops(p: dict) -> float:
-    """FlashAttention's convention: 4 * Hq * d * (unmasked pairs over the batch), the two GEMMs only."""
-    return 4.0 * p["heads_q"] * p["head_dim"] * unmasked_pairs_total(p)
+    """FlashAttention's convention: 4 * Hq * d * (unmasked pairs over the batch), the forward's two GEMMs; the
+    backward's five are BWD_FLOPS_FACTOR times that."""
+    fwd = 4.0 * p["heads_q"] * p["head_dim"] * unmasked_pairs_total(p)
+    return BWD_FLOPS_FACTOR * fwd if normalize_pass(p.get("pass")) == "bwd" else fwd
 
 
 def kv_bytes(p: dict) -> float:
@@ -100,10 +120,14 @@ def kv_bytes(p: dict) -> float:
 
 
 def bytes_min(p: dict) -> float:
-    """The fewest bytes any implementation moves: Q read, K/V read once, O written (out dtype), LSE (fp32)."""
-    el = DTYPE_BYTES[p["dtype"]] + DTYPE_BYTES[OUT_DTYPE.get(p["dtype"], p["dtype"])]
+    """The fewest bytes any implementation moves. Forward: Q read, K/V read once, O written (out dtype), LSE (fp32).
+    Backward: Q, K, V, O, dO and LSE (fp32) read once, dQ, dK, dV written once."""
     q = p["batch"] * p["heads_q"] * p["seqlen_q"] * p["head_dim"]
-    return float(el * q + kv_bytes(p) + 4 * p["batch"] * p["heads_q"] * p["seqlen_q"])
+    lse = 4 * p["batch"] * p["heads_q"] * p["seqlen_q"]
+    if normalize_pass(p.get("pass")) == "bwd":
+        return float(4 * DTYPE_BYTES[p["dtype"]] * q + 2 * kv_bytes(p) + lse)
+    el = DTYPE_BYTES[p["dtype"]] + DTYPE_BYTES[OUT_DTYPE.get(p["dtype"], p["dtype"])]
+    return float(el * q + kv_bytes(p) + lse)
 
 
 def _fnv1a_kv_lens(lens: List[int]) -> int:
@@ -115,7 +139,8 @@ def _fnv1a_kv_lens(lens: List[int]) -> int:
 
 def problem_key(p: Dict[str, Any]) -> str:
     """The C++ key(AttentionProblem): 'b2_hq16_hkv4_sq512_skv1024_d128_causal_bf16', then layout, scale, kv_lens and
-    page_size where not the default. A field a record lacks reads '?' ('?' alone for no problem at all)."""
+    page_size where not the default, '_bwd' last for the backward. A field a record lacks reads '?' ('?' alone for no
+    problem at all)."""
     if not p:
         return "?"
     s = "b{}_hq{}_hkv{}_sq{}_skv{}_d{}".format(p.get("batch", "?"), p.get("heads_q", "?"), p.get("heads_kv", "?"),
@@ -136,11 +161,15 @@ def problem_key(p: Dict[str, Any]) -> str:
             s += "_kvl{}x{:08x}".format(sum(lens), _fnv1a_kv_lens(lens) & 0xffffffff)
     if p.get("page_size"):
         s += "_page{}".format(p["page_size"])
+    ps = normalize_pass(p.get("pass"))
+    if ps != "fwd":
+        s += "_" + str(ps or "?")
     return s
 
 
 _KEY_RE = re.compile(r"^b(\d+)_hq(\d+)_hkv(\d+)_sq(\d+)_skv(\d+)_d(\d+)(_causal)?_(fp32|f32|fp16|f16|bf16|e4m3)"
-                     r"(?:_(bhsd))?(?:_scale([0-9.eE+-]+))?(?:_kvl([0-9-]+|\d+x[0-9a-f]{8}))?(?:_page(\d+))?$")
+                     r"(?:_(bhsd))?(?:_scale([0-9.eE+-]+))?(?:_kvl([0-9-]+|\d+x[0-9a-f]{8}))?(?:_page(\d+))?"
+                     r"(?:_(bwd))?$")
 
 
 def parse_problem_key(key: str) -> Dict[str, Any]:
@@ -149,7 +178,7 @@ def parse_problem_key(key: str) -> Dict[str, Any]:
     m = _KEY_RE.match(key or "")
     if not m:
         return {}
-    b, hq, hkv, sq, skv, d, causal, dt, layout, scale, kvl, page = m.groups()
+    b, hq, hkv, sq, skv, d, causal, dt, layout, scale, kvl, page, ps = m.groups()
     p = {"batch": int(b), "heads_q": int(hq), "heads_kv": int(hkv), "seqlen_q": int(sq), "seqlen_kv": int(skv),
          "head_dim": int(d), "causal": bool(causal), "dtype": normalize_dtype(dt)}
     if layout:
@@ -165,4 +194,6 @@ def parse_problem_key(key: str) -> Dict[str, Any]:
         p["kv_lens"] = [int(x) for x in kvl.split("-")]
     if page:
         p["page_size"] = int(page)
+    if ps:
+        p["pass"] = ps
     return p

@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional
 
 # The problem key and its parse live in problem.py, the one Python copy of the harness's problem math; re-exported
 # here for the modules that read results.
+from . import problem as P
 from .problem import UserError, normalize_dtype, parse_problem_key, problem_key  # noqa: F401
 
 SCHEMA_VERSION = 1
@@ -235,6 +236,9 @@ def family_key(p: Dict[str, Any], by_tokens: bool = False) -> str:
         s += " kv_lens"
     if p.get("page_size"):
         s += " page{}".format(p["page_size"])
+    # The backward's curves apart from the forward's of the same shape (2.5x the FLOPs, other kernels).
+    if P.normalize_pass(p.get("pass")) == "bwd":
+        s += " bwd"
     return s
 
 

@@ -84,3 +84,41 @@ def test_paged_and_unpaged_decode_are_different_curves():
                                                               {"kv_lens": [1, 2, 3, 4]})}
     assert len(fam) == 4
     assert results.family_key(_decode(page_size=16)) == results.family_key(_decode(page_size=16, seqlen_kv=4096))
+
+
+def _prefill(**kw):
+    p = {"batch": 2, "heads_q": 8, "heads_kv": 2, "seqlen_q": 100, "seqlen_kv": 333, "head_dim": 64,
+         "causal": True, "dtype": "bf16", "layout": "bshd", "scale": 0.0}
+    p.update(kw)
+    return p
+
+
+def test_backward_key_flops_and_bytes():
+    fwd, bwd = P.normalize_problem(_prefill()), P.normalize_problem(_prefill(**{"pass": "bwd"}))
+    assert fwd["pass"] == "fwd"  # a record without a pass is a forward
+    assert P.problem_key(bwd) == P.problem_key(fwd) + "_bwd"
+    assert P.parse_problem_key(P.problem_key(bwd))["pass"] == "bwd"
+    assert P.problem_key(P.parse_problem_key(P.problem_key(bwd))) == P.problem_key(bwd)
+    pairs = 2 * _brute_pairs(100, 333, True)
+    assert P.flops(fwd) == 4 * 8 * 64 * pairs
+    assert P.flops(bwd) == 2.5 * P.flops(fwd)
+    q, kv, lse = 2 * 8 * 100 * 64 * 2, 2 * 2 * 333 * 64 * 2, 4 * 2 * 8 * 100
+    assert P.bytes_min(bwd) == (q + kv + kv + q + q + lse) + (q + kv + kv)  # read Q K V O dO LSE, write dQ dK dV
+    assert P.normalize_problem(_prefill(**{"pass": "backward"}))["pass"] == "bwd"
+
+
+def test_normalize_refuses_a_backward_the_harness_refuses():
+    for extra in ({"dtype": "e4m3"}, {"layout": "bhsd"}, {"page_size": 16}, {"batch": 2, "kv_lens": [3, 4]}):
+        with pytest.raises(P.UserError, match="pass: bwd"):
+            P.normalize_problem(_prefill(**dict(extra, **{"pass": "bwd"})))
+    with pytest.raises(P.UserError, match="pass must be fwd or bwd"):
+        P.normalize_problem(_prefill(**{"pass": "sideways"}))
+
+
+def test_backward_points_are_their_own_points_and_curves():
+    recs = [{"name": "v/c/k{}".format(i), "variant": "v", "status": "ok", "median_us": us, "problem": _prefill(**extra)}
+            for i, (us, extra) in enumerate([(10.0, {}), (30.0, {"pass": "bwd"})])]
+    points = [results.point_from_record(r) for r in recs]
+    assert points[1].key.endswith("_bwd") and not points[0].key.endswith("_bwd")
+    assert sorted(p.median_us for p in results.best_per_variant(points).values()) == [10.0, 30.0]
+    assert results.family_key(_prefill(**{"pass": "bwd"})) == results.family_key(_prefill()) + " bwd"

@@ -246,3 +246,31 @@ TEST(Cli, ResumingAFinishedRunKeepsItsPoints) {
   expect_path_error("run " + other + " --fake-worker --resume -o " + out,
                     "holds the results of another plan", d);
 }
+
+TEST(Cli, ShapeTakesThePass) {
+  const std::string shape = "--variant naive --shape batch=1,heads=2,seqlen=64,head_dim=64";
+  Outcome o = run_cli("run --dry-run " + shape + ",pass=bwd");
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("naive/"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("_d64_bf16_bwd"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("(naive computes the forward pass; this point is a backward (pass: bwd))"),
+            std::string::npos)
+      << o.out;
+  o = run_cli("run --dry-run " + shape + ",pass=fwd");
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out.find("_bwd"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("skip "), std::string::npos) << o.out;
+  expect_user_error("run " + shape + ",pass=sideways", "unknown pass 'sideways'");
+  expect_user_error("run " + shape + ",pass=bwd,dtype=e4m3", "use dtype bf16");
+}
+
+TEST(Cli, PlanGivesTheBackwardsKeyFlopsBytesAndGradientTolerance) {
+  const Outcome o = run_cli(
+      "plan " + write_temp("bwd.yaml", "problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: "
+                                       "64, pass: [fwd, bwd]}\nvariants: [naive]\n"));
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("\"pass\": \"bwd\""), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\"pass\": \"fwd\""), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("b1_hq2_hkv2_sq64_skv64_d64_bf16_bwd"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\"term\""), std::string::npos) << o.out; // the gradients' bound
+}

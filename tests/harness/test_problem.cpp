@@ -152,3 +152,97 @@ TEST(Problem, RandomKvLensAreDeterministicAndInRange) {
     EXPECT_LE(len, 8192);
   }
 }
+
+// ---- The backward pass (pass: bwd).
+TEST(Problem, PassParsesPrintsAndRefusesUnknownNames) {
+  EXPECT_EQ(parse_pass("fwd"), Pass::fwd);
+  EXPECT_EQ(parse_pass("bwd"), Pass::bwd);
+  EXPECT_EQ(parse_pass("backward"), Pass::bwd);
+  EXPECT_STREQ(to_string(Pass::fwd), "fwd");
+  EXPECT_STREQ(to_string(Pass::bwd), "bwd");
+  try {
+    parse_pass("both");
+    FAIL() << "accepted 'both'";
+  } catch (const UserError &e) {
+    EXPECT_NE(std::string(e.what()).find("use fwd (forward) or bwd (backward)"), std::string::npos);
+  }
+  EXPECT_EQ(AttentionProblem{}.pass, Pass::fwd);
+}
+
+TEST(Problem, BackwardKeyAndJsonRoundTrip) {
+  AttentionProblem p = make(77, 131, true);
+  EXPECT_EQ(key(p), "b2_hq8_hkv2_sq77_skv131_d64_causal_bf16");
+  p.pass = Pass::bwd;
+  EXPECT_EQ(key(p), "b2_hq8_hkv2_sq77_skv131_d64_causal_bf16_bwd");
+  nlohmann::json j = p;
+  EXPECT_EQ(j.at("pass"), "bwd");
+  EXPECT_EQ(j.get<AttentionProblem>(), p);
+  AttentionProblem f = make(77, 131, true);
+  EXPECT_EQ(nlohmann::json(f).at("pass"), "fwd");
+  // A record written before the backward existed has no "pass": it reads as a forward problem.
+  j.erase("pass");
+  EXPECT_EQ(j.get<AttentionProblem>().pass, Pass::fwd);
+  j["pass"] = "sideways";
+  EXPECT_THROW(j.get<AttentionProblem>(), UserError);
+}
+
+TEST(Problem, BackwardFlopsAreTwoAndAHalfForwardsOverTheSamePairs) {
+  for (bool causal : {false, true})
+    for (auto [sq, skv] : {std::pair<int64_t, int64_t>{1024, 1024}, {100, 333}, {333, 100}}) {
+      AttentionProblem p = make(sq, skv, causal);
+      const double fwd = flops(p);
+      EXPECT_DOUBLE_EQ(fwd, 4.0 * 8 * 64 * static_cast<double>(2 * brute_pairs(p)));
+      p.pass = Pass::bwd;
+      // Five GEMMs of 2 * pairs * d each (S recomputed, dV, dP, dQ, dK) against the forward's two.
+      EXPECT_DOUBLE_EQ(flops(p), 5 * 2.0 * 8 * 64 * static_cast<double>(2 * brute_pairs(p)));
+      EXPECT_DOUBLE_EQ(flops(p), 2.5 * fwd);
+    }
+}
+
+TEST(Problem, BackwardMinBytesReadSixTensorsAndWriteThree) {
+  for (DType t : {DType::bf16, DType::f16, DType::f32}) {
+    AttentionProblem p = make(100, 300, true);
+    p.dtype = t;
+    p.pass = Pass::bwd;
+    const double e = dtype_bytes(t);
+    const double q = 2.0 * 8 * 100 * 64 * e, kv = 2.0 * 2 * 300 * 64 * e, lse = 2.0 * 8 * 100 * 4;
+    // Read: Q, K, V, O, dO, LSE; written: dQ, dK, dV. Causality changes nothing: every row is read.
+    EXPECT_DOUBLE_EQ(min_bytes(p), (q + kv + kv + q + q + lse) + (q + kv + kv)) << to_string(t);
+  }
+}
+
+TEST(Problem, BackwardRefusesWhatItCannotTakeInOneLine) {
+  auto refused = [](AttentionProblem p, const std::string &what) {
+    p.pass = Pass::bwd;
+    try {
+      validate(p);
+      ADD_FAILURE() << key(p) << " accepted";
+    } catch (const UserError &e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+      EXPECT_NE(m.find("pass: bwd"), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  };
+  AttentionProblem p = make(64, 64, true);
+  p.dtype = DType::e4m3;
+  refused(p, "use dtype bf16");
+  p = make(1, 64, false);
+  p.kv_lens = {3, 64};
+  refused(p, "drop kv_lens");
+  p = make(1, 64, false);
+  p.page_size = 16;
+  refused(p, "drop page_size");
+  p = make(64, 64, false);
+  p.layout = Layout::bhsd;
+  refused(p, "use layout bshd");
+  // The same problems are fine forward, and the dense bshd backward is fine in every other dtype.
+  p.pass = Pass::fwd;
+  EXPECT_NO_THROW(validate(p));
+  for (DType t : {DType::bf16, DType::f16, DType::f32}) {
+    AttentionProblem b = make(7, 300, true);
+    b.dtype = t;
+    b.pass = Pass::bwd;
+    EXPECT_NO_THROW(validate(b));
+  }
+}

@@ -143,3 +143,156 @@ TEST(Reference, RowsThatSeeNoKeyGiveZeroAndMinusInfinity) {
   for (int d = 0; d < 4; ++d)
     EXPECT_NEAR(r.o[3 * 4 + d], in.v[d], 1e-7); // one visible key: O = V[0]
 }
+
+// ---- The backward reference: against central differences of f = sum(O * dO) in float64, where O is the float64
+// forward reference of the same inputs (the gradient of f is exactly what dQ, dK and dV are).
+namespace {
+
+struct BackwardInputs {
+  AttentionProblem p; // pass bwd
+  std::vector<float> q, k, v, dout, o, lse;
+};
+
+AttentionProblem forward_of(AttentionProblem p) {
+  p.pass = Pass::fwd;
+  return p;
+}
+
+BackwardInputs backward_inputs(const AttentionProblem &p, uint64_t seed) {
+  BackwardInputs in;
+  in.p = p;
+  const Inputs fwd = random_inputs(p, seed);
+  in.q = fwd.q;
+  in.k = fwd.k;
+  in.v = fwd.v;
+  std::mt19937_64 rng(seed + 1);
+  std::normal_distribution<float> n(0.f, 1.f);
+  in.dout.resize(static_cast<size_t>(p.q_elems()));
+  for (float &x : in.dout)
+    x = n(rng);
+  const ReferenceOutput r = cpu_reference(forward_of(p), in.q.data(), in.k.data(), in.v.data());
+  in.o.assign(r.o.begin(), r.o.end());
+  in.lse.assign(r.lse.begin(), r.lse.end());
+  return in;
+}
+
+double objective(const BackwardInputs &in) {
+  const ReferenceOutput r = cpu_reference(forward_of(in.p), in.q.data(), in.k.data(), in.v.data());
+  double f = 0;
+  for (size_t i = 0; i < r.o.size(); ++i)
+    f += r.o[i] * in.dout[i];
+  return f;
+}
+
+// Central differences of every element of `x` (one of in's q, k, v) against `grad`. The step is taken in float
+// and the quotient uses the step actually taken, so the only errors are the O(h^2) truncation and the reference
+// reading O and LSE rounded to fp32 (relative ~1e-7 of each term): both well under 1e-5 of the terms' sum.
+void expect_gradient(BackwardInputs &in, std::vector<float> &x, const GradientReference &grad,
+                     const char *name) {
+  constexpr double h = 1e-3;
+  ASSERT_EQ(x.size(), grad.value.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float x0 = x[i];
+    const float xp = static_cast<float>(x0 + h), xm = static_cast<float>(x0 - h);
+    x[i] = xp;
+    const double fp = objective(in);
+    x[i] = xm;
+    const double fm = objective(in);
+    x[i] = x0;
+    const double fd = (fp - fm) / (static_cast<double>(xp) - xm);
+    EXPECT_NEAR(grad.value[i], fd, 1e-6 + 1e-5 * grad.abs[i])
+        << name << "[" << i << "] of " << key(in.p);
+    EXPECT_TRUE(std::isfinite(grad.value[i]));
+    EXPECT_GE(grad.abs[i], std::abs(grad.value[i]) * (1 - 1e-12));
+    EXPECT_GE(grad.floor[i], 0);
+  }
+}
+
+AttentionProblem bwd_problem(int64_t b, int64_t hq, int64_t hkv, int64_t sq, int64_t skv, int64_t d,
+                             bool causal) {
+  AttentionProblem p;
+  p.batch = b;
+  p.heads_q = hq;
+  p.heads_kv = hkv;
+  p.seqlen_q = sq;
+  p.seqlen_kv = skv;
+  p.head_dim = d;
+  p.causal = causal;
+  p.pass = Pass::bwd;
+  return p;
+}
+
+} // namespace
+
+TEST(Reference, BackwardMatchesCentralDifferences) {
+  std::random_device rd;
+  for (const AttentionProblem &p : {
+           bwd_problem(1, 1, 1, 1, 1, 4, false), // length 1
+           bwd_problem(2, 4, 2, 5, 7, 3, false), // GQA 2, odd lengths and head_dim
+           bwd_problem(1, 4, 1, 7, 4, 4, true),  // causal Sq > Skv: rows 0..2 see no key; MQA
+           bwd_problem(1, 2, 2, 3, 6, 5, true),  // causal Sq < Skv
+           bwd_problem(1, 2, 1, 1, 5, 4, true),  // one query over every key, GQA 2
+       }) {
+    const uint64_t seed = rd();
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    BackwardInputs in = backward_inputs(p, seed);
+    const BackwardReference r = cpu_reference_backward(p, in.q.data(), in.k.data(), in.v.data(),
+                                                       in.o.data(), in.dout.data(), in.lse.data());
+    ASSERT_EQ(r.dq.value.size(), static_cast<size_t>(p.q_elems()));
+    ASSERT_EQ(r.dk.value.size(), static_cast<size_t>(p.kv_elems()));
+    expect_gradient(in, in.q, r.dq, "dq");
+    expect_gradient(in, in.k, r.dk, "dk");
+    expect_gradient(in, in.v, r.dv, "dv");
+  }
+}
+
+TEST(Reference, BackwardRowsThatSeeNoKeyGiveZeroNeverNaN) {
+  // Causal bottom-right, Sq 7 > Skv 4: rows 0..2 see no key (LSE -inf). Their dQ is exactly 0, and dO of those
+  // rows, however large, moves no dK or dV.
+  const AttentionProblem p = bwd_problem(1, 2, 1, 7, 4, 4, true);
+  BackwardInputs in = backward_inputs(p, 11);
+  for (int64_t i = 0; i < 3; ++i)
+    ASSERT_TRUE(std::isinf(in.lse[static_cast<size_t>(i)]) && in.lse[static_cast<size_t>(i)] < 0);
+  const BackwardReference a = cpu_reference_backward(p, in.q.data(), in.k.data(), in.v.data(),
+                                                     in.o.data(), in.dout.data(), in.lse.data());
+  const Strides qs = p.q_strides();
+  for (int64_t h = 0; h < p.heads_q; ++h)
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t d = 0; d < p.head_dim; ++d) {
+        const size_t e = static_cast<size_t>(i * qs.seq + h * qs.head + d);
+        EXPECT_EQ(a.dq.value[e], 0.0);
+        EXPECT_EQ(a.dq.floor[e], 0.0);
+        in.dout[e] = 1e6f;
+      }
+  const BackwardReference b = cpu_reference_backward(p, in.q.data(), in.k.data(), in.v.data(),
+                                                     in.o.data(), in.dout.data(), in.lse.data());
+  EXPECT_EQ(a.dk.value, b.dk.value);
+  EXPECT_EQ(a.dv.value, b.dv.value);
+  for (const auto *g : {&b.dq, &b.dk, &b.dv})
+    for (double x : g->value)
+      EXPECT_TRUE(std::isfinite(x));
+}
+
+TEST(Reference, BackwardSumsWithOneKey) {
+  // One key: P = 1 for every row, so dV[0] = sum over rows and the group's heads of dO, and both of its sums are
+  // sum |dO|; dQ's floor is scale |K[0]| a row.
+  const AttentionProblem p = bwd_problem(1, 3, 1, 4, 1, 2, false);
+  const BackwardInputs in = backward_inputs(p, 5);
+  const BackwardReference r = cpu_reference_backward(p, in.q.data(), in.k.data(), in.v.data(),
+                                                     in.o.data(), in.dout.data(), in.lse.data());
+  for (int64_t d = 0; d < p.head_dim; ++d) {
+    double sum = 0, abs_sum = 0;
+    for (int64_t i = 0; i < p.seqlen_q; ++i)
+      for (int64_t h = 0; h < p.heads_q; ++h) {
+        const double x = in.dout[static_cast<size_t>((i * p.heads_q + h) * p.head_dim + d)];
+        sum += x;
+        abs_sum += std::abs(x);
+      }
+    EXPECT_NEAR(r.dv.value[static_cast<size_t>(d)], sum, 1e-6);
+    EXPECT_NEAR(r.dv.abs[static_cast<size_t>(d)], abs_sum, 1e-6);
+    EXPECT_NEAR(r.dv.floor[static_cast<size_t>(d)], abs_sum, 1e-12);
+    for (int64_t i = 0; i < p.q_elems() / p.head_dim; ++i)
+      EXPECT_NEAR(r.dq.floor[static_cast<size_t>(i * p.head_dim + d)],
+                  p.softmax_scale() * std::abs(in.k[static_cast<size_t>(d)]), 1e-12);
+  }
+}

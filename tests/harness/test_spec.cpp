@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 #include <regex>
 #include <vector>
 
@@ -298,4 +299,118 @@ TEST(Spec, NewFieldsKeepFileLineErrors) {
   EXPECT_DOUBLE_EQ(s.timing.point_timeout_s, 30.0);
   ASSERT_EQ(s.variants.size(), 1u);
   EXPECT_EQ(s.variants[0].mode, VariantSelection::Mode::tuned);
+}
+
+namespace {
+// A variant of either pass that supports everything of its own, for the plan's pass rule.
+class PassProbe : public Variant {
+public:
+  PassProbe(std::string name, Pass pass)
+      : name_(std::move(name)), pass_(pass),
+        space_({Axis{"block_m", {64, 128}, {}, ""}}, Config({{"block_m", 64}})) {}
+  std::string name() const override { return name_; }
+  std::string description() const override { return "pass probe"; }
+  const ConfigSpace &space() const override { return space_; }
+  Pass pass() const override { return pass_; }
+  Support supports(const AttentionProblem &, const Config &, const DeviceInfo &) const override {
+    return Support::yes();
+  }
+  double model_bytes(const AttentionProblem &p, const Config &) const override {
+    return min_bytes(p);
+  }
+  void launch(const AttentionProblem &, const Config &, const LaunchArgs &,
+              cudaStream_t) const override {}
+
+private:
+  std::string name_;
+  Pass pass_;
+  ConfigSpace space_;
+};
+} // namespace
+
+TEST(Spec, PassIsAProblemAxis) {
+  const SweepSpec s = parse_spec(R"(
+problems:
+  - {batch: 2, heads: 4, seqlen: 128, head_dim: 64, causal: true, pass: [fwd, bwd]}
+  - {batch: 1, heads: 4, seqlen: 64, head_dim: 64, pass: bwd}
+  - {batch: 1, heads: 4, seqlen: 64, head_dim: 64}
+  - {preset: llama3-8b-prefill, seqlen: 1024, pass: bwd}
+variants: [naive]
+)",
+                                 "t.yaml");
+  ASSERT_EQ(s.problems.size(), 5u);
+  EXPECT_EQ(s.problems[0].pass, Pass::fwd);
+  EXPECT_EQ(s.problems[1].pass, Pass::bwd);
+  EXPECT_EQ(s.problems[2].pass, Pass::bwd);
+  EXPECT_EQ(s.problems[3].pass, Pass::fwd); // absent: the forward
+  EXPECT_EQ(s.problems[4].pass, Pass::bwd); // a preset keeps its shape and takes the pass
+  EXPECT_EQ(s.problems[4].heads_q, 32);
+  EXPECT_EQ(s.problems[4].heads_kv, 8);
+  EXPECT_EQ(key(s.problems[1]), "b2_hq4_hkv4_sq128_skv128_d64_causal_bf16_bwd");
+}
+
+TEST(Spec, PassErrorsNameFileLineAndWhatToDo) {
+  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64, pass: sideways}\n"
+               "variants: [naive]\n",
+               R"(^t\.yaml:2:\d+: unknown pass 'sideways'; use fwd \(forward\) or bwd)");
+  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64, pass: bwd, "
+               "dtype: e4m3}\nvariants: [naive]\n",
+               R"(^t\.yaml:2:\d+: impossible problem .*_e4m3_bwd: the backward \(pass: bwd\) .*)"
+               R"(use dtype bf16$)");
+  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64, pass: bwd, "
+               "layout: bhsd}\nvariants: [naive]\n",
+               R"(^t\.yaml:2:\d+: impossible problem .*: .*use layout bshd$)");
+}
+
+TEST(Spec, PlanSkipsAVariantOfTheOtherPassWithAReason) {
+  Registry reg;
+  reg.add(std::make_unique<PassProbe>("probe_fwd", Pass::fwd));
+  reg.add(std::make_unique<PassProbe>("probe_bwd", Pass::bwd));
+  const SweepSpec s = parse_spec(R"(
+problems:
+  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64, pass: [fwd, bwd]}
+variants:
+  probe_fwd: {configs: all}
+  probe_bwd: default
+)",
+                                 "t.yaml");
+  const auto points = plan(s, reg, nominal_device());
+  ASSERT_EQ(points.size(), 2u * 2 + 2); // every point is kept: none silently dropped
+  int ran = 0;
+  for (const auto &pt : points) {
+    const bool same = pt.variant->pass() == pt.problem.pass;
+    EXPECT_EQ(pt.skip_reason.has_value(), !same) << pt.variant->name() << " " << key(pt.problem);
+    if (same) {
+      ++ran;
+      continue;
+    }
+    ASSERT_TRUE(pt.skip_reason);
+    if (pt.variant->name() == "probe_fwd")
+      EXPECT_EQ(*pt.skip_reason,
+                "probe_fwd computes the forward pass; this point is a backward (pass: bwd)");
+    else
+      EXPECT_EQ(*pt.skip_reason,
+                "probe_bwd computes the backward pass; this point is a forward (pass: fwd)");
+  }
+  EXPECT_EQ(ran, 3);
+  // The one rule every caller asks (plan, tuner, dispatcher, check, C API).
+  AttentionProblem p;
+  p.pass = Pass::bwd;
+  EXPECT_FALSE(support_for(*reg.find("probe_fwd"), p, Config({{"block_m", 64}}), nominal_device()));
+  EXPECT_TRUE(support_for(*reg.find("probe_bwd"), p, Config({{"block_m", 64}}), nominal_device()));
+}
+
+TEST(Spec, CatalogForwardVariantsSkipBackwardPoints) {
+  const SweepSpec s = parse_spec(R"(
+problems:
+  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64, pass: bwd}
+variants: [naive, fa2_q_outer]
+)",
+                                 "t.yaml");
+  for (const auto &pt : plan(s, catalog(), nominal_device())) {
+    ASSERT_TRUE(pt.skip_reason) << pt.variant->name();
+    EXPECT_EQ(*pt.skip_reason,
+              pt.variant->name() +
+                  " computes the forward pass; this point is a backward (pass: bwd)");
+  }
 }

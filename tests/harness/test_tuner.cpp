@@ -628,3 +628,101 @@ TEST(Tuner, TableSpecsCoverWhatAutoPicksAndTheAcceptanceShapes) {
     EXPECT_TRUE(has("fa3_pipelined") && has("fa2_q_outer") && has("flash_decoding")) << "d" << hd;
   }
 }
+
+TEST(Tuner, PassIsPartOfTheKeyAndABackwardEntryNeverServesAForwardProblem) {
+  const AttentionProblem fwd = prefill(2048, 128, true);
+  AttentionProblem bwd = fwd;
+  bwd.pass = Pass::bwd;
+  TuningTable t;
+  TuningEntry b = make_entry_key("fa2_q_outer", bwd);
+  b.config = Config({{"block_m", 128}});
+  t.upsert(b);
+  EXPECT_EQ(t.lookup("fa2_q_outer", fwd), nullptr); // nor any nearer bucket of the forward
+  EXPECT_EQ(t.lookup("fa2_q_outer", prefill(4096, 128, true)), nullptr);
+  bool exact = false;
+  ASSERT_TRUE(t.lookup("fa2_q_outer", bwd, &exact));
+  EXPECT_TRUE(exact);
+  TuningEntry f = make_entry_key("fa2_q_outer", fwd);
+  f.config = Config({{"block_m", 64}});
+  EXPECT_FALSE(f.same_key(b));
+  t.upsert(f); // its own entry beside the backward's, not a replacement
+  ASSERT_EQ(t.entries.size(), 2u);
+  EXPECT_EQ(t.lookup("fa2_q_outer", fwd)->config, f.config);
+  EXPECT_EQ(t.lookup("fa2_q_outer", bwd)->config, b.config);
+  EXPECT_EQ(describe_bucket(b).rfind("bwd bucket ", 0), 0u) << describe_bucket(b);
+
+  nlohmann::json j = to_json(t);
+  EXPECT_EQ(j["entries"][0]["pass"], "bwd");
+  const TuningTable back = tuning_table_from_json(j, "t.json");
+  EXPECT_EQ(back.entries[0].pass, Pass::bwd);
+  EXPECT_EQ(back.entries[1].pass, Pass::fwd);
+  // Tables written before the backward have no "pass": their entries are forward.
+  for (auto &e : j["entries"]) {
+    e.erase("pass");
+    e["problem"].erase("pass");
+  }
+  const TuningTable old = tuning_table_from_json(j, "old.json");
+  EXPECT_EQ(old.entries[0].pass, Pass::fwd);
+  EXPECT_EQ(old.entries[0].problem.pass, Pass::fwd);
+}
+
+TEST(Tuner, DispatcherPicksOnlyVariantsOfTheProblemsPass) {
+  const DeviceInfo dev = nominal_device();
+  AttentionProblem bwd = prefill(2048, 128, true);
+  bwd.pass = Pass::bwd;
+  // A table entry of a forward variant for this very bucket is not taken for the backward.
+  TuningTable t;
+  TuningEntry e = make_entry_key("fa2_q_outer", bwd);
+  e.config = catalog().get("fa2_q_outer").space().default_config();
+  e.tflops = 1e9;
+  t.upsert(e);
+  bool any_bwd = false;
+  for (const auto &v : catalog().all())
+    any_bwd = any_bwd || (v->pass() == Pass::bwd && v->name().rfind("test_", 0) != 0);
+  for (const TuningTable *table : std::vector<const TuningTable *>{nullptr, &t}) {
+    if (any_bwd) {
+      const KernelChoice c = choose_kernel(bwd, dev, "auto", table);
+      ASSERT_TRUE(c.variant);
+      EXPECT_EQ(c.variant->pass(), Pass::bwd) << c.variant->name() << ": " << c.source;
+    } else {
+      try {
+        const KernelChoice c = choose_kernel(bwd, dev, "auto", table);
+        ADD_FAILURE() << "picked " << c.variant->name() << " for a backward problem";
+      } catch (const UserError &err) {
+        EXPECT_NE(std::string(err.what()).find("no variant in the catalog supports"),
+                  std::string::npos)
+            << err.what();
+      }
+    }
+    // A named forward variant is refused for a backward problem, table or not.
+    EXPECT_THROW(choose_kernel(bwd, dev, "fa2_q_outer", table), UserError);
+  }
+  // And the forward is untouched by backward entries.
+  AttentionProblem fwd = bwd;
+  fwd.pass = Pass::fwd;
+  EXPECT_EQ(choose_kernel(fwd, dev, "auto", &t).variant->pass(), Pass::fwd);
+  EXPECT_NE(choose_kernel(fwd, dev, "auto", &t).source.find("heuristic"), std::string::npos);
+}
+
+TEST(Tuner, ASpecMixingPassesTunesEachVariantOnItsOwnPass) {
+  const fs::path d = test_dir("mixed_pass");
+  fs::create_directories(d / "tuning");
+  std::ofstream(d / "t.yaml")
+      << "name: t\nproblems:\n  - {tokens: 16384, hidden: 2048, seqlen: 1024, "
+         "head_dim: 128, causal: true, pass: [fwd, bwd]}\n"
+         "variants: [fa2_q_outer]\n";
+  const std::string out = (d / "tuning" / "t.json").string();
+  const Cli r = cli("tune " + (d / "t.yaml").string() + " --fake-worker --strategy halving -o " +
+                        out + " --report " + (d / "report.json").string(),
+                    d);
+  ASSERT_EQ(r.code, 0) << r.err
+                       << r.out; // the backward problem is no failure of the forward variant
+  EXPECT_NE(
+      r.out.find("fa2_q_outer on b16_hq16_hkv16_sq1024_skv1024_d128_causal_bf16_bwd: not tuned "
+                 "(fa2_q_outer computes the forward pass; this point is a backward (pass: bwd))"),
+      std::string::npos)
+      << r.out;
+  const TuningTable t = load_tuning_table(out);
+  ASSERT_EQ(t.entries.size(), 1u);
+  EXPECT_EQ(t.entries[0].pass, Pass::fwd);
+}

@@ -111,6 +111,19 @@ class Synthetic(unittest.TestCase):
         tf = self.recs[-1]["tflops"]
         self.assertEqual(cells["fa3_fp8"], "{:.0f} {:.0f}%".format(tf, 100 * tf / 1400.0))
 
+    def test_a_backward_point_has_its_own_row(self):
+        p = synth.problem(4096)
+        b = dict(p, **{"pass": "bwd"})
+        r = synth.record("fa2_bwd", {"block_m": 64}, b, 900.0)
+        r["name"] = r["name"] + "_bwd"
+        self.recs.append(r)
+        text = render(synth.doc(self.recs))
+        _, fwd = row(text, "b1 h16/16 q4096 kv4096 d128 bf16")
+        _, bwd = row(text, "b1 h16/16 q4096 kv4096 d128 bf16 bwd")
+        self.assertEqual(fwd["fa2_bwd"], "-")
+        self.assertEqual(bwd["fa2_q_outer"], "-")
+        self.assertRegex(bwd["fa2_bwd"], r"^\d+ \d+%$")
+
     def test_failures_listed_and_skips_counted(self):
         text = render(self.doc)
         _, cells = row(text, "b1 h16/16 q2048 kv2048 d128 fp32")

@@ -53,6 +53,9 @@ void fill_e4m3_inputs(const AttentionProblem &p, void *const codes[3], float *co
                       float *const values[3], const uint64_t seeds[3], cudaStream_t stream);
 // x[i] = |x[i]| for n float32 values (the e4m3 check's reference of |V|: verify.hpp, Tolerance::p_round).
 void abs_inplace(float *x, int64_t n, cudaStream_t stream);
+// dst[i] = src[i] rounded to nearest in dtype t (fp32, fp16 or bf16), device to device: the backward's O, which
+// the kernel and the reference then both read in the problem's dtype.
+void convert_from_float(void *dst, DType t, const float *src, int64_t n, cudaStream_t stream);
 // Overwrites with all-ones bits: NaN in fp32, fp16, bf16 and e4m3, so an element a kernel forgot to write fails.
 void poison(void *dst, size_t bytes, cudaStream_t stream);
 

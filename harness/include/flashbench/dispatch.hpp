@@ -11,13 +11,16 @@
 //     list that exists in the catalog and supports the problem with its default config for the problem
 //     (ConfigSpace::default_config(p, dev), else its first config that does): e4m3 problems try fa3_fp8 first,
 //     decode-like problems (seqlen_q <= 16) flash_decoding; then fa3_pipelined (sm_90 only), fa2_q_outer,
-//     fa1_kv_outer, naive. A named variant uses its default config for the problem.
-// Test-only variants are never chosen by "auto".
+//     fa1_kv_outer, naive. Backward problems (pass: bwd) try fa3_bwd, fa2_bwd, fa1_bwd. A named variant uses its
+//     default config for the problem.
+// Only variants of the problem's pass are candidates, in both steps (support_for, variant.hpp), and table entries
+// are keyed by pass too, so a backward entry never serves a forward problem. Test-only variants are never chosen
+// by "auto".
 //
 // The nearest-bucket rule (TuningTable::lookup). Entries are keyed by variant, dtype, head_dim, causality and the
 // power-of-two buckets (the smallest power of two >= the value) of seqlen_q, seqlen_kv, batch*heads_q and
 // heads_q/heads_kv. For a problem:
-//  a. only entries with its variant, dtype, head_dim and causality are candidates (these change the kernel or the
+//  a. only entries with its variant, pass, dtype, head_dim and causality are candidates (these change the kernel or the
 //     mask; a config never crosses them);
 //  b. the entry of the problem's own bucket wins;
 //  c. else the entry whose measured problem is nearest: the smallest sum over the four dimensions of

@@ -1,4 +1,5 @@
-// AttentionProblem: the shape of one forward attention call, and what it costs (FLOPs, minimum HBM bytes).
+// AttentionProblem: the shape of one attention call (forward or backward), and what it costs (FLOPs, minimum HBM
+// bytes).
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -28,6 +29,12 @@ enum class Layout { bshd, bhsd };
 const char *to_string(Layout l);
 Layout parse_layout(const std::string &s); // throws UserError
 
+// Which pass a problem measures. fwd: O and LSE from Q, K, V. bwd: dQ, dK, dV from Q, K, V, O, dO and LSE (the
+// forward's O and LSE are inputs; variant.hpp's LaunchArgs says where each lives).
+enum class Pass { fwd, bwd };
+const char *to_string(Pass p);
+Pass parse_pass(const std::string &s); // throws UserError
+
 // Element strides of one tensor (head_dim stride is 1).
 struct Strides {
   int64_t batch = 0, seq = 0, head = 0;
@@ -55,6 +62,8 @@ struct AttentionProblem {
   // Paged KV cache (bshd only): 0 = contiguous. Otherwise K and V are pools [num_pages(), page_size, heads_kv,
   // head_dim] and a page table int32 [batch, pages_per_seq()] maps entry b's logical page j to a pool page.
   int64_t page_size = 0;
+  // The backward takes dense bshd problems of bf16, fp16 or fp32 only (validate() says so).
+  Pass pass = Pass::fwd;
 
   double softmax_scale() const;
   int64_t group_size() const { return heads_q / heads_kv; }
@@ -95,7 +104,8 @@ struct AttentionProblem {
   bool operator==(const AttentionProblem &) const = default;
 };
 
-// Throws UserError with what is wrong and what to do (seqlen 0, heads_q not a multiple of heads_kv, ...).
+// Throws UserError with what is wrong and what to do (seqlen 0, heads_q not a multiple of heads_kv, a backward of
+// e4m3 or of a paged or ragged cache, ...).
 void validate(const AttentionProblem &p);
 
 // Number of (query, key) pairs that are not masked, per (batch, head), for an entry of seqlen_kv keys (kv_lens
@@ -105,20 +115,24 @@ int64_t unmasked_pairs(const AttentionProblem &p);
 int64_t unmasked_pairs(const AttentionProblem &p, int64_t kv_len);
 // Summed over the batch with each entry's own length, per head: batch * unmasked_pairs(p) when kv_lens is empty.
 int64_t unmasked_pairs_total(const AttentionProblem &p);
-// FlashAttention's FLOP convention: 4 * Hq * d * (unmasked pairs over the batch); the two GEMMs only.
+// FlashAttention's FLOP convention: 4 * Hq * d * (unmasked pairs over the batch), the forward's two GEMMs only;
+// the backward counts its five GEMMs (S = Q K^T recomputed, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q):
+// kBwdFlopsFactor times the forward's, over the same unmasked pairs.
+constexpr double kBwdFlopsFactor = 2.5;
 double flops(const AttentionProblem &p);
 // K and V bytes any implementation must read: each entry's kv_len rows of every KV head, once.
 double kv_bytes(const AttentionProblem &p);
-// The fewest bytes any implementation must move: Q, K, V read once (K/V: each entry's own length; page tables
-// and cache_seqlens are too small to count), O written once, LSE (fp32) written once.
+// The fewest bytes any implementation must move. fwd: Q, K, V read once (K/V: each entry's own length; page tables
+// and cache_seqlens are too small to count), O written once, LSE (fp32) written once. bwd: Q, K, V, O and dO read
+// once, LSE (fp32) read once, dQ, dK and dV written once (all in the problem's dtype).
 double min_bytes(const AttentionProblem &p);
 // Deterministic per-entry lengths in [1, seqlen_kv] for the spec shorthand `kv_lens: random` (splitmix64 of
 // (seed, b), the same on every platform).
 std::vector<int64_t> random_kv_lens(int64_t batch, int64_t seqlen_kv, uint64_t seed);
 
-// Stable, human-readable key: "b2_hq16_hkv4_sq512_skv1024_d128_causal_bf16" (layout, scale, kv_lens and
-// page_size only when not the default: "_kvl1-257-0" for up to 8 entries, else "_kvl" + sum + "x" + a hash;
-// "_page16"). Used in benchmark names and to group points that share inputs.
+// Stable, human-readable key: "b2_hq16_hkv4_sq512_skv1024_d128_causal_bf16" (layout, scale, kv_lens, page_size
+// and pass only when not the default: "_kvl1-257-0" for up to 8 entries, else "_kvl" + sum + "x" + a hash;
+// "_page16"; "_bwd" last). Used in benchmark names and to group points that share inputs.
 std::string key(const AttentionProblem &p);
 
 void to_json(nlohmann::json &j, const AttentionProblem &p);

@@ -27,14 +27,30 @@ struct Support {
   explicit operator bool() const { return ok; }
 };
 
-// Device pointers of one call. Q/K/V are in problem.dtype, O in out_dtype(problem.dtype), all with problem.layout; lse is fp32 [batch, heads_q,
-// seqlen_q] (natural log, -inf for rows that see no key); workspace has workspace_bytes() bytes, 256-byte aligned.
+// Device pointers of one call. Q/K/V are in problem.dtype, O in out_dtype(problem.dtype), all with problem.layout;
+// lse is fp32 [batch, heads_q, seqlen_q] (natural log, -inf for rows that see no key); workspace has
+// workspace_bytes() bytes, 256-byte aligned.
+//
+// Forward (problem.pass == fwd): q, k, v are inputs; o and lse are outputs; dout, dq, dk, dv are null.
+// Backward (problem.pass == bwd; dense bshd problems of bf16, fp16 or fp32, validate()): q, k, v, o, lse and dout
+// are INPUTS, and the launch must not write them: o is the forward's O in the problem's dtype, lse the forward's
+// LSE as above (-inf rows see no key: their gradients are zero). The outputs, all in the problem's dtype and bshd:
+//   dq [batch, seqlen_q, heads_q, head_dim] (like Q),
+//   dk, dv [batch, seqlen_kv, heads_kv, head_dim] (like K and V; under GQA each sums over its group's query heads).
+// The harness fills dq, dk and dv with NaN before a verified launch, so each element must be written. The
+// workspace is NOT zeroed between launches (the timer reuses it): a variant that accumulates in fp32 (dQ by
+// atomics, D = rowsum(dO * O)) zeroes what it needs inside its own launch.
 struct LaunchArgs {
   const void *q = nullptr;
   const void *k = nullptr;
   const void *v = nullptr;
-  void *o = nullptr;
-  float *lse = nullptr;
+  void *o = nullptr;    // fwd: output; bwd: input (the forward's O)
+  float *lse = nullptr; // fwd: output; bwd: input (the forward's LSE)
+  // Backward only (null in a forward launch): dO (an input, shaped like O) and the gradients (outputs).
+  const void *dout = nullptr;
+  void *dq = nullptr; // like Q
+  void *dk = nullptr; // like K: [batch, seqlen_kv, heads_kv, head_dim]
+  void *dv = nullptr; // like V
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
   // semaphore_bytes() bytes that are all zero when a launch starts and that the launch leaves all zero once it
@@ -72,6 +88,9 @@ public:
   virtual std::string name() const = 0;
   virtual std::string description() const = 0;
   virtual const ConfigSpace &space() const = 0;
+  // The pass this variant computes. It is offered only problems of that pass: support_for() refuses the others
+  // before supports() is asked, so supports() need not check it.
+  virtual Pass pass() const { return Pass::fwd; }
 
   virtual Support supports(const AttentionProblem &p, const Config &c,
                            const DeviceInfo &dev) const = 0;
@@ -90,11 +109,17 @@ public:
     return {};
   }
 
-  // Enqueues the whole forward pass on `stream`. Must be asynchronous: no allocation, no synchronisation, no
+  // Enqueues the whole pass (pass()) on `stream`. Must be asynchronous: no allocation, no synchronisation, no
   // host<->device copies (the timer holds the stream while launches are queued). Throws CudaError on a bad launch.
   virtual void launch(const AttentionProblem &p, const Config &c, const LaunchArgs &args,
                       cudaStream_t stream) const = 0;
 };
+
+// Whether v runs (p, c) on dev: the one place the harness decides it (plan, tuner, dispatcher, check, C API).
+// A problem of the other pass is refused here with a reason; otherwise v.supports() decides. The config's own
+// validity (ConfigSpace::check) is the caller's, as before.
+Support support_for(const Variant &v, const AttentionProblem &p, const Config &c,
+                    const DeviceInfo &dev);
 
 class Registry {
 public:
