@@ -139,9 +139,9 @@ TEST(QuantizeGpu, RefusesARotationItCannotDo) {
 }
 
 TEST(QuantizeGpu, HarnessInputsAreTheDequantizedRotatedCodes) {
-  // fill_e4m3_inputs with quant block_hadamard: the values handed to the reference are code * descale of codes
-  // that the host reference gives for the rotated draws, and Q and K share one rotation, so that Q K^T of the
-  // rotated values is that of the drawn ones up to quantization error.
+  // fill_e4m3_inputs with quant block_hadamard: the values handed to the reference are other values than without
+  // it (the rotation was applied), and Q and K share one rotation, so that Q K^T of the rotated values is that of
+  // the drawn ones up to quantization error.
   FB_SKIP_WITHOUT_GPU();
   AttentionProblem p;
   p.batch = 1;
@@ -151,6 +151,7 @@ TEST(QuantizeGpu, HarnessInputsAreTheDequantizedRotatedCodes) {
   p.dtype = DType::e4m3;
   const uint64_t seeds[3] = {11, 12, 13};
   double dots[2][4] = {}, norms[4] = {}; // norms: |q| |k| of the unrotated values
+  std::vector<float> q_values[2];
   for (Quant qt : {Quant::block, Quant::block_hadamard}) {
     p.quant = qt;
     DeviceBuffer c[3], d[3], v[3];
@@ -168,6 +169,7 @@ TEST(QuantizeGpu, HarnessInputsAreTheDequantizedRotatedCodes) {
     FB_CUDA_CHECK(cudaDeviceSynchronize());
     const auto q = download_as_float(v[0].get(), DType::f32, p.q_elems());
     const auto k = download_as_float(v[1].get(), DType::f32, p.kv_elems());
+    q_values[qt == Quant::block_hadamard] = q;
     // A few (query, key) dot products of head 0: rows 0..3 against key 7.
     for (int r = 0; r < 4; ++r) {
       double qq = 0, kk = 0;
@@ -181,6 +183,10 @@ TEST(QuantizeGpu, HarnessInputsAreTheDequantizedRotatedCodes) {
         norms[r] = std::sqrt(qq * kk);
     }
   }
+  size_t same = 0;
+  for (size_t i = 0; i < q_values[0].size(); ++i)
+    same += q_values[0][i] == q_values[1][i];
+  EXPECT_LT(same, q_values[0].size() / 10) << "block_hadamard left Q's values as they were";
   // Each dot product carries e4m3 error of about 0.04 |q| |k| / sqrt(d); the two quantizations' errors are
   // independent. Q and K rotated by different matrices would differ by about |q| |k| / sqrt(d).
   for (int r = 0; r < 4; ++r)
