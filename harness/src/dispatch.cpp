@@ -60,6 +60,11 @@ KernelChoice choose_kernel(const AttentionProblem &p, const DeviceInfo &dev,
         candidates.push_back(v.get());
   } else {
     candidates.push_back(&reg.get(variant)); // UserError for an unknown name
+    const Variant &v = *candidates.front();
+    if (v.pass() != p.pass)
+      throw UserError(
+          support_for(v, p, v.space().default_config(), dev).reason +
+          "; name a variant of that pass (flashbench list shows each one's) or \"auto\"");
   }
 
   // 1. The tuning table: the best measured entry among the candidates.

@@ -51,8 +51,7 @@ void PointRunner::prepare(const AttentionProblem &p) {
   for (DeviceBuffer *d : {&dout_, &dq_, &dk_, &dv_})
     *d = DeviceBuffer();
   ref_grad_ = BackwardReference();
-  o_bytes_.clear();
-  lse_bytes_.clear();
+  input_bytes_.clear();
   if (p.pass == Pass::bwd) {
     prepare_backward(p);
   } else if (p.dtype == DType::e4m3) {
@@ -132,8 +131,8 @@ void PointRunner::prepare_backward(const AttentionProblem &p) {
   }
   ref_o_.clear(); // the gradients are what is checked
   ref_lse_.clear();
-  o_bytes_ = download_bytes(o_);
-  lse_bytes_ = download_bytes(lse_);
+  for (const auto &[name, buf] : backward_inputs())
+    input_bytes_.push_back(download_bytes(*buf));
   if (use_cpu_reference(p)) {
     const auto qh = download_as_float(q_.get(), p.dtype, p.q_elems());
     const auto kh = download_as_float(k_.get(), p.dtype, p.kv_elems());
@@ -275,6 +274,10 @@ VerifyResult PointRunner::verify(const Variant &v, const Config &c, double deadl
   return r;
 }
 
+std::vector<std::pair<const char *, const DeviceBuffer *>> PointRunner::backward_inputs() const {
+  return {{"Q", &q_}, {"K", &k_}, {"V", &v_}, {"O", &o_}, {"dO", &dout_}, {"LSE", &lse_}};
+}
+
 VerifyResult PointRunner::verify_backward_outputs() const {
   const AttentionProblem &p = problem_;
   const auto dq = download_as_float(dq_.get(), p.dtype, p.q_elems());
@@ -282,16 +285,13 @@ VerifyResult PointRunner::verify_backward_outputs() const {
   const auto dv = download_as_float(dv_.get(), p.dtype, p.kv_elems());
   VerifyResult r =
       verify_backward(p, dq.data(), dk.data(), dv.data(), ref_grad_, grad_tolerance_for(p.dtype));
-  struct Input {
-    const char *name;
-    const DeviceBuffer &buf;
-    const std::vector<unsigned char> &bytes;
-  };
-  for (const Input &in : {Input{"O", o_, o_bytes_}, Input{"LSE", lse_, lse_bytes_}})
-    if (download_bytes(in.buf) != in.bytes) {
+  const auto inputs = backward_inputs();
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (download_bytes(*inputs[i].second) != input_bytes_[i]) {
       r.pass = false;
-      r.detail = std::string("the launch wrote its input ") + in.name +
-                 " (the backward only reads O and LSE)" + (r.detail.empty() ? "" : "; ") + r.detail;
+      r.detail = std::string("the launch wrote its input ") + inputs[i].first +
+                 " (the backward only reads Q, K, V, O, dO and LSE)" +
+                 (r.detail.empty() ? "" : "; ") + r.detail;
     }
   return r;
 }

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fb {
@@ -30,7 +31,7 @@ public:
   // Poisons the outputs (forward: O and LSE; backward: dQ, dK and dV, never its inputs O and LSE), launches once,
   // waits (a launch that runs past `deadline_s` throws PointTimeout) and verifies against the reference; a launch
   // that leaves its semaphores non-zero fails too (the next launch would read them), and so does a backward launch
-  // that changes its inputs O or LSE. The backward poisons the workspace too: it is not promised zero.
+  // that changes any of its inputs. The backward poisons the workspace too: it is not promised zero.
   VerifyResult verify(const Variant &v, const Config &c, double deadline_s);
   // Launch arguments for timing; the workspace is sized for (v, c) by verify().
   LaunchArgs args() const;
@@ -41,6 +42,8 @@ private:
   // The backward: O and LSE from the forward reference into o_ and lse_, then the gradients' reference.
   void prepare_backward(const AttentionProblem &p);
   VerifyResult verify_backward_outputs() const;
+  // The backward's inputs, in input_bytes_'s order.
+  std::vector<std::pair<const char *, const DeviceBuffer *>> backward_inputs() const;
   void ensure_workspace(size_t bytes);
   void ensure_semaphores(size_t bytes);
 
@@ -52,9 +55,9 @@ private:
   DeviceBuffer q_, k_, v_, o_, lse_, workspace_;
   DeviceBuffer dout_, dq_, dk_, dv_; // backward only
   BackwardReference ref_grad_;       // backward only
-  // Backward: O's and LSE's bytes as prepared, to check that a launch leaves its inputs as it found them (the
-  // timed launches reuse them).
-  std::vector<unsigned char> o_bytes_, lse_bytes_;
+  // Backward: the bytes of its inputs Q, K, V, O, dO and LSE as prepared, to check that a launch leaves them as it
+  // found them (the timed launches reuse them).
+  std::vector<std::vector<unsigned char>> input_bytes_;
   DeviceBuffer descales_[3]; // e4m3 problems: Q, K, V descales (LaunchArgs)
   DeviceBuffer
       semaphores_; // zeroed once when allocated; every launch leaves them zero (LaunchArgs)

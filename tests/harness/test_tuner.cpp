@@ -694,8 +694,17 @@ TEST(Tuner, DispatcherPicksOnlyVariantsOfTheProblemsPass) {
             << err.what();
       }
     }
-    // A named forward variant is refused for a backward problem, table or not.
-    EXPECT_THROW(choose_kernel(bwd, dev, "fa2_q_outer", table), UserError);
+    // A named forward variant is refused for a backward problem, table or not, saying why.
+    try {
+      choose_kernel(bwd, dev, "fa2_q_outer", table);
+      ADD_FAILURE() << "fa2_q_outer chosen for a backward problem";
+    } catch (const UserError &err) {
+      EXPECT_NE(std::string(err.what())
+                    .find("fa2_q_outer computes the forward pass; this point is "
+                          "a backward (pass: bwd); name a variant of that pass"),
+                std::string::npos)
+          << err.what();
+    }
   }
   // And the forward is untouched by backward entries.
   AttentionProblem fwd = bwd;

@@ -1,3 +1,4 @@
+#include "flashbench/reference.hpp"
 #include "flashbench/verify.hpp"
 
 #include <gtest/gtest.h>
@@ -5,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 
 using namespace fb;
 
@@ -218,4 +221,161 @@ TEST(Verify, BackwardResultJsonHasEachTensor) {
   for (const char *n : {"dq", "dk", "dv"})
     EXPECT_TRUE(j["tensors"].contains(n)) << j.dump();
   EXPECT_NE(r.summary().find("dk:{"), std::string::npos) << r.summary();
+}
+
+// ---- The backward's tolerances against an emulation of what a FlashAttention-2 backward kernel computes: inputs
+// in the dtype, S and dP accumulated in fp32, P = exp(scale S - LSE) in fp32 and rounded to the dtype for
+// dV = P^T dO, dS = P (dP - D) rounded to the dtype for dQ and dK, fp32 accumulation, gradients rounded to the
+// dtype. A correct kernel of that arithmetic passes with room to spare; the same with one mistake fails.
+namespace {
+
+float round_to(DType t, float x) {
+  if (t == DType::f16)
+    return static_cast<float>(
+        static_cast<_Float16>(x)); // subnormals included, as the hardware rounds
+  if (t == DType::bf16) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u += 0x7fffu + ((u >> 16) & 1u); // round to nearest even on the upper 16 bits
+    u &= 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+  }
+  return x;
+}
+
+// ds_from_rounded_p is no mistake (dS from P already rounded to the dtype, as some kernels do: two roundings).
+// drop_last_key: each row misses its last key; no_scale_on_dk: dK without the softmax scale; d_half_again: D
+// 1.5 times rowsum(dO * O).
+enum class Mistake { none, ds_from_rounded_p, drop_last_key, no_scale_on_dk, d_half_again };
+
+struct Emulated {
+  std::vector<float> dq, dk, dv;
+};
+
+// One (problem, inputs) emulated as above; inputs already in the dtype; lse fp32.
+Emulated emulate_fa2_backward(const AttentionProblem &p, const std::vector<float> &q,
+                              const std::vector<float> &k, const std::vector<float> &v,
+                              const std::vector<float> &o, const std::vector<float> &dout,
+                              const std::vector<float> &lse, Mistake m) {
+  const Strides qs = p.q_strides(), ks = p.kv_strides();
+  const float scale = static_cast<float>(p.softmax_scale());
+  std::vector<float> dq(q.size(), 0.f), dk(k.size(), 0.f), dv(v.size(), 0.f);
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const int64_t hk = h / p.group_size();
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        int64_t last = std::min(p.last_key(i), p.seqlen_kv - 1);
+        const float row_lse = lse[static_cast<size_t>((b * p.heads_q + h) * p.seqlen_q + i)];
+        if (last < 0 || !std::isfinite(row_lse))
+          continue;
+        if (m == Mistake::drop_last_key && last > 0)
+          --last;
+        const int64_t qo = b * qs.batch + i * qs.seq + h * qs.head;
+        float d_row = 0;
+        for (int64_t d = 0; d < p.head_dim; ++d)
+          d_row += dout[qo + d] * o[qo + d];
+        if (m == Mistake::d_half_again)
+          d_row *= 1.5f;
+        for (int64_t j = 0; j <= last; ++j) {
+          const int64_t ko = b * ks.batch + j * ks.seq + hk * ks.head;
+          float s = 0, dp = 0;
+          for (int64_t d = 0; d < p.head_dim; ++d) {
+            s += q[qo + d] * k[ko + d];
+            dp += dout[qo + d] * v[ko + d];
+          }
+          const float pij = std::exp(s * scale - row_lse);
+          const float p_lo = round_to(p.dtype, pij);
+          const float ds_lo =
+              round_to(p.dtype, (m == Mistake::ds_from_rounded_p ? p_lo : pij) * (dp - d_row));
+          for (int64_t d = 0; d < p.head_dim; ++d) {
+            dv[ko + d] += p_lo * dout[qo + d];
+            dk[ko + d] += ds_lo * q[qo + d];
+            dq[qo + d] += ds_lo * k[ko + d];
+          }
+        }
+      }
+    }
+  Emulated e;
+  for (float &x : dq)
+    x = round_to(p.dtype, x * scale);
+  for (float &x : dk)
+    x = round_to(p.dtype, m == Mistake::no_scale_on_dk ? x : x * scale);
+  for (float &x : dv)
+    x = round_to(p.dtype, x);
+  e.dq = std::move(dq);
+  e.dk = std::move(dk);
+  e.dv = std::move(dv);
+  return e;
+}
+
+VerifyResult run_emulation(const AttentionProblem &p, uint64_t seed, Mistake m) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.f, 1.f);
+  auto draw = [&](int64_t count) {
+    std::vector<float> x(static_cast<size_t>(count));
+    for (float &e : x)
+      e = round_to(p.dtype, n(rng));
+    return x;
+  };
+  const auto q = draw(p.q_elems()), k = draw(p.kv_elems()), v = draw(p.kv_elems());
+  const auto dout = draw(p.q_elems());
+  AttentionProblem fwd = p;
+  fwd.pass = Pass::fwd;
+  const ReferenceOutput f = cpu_reference(fwd, q.data(), k.data(), v.data());
+  std::vector<float> o(f.o.size()), lse(f.lse.begin(), f.lse.end());
+  for (size_t i = 0; i < o.size(); ++i)
+    o[i] = round_to(p.dtype, static_cast<float>(f.o[i]));
+  const BackwardReference ref =
+      cpu_reference_backward(p, q.data(), k.data(), v.data(), o.data(), dout.data(), lse.data());
+  const Emulated e = emulate_fa2_backward(p, q, k, v, o, dout, lse, m);
+  return verify_backward(p, e.dq.data(), e.dk.data(), e.dv.data(), ref,
+                         grad_tolerance_for(p.dtype));
+}
+
+AttentionProblem emulated_problem(DType t, int64_t sq, int64_t skv, bool causal) {
+  AttentionProblem p;
+  p.batch = 1;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.seqlen_q = sq;
+  p.seqlen_kv = skv;
+  p.head_dim = 64;
+  p.causal = causal;
+  p.dtype = t;
+  p.pass = Pass::bwd;
+  return p;
+}
+
+} // namespace
+
+TEST(Verify, BackwardToleranceFitsAnFa2KernelsArithmeticWithRoomToSpare) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (DType t : {DType::bf16, DType::f16})
+    for (const AttentionProblem &p : {emulated_problem(t, 300, 300, true),
+                                      emulated_problem(t, 131, 77, true), // rows without keys
+                                      emulated_problem(t, 64, 1500, false)})
+      for (Mistake m : {Mistake::none, Mistake::ds_from_rounded_p}) {
+        const VerifyResult r = run_emulation(p, seed, m);
+        EXPECT_TRUE(r.pass) << key(p) << ": " << r.summary();
+        // Room: the gradient's own rounding to the dtype (<= u|ref|) alone may use half of an
+        // element's bound (its rtol is 2u), the rest of the arithmetic adds a little: the worst
+        // element within 3/4 of its bound (about 0.55 seen), each tensor's norm within a third of
+        // its bound (about 1.2u of 8u seen).
+        EXPECT_LT(r.worst_ratio, 0.75) << key(p) << ": " << r.summary();
+        EXPECT_LT(r.rel_l2_error, grad_tolerance_for(t).rel_l2 / 3)
+            << key(p) << ": " << r.summary();
+      }
+}
+
+TEST(Verify, BackwardToleranceCatchesAKernelsMistakes) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (DType t : {DType::bf16, DType::f16}) {
+    const AttentionProblem p = emulated_problem(t, 300, 300, true);
+    for (Mistake m : {Mistake::drop_last_key, Mistake::no_scale_on_dk, Mistake::d_half_again}) {
+      const VerifyResult r = run_emulation(p, seed, m);
+      EXPECT_FALSE(r.pass) << key(p) << " mistake " << static_cast<int>(m) << ": " << r.summary();
+    }
+  }
 }

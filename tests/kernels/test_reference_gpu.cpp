@@ -143,6 +143,8 @@ const std::vector<BwdShape> kBwdShapes = {
     {"causal_rows_without_keys", 1, 4, 1, 131, 77, 32, true, DType::f16}, // 54 rows see no key; MQA
     {"causal_sq_lt_skv_f32", 1, 2, 2, 65, 257, 128, true, DType::f32},
     {"length_one", 1, 1, 1, 1, 1, 16, false, DType::bf16},
+    // Three [rows, skv] blocks of 2^26 floats at most: 2^26 / 8200 = 8184 rows < 8200, so two row blocks run.
+    {"row_blocks", 1, 1, 1, 8200, 8200, 8, true, DType::bf16},
 };
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuReferenceBackward, ::testing::ValuesIn(kBwdShapes),
                          [](const ::testing::TestParamInfo<BwdShape> &i) { return i.param.name; });
@@ -157,7 +159,7 @@ namespace {
 
 class ReferenceBackwardVariant : public Variant {
 public:
-  enum class Fault { none, skip_dv, scale_dq };
+  enum class Fault { none, skip_dv, scale_dq, write_o };
   explicit ReferenceBackwardVariant(Fault f) : fault_(f), space_({}, Config()) {}
   std::string name() const override { return "test_reference_bwd"; }
   std::string description() const override { return "the GPU reference as a backward kernel"; }
@@ -195,6 +197,8 @@ public:
     convert_from_float(a.dk, p.dtype, out.dk, p.kv_elems(), stream);
     if (fault_ != Fault::skip_dv)
       convert_from_float(a.dv, p.dtype, out.dv, p.kv_elems(), stream);
+    if (fault_ == Fault::write_o) // O used as scratch: the next timed launch would read garbage
+      FB_CUDA_CHECK(cudaMemsetAsync(a.o, 0, size_t(p.q_elems()) * dtype_bytes(p.dtype), stream));
     FB_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
 
@@ -231,6 +235,12 @@ TEST(PointRunnerBackward, VerifiesTheGradientsOfAFreshPoint) {
       EXPECT_FALSE(bad_dq.pass) << bad_dq.summary();
       EXPECT_GT(bad_dq.tensors[0].rel_l2_error, 0.02) << bad_dq.summary();
       EXPECT_EQ(bad_dq.tensors[1].mismatches + bad_dq.tensors[2].mismatches, 0) << bad_dq.summary();
+      const VerifyResult wrote_o = runner.verify(
+          ReferenceBackwardVariant(ReferenceBackwardVariant::Fault::write_o), Config(), 60);
+      EXPECT_FALSE(wrote_o.pass);
+      EXPECT_EQ(wrote_o.mismatches, 0) << wrote_o.summary(); // its gradients are right
+      EXPECT_NE(wrote_o.detail.find("the launch wrote its input O "), std::string::npos)
+          << wrote_o.detail; // last: O is now zero; the next dtype draws fresh inputs
     }
   }
   FB_CUDA_CHECK(cudaStreamDestroy(stream));

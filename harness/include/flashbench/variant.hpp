@@ -38,8 +38,9 @@ struct Support {
 //   dq [batch, seqlen_q, heads_q, head_dim] (like Q),
 //   dk, dv [batch, seqlen_kv, heads_kv, head_dim] (like K and V; under GQA each sums over its group's query heads).
 // The harness fills dq, dk and dv with NaN before a verified launch, so each element must be written. The
-// workspace is NOT zeroed between launches (the timer reuses it): a variant that accumulates in fp32 (dQ by
-// atomics, D = rowsum(dO * O)) zeroes what it needs inside its own launch.
+// workspace is NOT zeroed between launches (the timer reuses it, and the harness fills it with all-ones bytes
+// before a verified backward launch): a variant that accumulates in fp32 (dQ by atomics, D = rowsum(dO * O))
+// zeroes what it needs inside its own launch. A launch that changes any of its inputs fails verification.
 struct LaunchArgs {
   const void *q = nullptr;
   const void *k = nullptr;

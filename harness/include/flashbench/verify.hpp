@@ -38,7 +38,9 @@ Tolerance tolerance_for(DType t);
 // 2^-16 covers what the sums leave out: the kernel's fp32 dP - D and S before exp. For fp32 kernels (no rounding
 // of P or dS) term = 2^-14 bounds the fp32 accumulation over up to 2^16 terms (sqrt(n) u, times 4).
 // Over each whole tensor: ||got - ref|| / ||ref|| <= rel_l2 = 8u (2^-14 for fp32): random rounding errors give
-// about u to 2u, while a dropped block of keys or a wrong scale gives percents. Stated in the README.
+// about u to 2u, while a dropped block of keys or a wrong scale gives percents. Stated in the README. An emulation
+// of an FA2 backward's arithmetic on the CPU (tests/harness/test_verify.cpp) uses about 0.55 of its worst element's
+// bound (the gradient's own rounding alone may take half) and about 1.2u of the norm bound.
 struct GradTolerance {
   double atol = 0, rtol = 0, term = 0, floor = 0, rel_l2 = 0;
 };
