@@ -1,6 +1,5 @@
 // flashbench: list | run | plan | check | probe | tune | merge | model | ncu-cmd | fp8-error (and the internal
-// worker),
-// one file each. Every user error is one line on stderr and exit code 2, raised before any output
+// worker), one file each. Every user error is one line on stderr and exit code 2, raised before any output
 // file is created.
 #include "commands.hpp"
 
