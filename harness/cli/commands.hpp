@@ -35,5 +35,6 @@ Command add_merge(CLI::App &app, const Globals &g);
 Command add_model(CLI::App &app, const Globals &g);
 Command add_worker(CLI::App &app, const Globals &g);
 Command add_ncu_cmd(CLI::App &app, const Globals &g);
+Command add_fp8_error(CLI::App &app, const Globals &g);
 
 } // namespace fb::cli

@@ -1,5 +1,5 @@
-// flashbench: list | run | plan | check | probe | tune | merge | model | ncu-cmd (and the internal worker),
-// one file each. Every user error is one line on stderr and exit code 2, raised before any output
+// flashbench: list | run | plan | check | probe | tune | merge | model | ncu-cmd | fp8-error (and the internal
+// worker), one file each. Every user error is one line on stderr and exit code 2, raised before any output
 // file is created.
 #include "commands.hpp"
 
@@ -18,10 +18,10 @@ int main(int argc, char **argv) {
   g.argv0 = argv[0];
   app.add_option("--device", g.device, "CUDA device index")->check(CLI::NonNegativeNumber);
   const std::vector<fb::cli::Command> commands = {
-      fb::cli::add_list(app, g),  fb::cli::add_run(app, g),   fb::cli::add_ncu_cmd(app, g),
-      fb::cli::add_plan(app, g),  fb::cli::add_check(app, g), fb::cli::add_worker(app, g),
-      fb::cli::add_merge(app, g), fb::cli::add_tune(app, g),  fb::cli::add_probe(app, g),
-      fb::cli::add_model(app, g)};
+      fb::cli::add_list(app, g),  fb::cli::add_run(app, g),      fb::cli::add_ncu_cmd(app, g),
+      fb::cli::add_plan(app, g),  fb::cli::add_check(app, g),    fb::cli::add_worker(app, g),
+      fb::cli::add_merge(app, g), fb::cli::add_tune(app, g),     fb::cli::add_probe(app, g),
+      fb::cli::add_model(app, g), fb::cli::add_fp8_error(app, g)};
 
   try {
     app.parse(argc, argv);

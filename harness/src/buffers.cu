@@ -3,6 +3,7 @@
 // run replays from its seed.
 #include "flashbench/buffers.hpp"
 #include "flashbench/check.hpp"
+#include "flashbench/quantize.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -78,11 +79,24 @@ __global__ void fill_normal_kernel(T *dst, int64_t n, uint64_t seed, float stdde
         cast_from_float<T>(normal_from_hash(splitmix64(base + static_cast<uint64_t>(i))) * stddev);
 }
 
-// e4m3 quantization (fill_quantized_e4m3): one CTA per (token block, head, batch entry). The value of logical
-// element (b, h, t, d) comes from the hash of its logical index, whatever the layout, so both passes (amax, then the
-// codes) draw the same values.
+__global__ void normal_outliers_kernel(float *dst, int64_t n, uint64_t seed, double fraction,
+                                       bool additive, float a, float b) {
+  const uint64_t base = splitmix64(seed);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t h = splitmix64(base + static_cast<uint64_t>(i));
+    const uint64_t pick = splitmix64(h ^ 0x6f75746c69657273ull), mag = splitmix64(pick);
+    float x = normal_from_hash(h);
+    if (double(pick >> 11) * 0x1p-53 < fraction) // this element is an outlier
+      x = additive ? x + a * normal_from_hash(mag)
+                   : (mag >> 63 ? -1.f : 1.f) * (a + (b - a) * float(uint32_t(mag)) * 0x1p-32f);
+    dst[i] = x;
+  }
+}
+
+// e4m3 inputs' values (fill_blocked_normal): one CTA per (token block, head, batch entry). The value of logical
+// element (b, h, t, d) comes from the hash of its logical index, whatever the layout.
 constexpr int kQuantThreads = 256;
-constexpr float kE4m3Max = 448.f;
 
 struct QuantBlock {
   int64_t t0, rows, b, h;
@@ -94,40 +108,19 @@ struct QuantBlock {
   }
 };
 
-__global__ void quantize_e4m3_kernel(__nv_fp8_storage_t *dst, float *descale, int64_t seqlen,
-                                     int64_t heads, int64_t head_dim, Strides s, int64_t block,
-                                     uint64_t seed) {
+__global__ void blocked_normal_kernel(float *dst, int64_t seqlen, int64_t heads, int64_t head_dim,
+                                      Strides s, int64_t block, uint64_t seed) {
   const QuantBlock q(seqlen, block);
   const uint64_t base = splitmix64(seed);
   const uint64_t blk = (uint64_t(q.b) * heads + q.h) * gridDim.x + blockIdx.x;
   // Magnitude 2^u, u uniform in [-1, 1): blocks differ by up to 4x.
   const float mag =
       exp2f(float(splitmix64(base ^ (blk * 0x9e3779b97f4a7c15ull + 1)) >> 40) * 0x1p-23f - 1.f);
-  const int64_t n = q.rows * head_dim;
-  auto value = [&](int64_t i) {
+  for (int64_t i = threadIdx.x; i < q.rows * head_dim; i += kQuantThreads) {
     const int64_t t = q.t0 + i / head_dim, d = i % head_dim;
     const uint64_t logical = ((uint64_t(q.b) * heads + q.h) * seqlen + t) * head_dim + d;
-    return normal_from_hash(splitmix64(base + logical)) * mag;
-  };
-  float amax = 0.f;
-  for (int64_t i = threadIdx.x; i < n; i += kQuantThreads)
-    amax = fmaxf(amax, fabsf(value(i)));
-  __shared__ float red[kQuantThreads / 32];
-  for (int o = 16; o > 0; o >>= 1)
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  if (threadIdx.x % 32 == 0)
-    red[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = 0.f;
-  for (int w = 0; w < kQuantThreads / 32; ++w)
-    amax = fmaxf(amax, red[w]);
-  const float ds = amax > 0.f ? amax / kE4m3Max : 1.f;
-  if (threadIdx.x == 0)
-    descale[blk] = ds;
-  for (int64_t i = threadIdx.x; i < n; i += kQuantThreads) {
-    const int64_t t = q.t0 + i / head_dim, d = i % head_dim;
     dst[q.b * s.batch + t * s.seq + q.h * s.head + d] =
-        __nv_cvt_float_to_fp8(value(i) / ds, __NV_SATFINITE, __NV_E4M3);
+        normal_from_hash(splitmix64(base + logical)) * mag;
   }
 }
 
@@ -155,11 +148,10 @@ dim3 quant_grid(int64_t batch, int64_t seqlen, int64_t heads, int64_t block) {
 
 } // namespace
 
-void fill_quantized_e4m3(void *dst, float *descale, int64_t batch, int64_t seqlen, int64_t heads,
-                         int64_t head_dim, const Strides &s, int64_t block, uint64_t seed,
-                         cudaStream_t stream) {
-  quantize_e4m3_kernel<<<quant_grid(batch, seqlen, heads, block), kQuantThreads, 0, stream>>>(
-      static_cast<__nv_fp8_storage_t *>(dst), descale, seqlen, heads, head_dim, s, block, seed);
+void fill_blocked_normal(float *dst, int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim,
+                         const Strides &s, int64_t block, uint64_t seed, cudaStream_t stream) {
+  blocked_normal_kernel<<<quant_grid(batch, seqlen, heads, block), kQuantThreads, 0, stream>>>(
+      dst, seqlen, heads, head_dim, s, block, seed);
   FB_CHECK_LAUNCH();
 }
 
@@ -182,12 +174,27 @@ void fill_e4m3_inputs(const AttentionProblem &p, void *const codes[3], float *co
   } t[3] = {{p.seqlen_q, p.heads_q, qs, kFp8ScaleBlock},
             {p.seqlen_kv, p.heads_kv, ks, kFp8ScaleBlock},
             {p.seqlen_kv, p.heads_kv, ks, p.seqlen_kv}};
+  // Q and K share one rotation (its signs from seeds[0]), so that Q K^T is that of the values drawn.
+  const uint64_t sign_seed = seeds[0] ^ 0x68616461ull;
   for (int i = 0; i < 3; ++i) {
-    fill_quantized_e4m3(codes[i], descales[i], p.batch, t[i].seqlen, t[i].heads, p.head_dim, t[i].s,
-                        t[i].block, seeds[i], stream);
+    fill_blocked_normal(values[i], p.batch, t[i].seqlen, t[i].heads, p.head_dim, t[i].s, t[i].block,
+                        seeds[i], stream);
+    const QuantizeShape shape{p.batch, t[i].seqlen, t[i].heads, p.head_dim, t[i].block};
+    const Rotation rot{i < 2 && p.quant == Quant::block_hadamard, sign_seed};
+    quantize_e4m3(values[i], DType::f32, t[i].s, codes[i], t[i].s, descales[i], shape, rot, stream);
     dequantize_e4m3(values[i], codes[i], descales[i], p.batch, t[i].seqlen, t[i].heads, p.head_dim,
                     t[i].s, t[i].block, stream);
   }
+}
+
+void fill_normal_with_outliers(float *dst, int64_t n, uint64_t seed, double fraction, bool additive,
+                               float a, float b, cudaStream_t stream) {
+  if (n <= 0)
+    return;
+  const int64_t blocks = (n + kQuantThreads - 1) / kQuantThreads;
+  normal_outliers_kernel<<<static_cast<unsigned>(blocks < 65536 * 4 ? blocks : 65536 * 4),
+                           kQuantThreads, 0, stream>>>(dst, n, seed, fraction, additive, a, b);
+  FB_CHECK_LAUNCH();
 }
 
 void abs_inplace(float *x, int64_t n, cudaStream_t stream) {
@@ -219,7 +226,7 @@ void fill_normal(void *dst, DType t, int64_t n, uint64_t seed, float stddev, cud
     break;
   case DType::e4m3:
     throw std::invalid_argument(
-        "fill_normal: e4m3 tensors are quantized per block (fill_quantized_e4m3)");
+        "fill_normal: e4m3 tensors are quantized per block (fill_e4m3_inputs)");
   }
   FB_CHECK_LAUNCH();
 }
@@ -250,7 +257,7 @@ void convert_from_float(void *dst, DType t, const float *src, int64_t n, cudaStr
                                                                src, n);
     break;
   case DType::e4m3:
-    throw std::invalid_argument("convert_from_float: e4m3 needs descales (fill_quantized_e4m3)");
+    throw std::invalid_argument("convert_from_float: e4m3 needs descales (quantize_e4m3)");
   }
   FB_CHECK_LAUNCH();
 }

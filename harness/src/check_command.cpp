@@ -36,6 +36,13 @@ std::vector<AttentionProblem> awkward_shapes() {
   v.push_back(P(1, 8, 2, 131, 77, 128, true, DType::e4m3));
   v.push_back(P(2, 8, 1, 65, 257, 128, true, DType::e4m3));
   v.push_back(P(1, 4, 2, 300, 700, 128, true, DType::e4m3, Layout::bhsd));
+  // The same inputs rotated before quantization (quant: block_hadamard): the kernel sees other codes only.
+  for (AttentionProblem p :
+       {P(2, 4, 4, 77, 131, 128, false, DType::e4m3), P(1, 8, 2, 131, 77, 128, true, DType::e4m3),
+        P(1, 4, 2, 300, 700, 128, true, DType::e4m3, Layout::bhsd)}) {
+    p.quant = Quant::block_hadamard;
+    v.push_back(p);
+  }
   v.push_back(P(1, 2, 2, 1, 300, 128, true, DType::bf16)); // decode-like: one query over many keys
   v.push_back(P(1, 3, 3, 257, 257, 64, true, DType::bf16, Layout::bhsd));
   v.push_back(P(1, 2, 1, 200, 200, 256, false, DType::f16)); // head_dim 256 where supported

@@ -61,6 +61,17 @@ Pass parse_pass(const std::string &s) {
   throw UserError("unknown pass '" + s + "'; use fwd (forward) or bwd (backward)");
 }
 
+const char *to_string(Quant q) { return q == Quant::block ? "block" : "block_hadamard"; }
+
+Quant parse_quant(const std::string &s) {
+  if (s == "block")
+    return Quant::block;
+  if (s == "block_hadamard")
+    return Quant::block_hadamard;
+  throw UserError("unknown quant '" + s +
+                  "'; use block (per-block descales) or block_hadamard (Q and K rotated first)");
+}
+
 double AttentionProblem::softmax_scale() const {
   return scale != 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(head_dim));
 }
@@ -113,6 +124,15 @@ void validate(const AttentionProblem &p) {
     throw UserError("dtype e4m3 takes one contiguous K/V per batch entry (its descales are per "
                     "128-token block of "
                     "it); drop kv_lens and page_size, or use bf16 for a decode cache");
+  if (p.quant != Quant::block && p.dtype != DType::e4m3)
+    throw UserError(std::string("quant ") + to_string(p.quant) +
+                    " quantizes e4m3 inputs, but dtype is " + to_string(p.dtype) +
+                    "; use dtype e4m3 or drop quant");
+  if (p.quant == Quant::block_hadamard && p.head_dim != 64 && p.head_dim != 128 &&
+      p.head_dim != 256)
+    throw UserError("quant block_hadamard rotates head_dim = " + std::to_string(p.head_dim) +
+                    " by a Hadamard transform of 64, 128 or 256 points; use one of those head_dims "
+                    "or quant block");
   if (p.pass == Pass::bwd) {
     if (p.dtype == DType::e4m3)
       throw UserError("the backward (pass: bwd) takes bf16, fp16 or fp32 inputs, not e4m3 (an "
@@ -214,6 +234,8 @@ std::string key(const AttentionProblem &p) {
   os << "b" << p.batch << "_hq" << p.heads_q << "_hkv" << p.heads_kv << "_sq" << p.seqlen_q
      << "_skv" << p.seqlen_kv << "_d" << p.head_dim << (p.causal ? "_causal" : "") << "_"
      << to_string(p.dtype);
+  if (p.quant == Quant::block_hadamard)
+    os << "_hadamard";
   if (p.layout != Layout::bshd)
     os << "_" << to_string(p.layout);
   if (p.scale != 0.0)
@@ -253,6 +275,9 @@ void to_json(nlohmann::json &j, const AttentionProblem &p) {
     j["kv_lens"] = p.kv_lens;
   if (p.page_size > 0)
     j["page_size"] = p.page_size;
+  // Every e4m3 record says how its inputs were quantized; other dtypes have no quantization to name.
+  if (p.dtype == DType::e4m3)
+    j["quant"] = to_string(p.quant);
 }
 
 void from_json(const nlohmann::json &j, AttentionProblem &p) {
@@ -272,6 +297,8 @@ void from_json(const nlohmann::json &j, AttentionProblem &p) {
   p.page_size = j.value("page_size", int64_t{0});
   // Records and tables written before the backward existed have no pass: they are forward.
   p.pass = parse_pass(j.value("pass", std::string("fwd")));
+  // Records written before the option existed quantized per block without rotation.
+  p.quant = parse_quant(j.value("quant", std::string("block")));
 }
 
 } // namespace fb

@@ -114,9 +114,9 @@ std::vector<YAML::Node> axis_values(const Ctx &c, const YAML::Node &n, const std
 }
 
 const std::vector<std::string> kProblemFields = {
-    "name",      "batch",  "heads_q",     "heads_kv", "heads",     "gqa",    "seqlen_q",
-    "seqlen_kv", "seqlen", "tokens",      "hidden",   "head_dim",  "causal", "dtype",
-    "layout",    "scale",  "constraints", "kv_lens",  "page_size", "preset", "pass"};
+    "name",        "batch",   "heads_q",   "heads_kv", "heads",  "gqa",   "seqlen_q", "seqlen_kv",
+    "seqlen",      "tokens",  "hidden",    "head_dim", "causal", "dtype", "layout",   "scale",
+    "constraints", "kv_lens", "page_size", "preset",   "pass",   "quant"};
 
 std::string known_list(const std::vector<std::string> &v) {
   std::string s;
@@ -369,7 +369,8 @@ void expand_problem_entry(const Ctx &c, const YAML::Node &entry,
         constraints.push_back(parse_constraint(c, k));
       continue;
     }
-    const bool numeric = !(f == "causal" || f == "dtype" || f == "layout" || f == "pass");
+    const bool numeric =
+        !(f == "causal" || f == "dtype" || f == "layout" || f == "pass" || f == "quant");
     axes.emplace_back(f, axis_values(c, kv.second, f, numeric));
   }
   auto clash = [&](const std::string &a, const std::string &b) {
@@ -435,14 +436,16 @@ void expand_problem_entry(const Ctx &c, const YAML::Node &entry,
         p.scale = as_double(c, v, f);
       else if (f == "page_size")
         p.page_size = as_int(c, v, f);
-      else if (f == "dtype" || f == "layout" || f == "pass") {
+      else if (f == "dtype" || f == "layout" || f == "pass" || f == "quant") {
         try {
           if (f == "dtype")
             p.dtype = parse_dtype(v.Scalar());
           else if (f == "layout")
             p.layout = parse_layout(v.Scalar());
-          else
+          else if (f == "pass")
             p.pass = parse_pass(v.Scalar());
+          else
+            p.quant = parse_quant(v.Scalar());
         } catch (const UserError &e) {
           c.fail(v, e.what());
         }

@@ -15,6 +15,7 @@ DTYPES = ("fp32", "fp16", "bf16", "e4m3")
 DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2, "e4m3": 1}
 OUT_DTYPE = {"e4m3": "bf16"}  # O's dtype where it is not the inputs' (problem.hpp, out_dtype)
 FP8_SCALE_BLOCK = 128  # tokens per Q/K descale (problem.hpp, kFp8ScaleBlock)
+QUANTS = ("block", "block_hadamard")  # problem.hpp, Quant: e4m3 only; a problem without "quant" is "block"
 PASSES = ("fwd", "bwd")  # problem.hpp, Pass; a problem without "pass" (older records) is a forward
 BWD_FLOPS_FACTOR = 2.5  # problem.hpp, kBwdFlopsFactor: five GEMMs against the forward's two
 _PASS_ALIASES = {"forward": "fwd", "backward": "bwd"}
@@ -72,6 +73,12 @@ def normalize_problem(p: dict) -> dict:
         raise UserError("problem {}: dtype must be fp32, fp16, bf16 or e4m3".format(json.dumps(p)))
     if q["kv_lens"] and len(q["kv_lens"]) != q["batch"]:
         raise UserError("problem {}: kv_lens needs one length per batch entry".format(json.dumps(p)))
+    q["quant"] = q.get("quant") or "block"
+    if q["quant"] not in QUANTS:
+        raise UserError("problem {}: quant must be block or block_hadamard".format(json.dumps(p)))
+    if q["quant"] != "block" and q["dtype"] != "e4m3":
+        raise UserError("problem {}: quant {} quantizes e4m3 inputs; use dtype e4m3".format(json.dumps(p),
+                                                                                            q["quant"]))
     if q["pass"] not in PASSES:
         raise UserError("problem {}: pass must be fwd or bwd".format(json.dumps(p)))
     if q["pass"] == "bwd" and (q["dtype"] == "e4m3" or q["kv_lens"] or q["page_size"] or q["layout"] != "bshd"):
@@ -138,8 +145,8 @@ def _fnv1a_kv_lens(lens: List[int]) -> int:
 
 
 def problem_key(p: Dict[str, Any]) -> str:
-    """The C++ key(AttentionProblem): 'b2_hq16_hkv4_sq512_skv1024_d128_causal_bf16', then layout, scale, kv_lens and
-    page_size where not the default, '_bwd' last for the backward. A field a record lacks reads '?' ('?' alone for no
+    """The C++ key(AttentionProblem): 'b2_hq16_hkv4_sq512_skv1024_d128_causal_bf16', then quant ('_hadamard' right
+    after the dtype), layout, scale, kv_lens and page_size where not the default, '_bwd' last for the backward. A field a record lacks reads '?' ('?' alone for no
     problem at all)."""
     if not p:
         return "?"
@@ -148,6 +155,8 @@ def problem_key(p: Dict[str, Any]) -> str:
     if p.get("causal"):
         s += "_causal"
     s += "_" + str(normalize_dtype(p.get("dtype")) or "?")
+    if p.get("quant") == "block_hadamard":
+        s += "_hadamard"
     if p.get("layout") not in (None, "bshd"):
         s += "_" + str(p["layout"])
     scale = p.get("scale")
@@ -168,7 +177,7 @@ def problem_key(p: Dict[str, Any]) -> str:
 
 
 _KEY_RE = re.compile(r"^b(\d+)_hq(\d+)_hkv(\d+)_sq(\d+)_skv(\d+)_d(\d+)(_causal)?_(fp32|f32|fp16|f16|bf16|e4m3)"
-                     r"(?:_(bhsd))?(?:_scale([0-9.eE+-]+))?(?:_kvl([0-9-]+|\d+x[0-9a-f]{8}))?(?:_page(\d+))?"
+                     r"(?:_(hadamard))?(?:_(bhsd))?(?:_scale([0-9.eE+-]+))?(?:_kvl([0-9-]+|\d+x[0-9a-f]{8}))?(?:_page(\d+))?"
                      r"(?:_(bwd))?$")
 
 
@@ -178,9 +187,11 @@ def parse_problem_key(key: str) -> Dict[str, Any]:
     m = _KEY_RE.match(key or "")
     if not m:
         return {}
-    b, hq, hkv, sq, skv, d, causal, dt, layout, scale, kvl, page, ps = m.groups()
+    b, hq, hkv, sq, skv, d, causal, dt, had, layout, scale, kvl, page, ps = m.groups()
     p = {"batch": int(b), "heads_q": int(hq), "heads_kv": int(hkv), "seqlen_q": int(sq), "seqlen_kv": int(skv),
          "head_dim": int(d), "causal": bool(causal), "dtype": normalize_dtype(dt)}
+    if had:
+        p["quant"] = "block_hadamard"
     if layout:
         p["layout"] = layout
     if scale:

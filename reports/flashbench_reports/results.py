@@ -228,6 +228,8 @@ def family_key(p: Dict[str, Any], by_tokens: bool = False) -> str:
     # What else sets problems of one shape apart (problem_key's suffixes): a paged cache, per-entry lengths (as a
     # mark: the lengths move with seqlen_kv along a curve), layout and scale. Without it a paged and a contiguous
     # decode at one seqlen were one point of one curve.
+    if p.get("quant") == "block_hadamard":  # e4m3 inputs rotated before quantization: other codes, same kernel
+        s += " hadamard"
     if p.get("layout") not in (None, "bshd"):
         s += " " + str(p["layout"])
     if _num(p.get("scale")):

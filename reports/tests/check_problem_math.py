@@ -23,7 +23,7 @@ from flashbench_reports import problem as P  # noqa: E402
 from flashbench_reports import results  # noqa: E402
 from flashbench_reports.peers.backward import GRAD_TOLERANCE  # noqa: E402
 
-# Fields no shipped spec uses yet: the key's every suffix (the backward's _bwd too) and both kv_lens forms.
+# Fields no shipped spec uses yet: the key's every suffix (the backward's _bwd, e4m3's _hadamard too) and both kv_lens forms.
 RARE = """name: rare-fields
 problems:
   - {batch: 2, heads_q: 8, heads_kv: 2, seqlen_q: 100, seqlen_kv: 333, head_dim: 64, causal: true, layout: bhsd,
@@ -35,6 +35,7 @@ problems:
   - {batch: 12, heads_q: 8, heads_kv: 8, seqlen_q: 1, seqlen_kv: 8192, head_dim: 64, kv_lens: {random: 7},
      page_size: [0, 16]}
   - {batch: 2, heads: 4, seqlen_q: 300, seqlen_kv: 200, head_dim: 128, causal: true, dtype: e4m3}
+  - {batch: 1, heads: 2, seqlen: 4096, head_dim: 128, dtype: e4m3, quant: [block, block_hadamard], layout: bhsd}
   - {batch: 3, heads: 2, seqlen: 77, head_dim: 256, dtype: fp32}
   - {batch: 2, heads_q: 8, heads_kv: 2, seqlen_q: 100, seqlen_kv: 333, head_dim: 64, causal: [false, true],
      pass: [fwd, bwd]}

@@ -290,3 +290,12 @@ def test_peer_table_keeps_paged_and_unpaged_decode_apart(peers, tmp_path):
     assert [x[:5] for x in rows] == [["d128", "N1", "53.7", "26.8", "2.000"],
                                      ["d128", "N1", "page16", "13.4", "26.8"]]
     assert rows[1][5] == "0.500"
+
+
+def test_a_skip_before_the_config_is_resolved_keeps_its_name():
+    # --ours VARIANT --ours-config default on a problem the variant refuses: the record is a skip, not a crash
+    from flashbench_reports.peers.records import record
+    p = {"batch": 1, "heads_q": 2, "heads_kv": 2, "seqlen_q": 8, "seqlen_kv": 8, "head_dim": 64, "causal": False,
+         "dtype": "bf16", "layout": "bshd", "scale": 0.0}
+    r = record("fa3_fp8", p, "skipped", "bf16 inputs: fa3_fp8 takes e4m3", config_str="default")
+    assert r["status"] == "skipped" and r["config"] == {} and r["name"].startswith("fa3_fp8/default/")

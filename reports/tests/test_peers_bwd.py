@@ -313,3 +313,52 @@ def test_ours_passes_the_backwards_buffers_in_the_c_apis_order(peers):
     assert ours.config == "block_m=64,deterministic=off" and ours.extra["chosen_variant"] == "fa2_bwd"
     ours.close()
     assert lib.calls[-1] == ("destroy", 1)
+
+
+def _own_forward_o(torch, p, q, k, v):
+    """O of a flash-style forward: P = exp(S - max) rounded to the dtype before P V (fp32 accumulation), then
+    divided by the row sum and rounded: it differs from the reference's rounded O by an ulp in many elements."""
+    scale = p["scale"] or 1.0 / math.sqrt(p["head_dim"])
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if p["causal"]:
+        i = torch.arange(p["seqlen_q"])[:, None]
+        j = torch.arange(p["seqlen_kv"])[None, :]
+        s = s.masked_fill(j > i + p["seqlen_kv"] - p["seqlen_q"], float("-inf"))
+    e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    return ((e.to(q.dtype).float() @ v.float()) / e.sum(dim=-1, keepdim=True)).to(q.dtype)
+
+
+def test_backward_is_checked_against_the_o_it_read(peers):
+    """A causal backward that computes D = rowsum(dO * O) exactly from its own forward's O fails the bound against
+    the reference forward's O (dQ, in the first rows, which see few keys) and passes against its own: the check
+    must use the O the backward read (the failure of torch_flash, torch_cudnn and cudnn_fe on causal problems)."""
+    torch = pytest.importorskip("torch")
+    p = _p(peers, dtype="bf16", heads_q=2, heads_kv=2, seqlen_q=128, seqlen_kv=128, head_dim=32)
+    inp = peers.make_inputs(torch, p, 2, "cpu")
+    o_own = _own_forward_o(torch, p, *inp)
+    assert not torch.equal(o_own, inp.forward()[0])
+    got = tuple(x.to(torch.bfloat16) for x in inp.reference(o_own))
+    wrong = peers.grad_check(torch, p, inp.reference(), got)
+    assert wrong["_bad"] > 0 and wrong["grad_errors"]["dq"]["bad"] == wrong["_bad"]
+    assert peers.grad_check(torch, p, inp.reference(o_own), got)["_bad"] == 0
+    # the reference forward's own O (a catalog variant's input) gives the shared reference
+    assert inp.reference(inp.forward()[0].clone()) is inp.reference()
+
+
+class _OwnOPeer(_GradPeer):
+    """A backward exact on the O of its own (flash-style) forward, which it exposes as bwd_o, as the autograd peers
+    and cudnn_fe do."""
+
+    def build(self, q, k, v):
+        torch = pytest.importorskip("torch")
+        self.bwd_o = _own_forward_o(torch, self.p, q, k, v)
+        grads = tuple(x.to(q.dtype) for x in self.inputs.reference(self.bwd_o))
+        return lambda: grads
+
+
+def test_runner_checks_a_backward_against_its_own_o(peers, monkeypatch):
+    torch = pytest.importorskip("torch")
+    p = _p(peers, dtype="bf16", heads_q=2, heads_kv=2, seqlen_q=128, seqlen_kv=128, head_dim=32)
+    monkeypatch.setattr(peers.runner, "make_inputs", lambda t, p, seed, device: peers.make_inputs(t, p, seed, "cpu"))
+    recs = peers.run_problem(_CpuTorch(torch), _CallTimer(), [_OwnOPeer("own", p)], p, 2, True, 1)
+    assert recs[0]["status"] == "ok", recs[0]["reason"]

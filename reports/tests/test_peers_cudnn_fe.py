@@ -28,7 +28,8 @@ def test_graph_spec_follows_the_problems_layout(peers):
     assert b["q"] == ((B, Hq, Sq, D), (Hq * Sq * D, Sq * D, D, 1)) and b["io"] == "HALF"
     assert b["attn_scale"] == 0.5 and not b["causal"]
     f = cudnn_fe.graph_spec(_p(peers, dtype="e4m3"))
-    assert (f["io"], f["out"]) == ("FP8_E4M3", "BFLOAT16")  # O in bf16, as ours
+    # O in e4m3: cuDNN's FP8 forward writes bf16 only on Blackwell
+    assert (f["io"], f["out"]) == ("FP8_E4M3", "FP8_E4M3")
 
 
 def test_op_arguments_mask_bottom_right(peers):
@@ -41,6 +42,27 @@ def test_op_arguments_mask_bottom_right(peers):
     assert bwd["diagonal_band_right_bound"] == 0
     nc = cudnn_fe.op_kwargs(cudnn_fe.graph_spec(_p(peers, causal=False)), "sdpa")
     assert "diagonal_alignment" not in nc and "diagonal_band_right_bound" not in nc
+
+
+def test_fp8_masks_top_left_where_it_is_the_same_mask(peers):
+    """cuDNN's FP8 forward takes only a top-left causal mask before Blackwell: the peer asks for it where
+    seqlen_q == seqlen_kv (the same mask as bottom-right), and for bottom-right otherwise (skipped where refused)."""
+    sq = cudnn_fe.op_kwargs(cudnn_fe.graph_spec(_p(peers, dtype="e4m3", seqlen_kv=100)), "sdpa_fp8")
+    assert sq["diagonal_alignment"] == "TOP_LEFT" and sq["right_bound"] == 0
+    assert cudnn_fe.op_kwargs(cudnn_fe.graph_spec(_p(peers, dtype="e4m3")), "sdpa_fp8")["diagonal_alignment"] == \
+        "BOTTOM_RIGHT"
+    # the 16-bit forward and backward keep bottom-right, which cuDNN runs on Hopper
+    assert cudnn_fe.op_kwargs(cudnn_fe.graph_spec(_p(peers, seqlen_kv=100)), "sdpa")["diagonal_alignment"] == \
+        "BOTTOM_RIGHT"
+
+
+def test_o_scale_keeps_o_inside_e4m3_with_headroom(peers):
+    torch = pytest.importorskip("torch")
+    for amax in (0.3, 1.0, 4.5, 7.0, 448.0):
+        v = torch.tensor([[0.1, -amax], [amax / 2, 0.0]])
+        so = float(cudnn_fe.o_scale(torch, v))
+        assert so == 2.0 ** round(math.log2(so))  # a power of two: descale_o exact
+        assert cudnn_fe.O_HEADROOM * amax * so <= cudnn_fe.E4M3_MAX < 2 * cudnn_fe.O_HEADROOM * amax * so
 
 
 def test_without_the_frontend_each_peer_is_skipped_with_one_line(peers, monkeypatch):
@@ -82,13 +104,14 @@ def _bindings(cudnn, op):
     return set(re.findall(r"(\w+): ", sig))
 
 
-@pytest.mark.parametrize("op", ["sdpa", "sdpa_fp8", "sdpa_backward"])
-def test_arguments_are_the_bindings_and_graphs_build(peers, op):
+@pytest.mark.parametrize("op,square", [("sdpa", False), ("sdpa_fp8", False), ("sdpa_fp8", True),
+                                       ("sdpa_backward", False)])
+def test_arguments_are_the_bindings_and_graphs_build(peers, op, square):
     pytest.importorskip("torch")  # the frontend finds cuDNN through torch's libraries where they are
     cudnn, why = cudnn_fe.import_cudnn()
     if cudnn is None:
         pytest.skip("the cuDNN frontend is not importable here: " + why)
-    p = _p(peers, dtype="e4m3" if op == "sdpa_fp8" else "bf16")
+    p = _p(peers, dtype="e4m3" if op == "sdpa_fp8" else "bf16", **({"seqlen_kv": 100} if square else {}))
     s = cudnn_fe.graph_spec(p)
     names = set(cudnn_fe.op_kwargs(s, op))
     if op == "sdpa_fp8":
@@ -170,11 +193,13 @@ def test_every_graph_tensor_is_bound_to_a_buffer_of_its_shape(peers, monkeypatch
         assert [tuple(x.shape) for x in out] == [tuple(x.shape) for x in inp]
         assert pe.extra["peer_deterministic"] is False
     else:
-        assert out.dtype == (torch.bfloat16 if dtype == "e4m3" else inp[0].dtype)
+        assert out.dtype == (torch.float8_e4m3fn if dtype == "e4m3" else inp[0].dtype)
     if dtype == "e4m3":
         assert pe.extra["peer_descale"] == "per_tensor" and pe.extra["peer_p_scale"] == cudnn_fe.FP8_P_SCALE
         scal = {t.name: x for t, x in pack.items() if t.name in cudnn_fe.FP8_SCALARS}
-        assert float(scal["scale_s"]) * float(scal["descale_s"]) == 1.0 and float(scal["scale_o"]) == 1.0
+        assert float(scal["scale_s"]) * float(scal["descale_s"]) == 1.0
+        assert float(scal["scale_o"]) * float(pe.o_descale) == 1.0 and pe.extra["peer_o_dtype"] == "e4m3"
+        assert float(scal["scale_o"]) == float(cudnn_fe.o_scale(torch, pe.ref_values[2]))
         assert all(float(scal[n]) > 0 for n in ("descale_q", "descale_k", "descale_v"))
         # the check compares with the values it was given: its codes times its one descale
         codes = [x for t, x in pack.items() if t.name in ("q", "k", "v")]
@@ -183,3 +208,64 @@ def test_every_graph_tensor_is_bound_to_a_buffer_of_its_shape(peers, monkeypatch
     pe.poison()
     assert all(bool(torch.isnan(x.float()).all()) for x in (out if pass_ == "bwd" else (out,)))
     pe.close()
+
+
+def _e4m3_problem(peers):
+    return _p(peers, dtype="e4m3", batch=1, heads_q=2, heads_kv=1, seqlen_q=48, seqlen_kv=48, head_dim=16)
+
+
+def _e4m3_o(torch, peers, p, inp):
+    """The exact O of the inputs' values, written as cudnn_fp8 writes it: e4m3 codes of O * scale_o."""
+    from flashbench_reports.peers.backward import reference_forward
+    ref, _ = reference_forward(torch, p, *(x.double() for x in inp.values))
+    so = cudnn_fe.o_scale(torch, inp.values[2])
+    return (ref.float() * so).to(torch.float8_e4m3fn), 1.0 / so
+
+
+def test_an_e4m3_o_is_checked_with_its_own_rounding(peers):
+    """O rounded to e4m3 (codes * descale_o) passes with the added bound max(2^-4 |O|, 2^-10 descale_o) per
+    element and its norm added to rel_l2; an O off by more than the bound still fails."""
+    torch = pytest.importorskip("torch")
+    p = _e4m3_problem(peers)
+    inp = peers.make_inputs(torch, p, 5, "cpu")
+    codes, ods = _e4m3_o(torch, peers, p, inp)
+    got = codes.float() * ods
+    ok = peers.reference_check(torch, p, *inp.values, got, o_descale=ods)
+    assert ok["_bad"] == 0 and ok["max_error"] > 0
+    tol = ok["tolerance"]
+    assert tol["o_e4m3_round"] == 2.0 ** -4 and tol["o_e4m3_subnormal"] == 2.0 ** -10 * float(ods)
+    assert tol["rel_l2"] > peers.E4M3_REL_L2
+    off = got.clone()
+    off[0, 1, 7, 3] += 0.5
+    assert peers.reference_check(torch, p, *inp.values, off, o_descale=ods)["_bad"] == 1
+    # without o_descale the bound and the record are the e4m3 forward's, unchanged
+    assert "o_e4m3_round" not in peers.reference_check(torch, p, *inp.values, got)["tolerance"]
+
+
+class _Fp8OPeer:
+    """A peer that writes O in e4m3 with a descale (as cudnn_fp8): the runner checks codes * o_descale."""
+    config, poison, extra = "", None, {}
+
+    def __init__(self, name, p):
+        self.name, self.p = name, p
+
+    def skip_reason(self):
+        return None
+
+    def build(self, q, k, v):
+        torch = pytest.importorskip("torch")
+        codes, self.o_descale = _e4m3_o(torch, None, self.p, self.inputs)
+        return lambda: codes
+
+    def close(self):
+        pass
+
+
+def test_runner_reads_an_e4m3_o_through_its_descale(peers, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from test_peers_bwd import _CallTimer, _CpuTorch
+    p = _e4m3_problem(peers)
+    monkeypatch.setattr(peers.runner, "make_inputs", lambda t, p, seed, device: peers.make_inputs(t, p, seed, "cpu"))
+    rec = peers.run_problem(_CpuTorch(torch), _CallTimer(), [_Fp8OPeer("fp8o", p)], p, 5, True, 1)[0]
+    assert rec["status"] == "ok", rec["reason"]
+    assert rec["tolerance"]["o_e4m3_round"] == 2.0 ** -4

@@ -48,7 +48,8 @@ def test_paged_and_unpaged_decode_are_different_points_in_the_reports():
 @pytest.mark.parametrize("key", ["b1_hq16_hkv16_sq1024_skv1024_d128_causal_bf16",
                                  "b2_hq8_hkv2_sq100_skv333_d64_causal_e4m3_bhsd_scale0.0883883",
                                  "b4_hq32_hkv8_sq1_skv8192_d128_bf16_kvl1-257-0-8192_page16",
-                                 "b8_hq32_hkv8_sq1_skv32768_d128_bf16_page64"])
+                                 "b8_hq32_hkv8_sq1_skv32768_d128_bf16_page64",
+                                 "b2_hq8_hkv2_sq4096_skv4096_d128_causal_e4m3_hadamard_bhsd"])
 def test_parse_gives_the_key_back(key):
     assert P.problem_key(P.parse_problem_key(key)) == key
 
@@ -122,3 +123,16 @@ def test_backward_points_are_their_own_points_and_curves():
     assert points[1].key.endswith("_bwd") and not points[0].key.endswith("_bwd")
     assert sorted(p.median_us for p in results.best_per_variant(points).values()) == [10.0, 30.0]
     assert results.family_key(_prefill(**{"pass": "bwd"})) == results.family_key(_prefill()) + " bwd"
+
+
+def test_quant_is_an_e4m3_field_with_its_key_suffix():
+    p = _decode(dtype="e4m3", quant="block_hadamard", seqlen_q=4096, seqlen_kv=4096, batch=1)
+    assert P.problem_key(p) == "b1_hq32_hkv8_sq4096_skv4096_d128_e4m3_hadamard"
+    assert P.problem_key(dict(p, quant="block")) == "b1_hq32_hkv8_sq4096_skv4096_d128_e4m3"
+    assert P.normalize_problem(dict(p, quant=None))["quant"] == "block"  # records before the option
+    with pytest.raises(P.UserError, match="use dtype e4m3"):
+        P.normalize_problem(dict(p, dtype="bf16"))
+    with pytest.raises(P.UserError, match="block or block_hadamard"):
+        P.normalize_problem(dict(p, quant="rotated"))
+    # the rotated and the plain inputs are two curves of a report, not two points of one
+    assert results.family_key(p) != results.family_key(dict(p, quant="block"))

@@ -308,3 +308,26 @@ TEST(Cli, PlanGivesTheBackwardsKeyFlopsBytesAndGradientTolerance) {
   EXPECT_NE(o.out.find("b1_hq2_hkv2_sq64_skv64_d64_bf16_bwd"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("\"term\""), std::string::npos) << o.out; // the gradients' bound
 }
+
+TEST(Cli, ShapeTakesTheQuantization) {
+  const std::string shape =
+      "--variant fa3_fp8 --shape batch=1,heads=2,seqlen=256,head_dim=128,dtype=e4m3";
+  Outcome o = run_cli("run --dry-run " + shape + ",quant=block_hadamard");
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_NE(o.out.find("_d128_e4m3_hadamard"), std::string::npos) << o.out;
+  o = run_cli("run --dry-run " + shape);
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out.find("_hadamard"), std::string::npos) << o.out;
+  expect_user_error("run " + shape + ",quant=sideways", "unknown quant 'sideways'");
+  expect_user_error("run --variant naive --shape batch=1,heads=2,seqlen=64,head_dim=64,"
+                    "quant=block_hadamard",
+                    "use dtype e4m3 or drop quant");
+}
+
+TEST(Cli, Fp8ErrorRefusesBadInputBeforeAnyDevice) {
+  expect_user_error("fp8-error --outliers cauchy", "unknown outlier kind 'cauchy'");
+  expect_user_error("fp8-error --shape batch=1,heads=2,seqlen=256,head_dim=128,dtype=bf16",
+                    "fp8-error measures e4m3 inputs");
+  expect_user_error("fp8-error --shape batch=1,heads=2,seqlen=256,head_dim=128 --variant nope",
+                    "nope");
+}

@@ -246,3 +246,47 @@ TEST(Problem, BackwardRefusesWhatItCannotTakeInOneLine) {
     EXPECT_NO_THROW(validate(b));
   }
 }
+
+TEST(Problem, QuantParsesKeysAndRoundTripsForE4m3Only) {
+  EXPECT_EQ(parse_quant("block"), Quant::block);
+  EXPECT_EQ(parse_quant("block_hadamard"), Quant::block_hadamard);
+  EXPECT_STREQ(to_string(Quant::block_hadamard), "block_hadamard");
+  EXPECT_THROW(parse_quant("hadamard"), UserError);
+  AttentionProblem p = make(300, 300, true);
+  p.head_dim = 128;
+  p.dtype = DType::e4m3;
+  EXPECT_EQ(key(p), "b2_hq8_hkv2_sq300_skv300_d128_causal_e4m3");
+  EXPECT_EQ(nlohmann::json(p).at("quant"), "block"); // every e4m3 record names its quantization
+  p.quant = Quant::block_hadamard;
+  p.layout = Layout::bhsd;
+  EXPECT_EQ(key(p), "b2_hq8_hkv2_sq300_skv300_d128_causal_e4m3_hadamard_bhsd");
+  nlohmann::json j = p;
+  EXPECT_EQ(j.at("quant"), "block_hadamard");
+  EXPECT_EQ(j.get<AttentionProblem>(), p);
+  j.erase("quant"); // records before the option: per-block, not rotated
+  EXPECT_EQ(j.get<AttentionProblem>().quant, Quant::block);
+  EXPECT_FALSE(nlohmann::json(make(64, 64, false)).contains("quant"));
+}
+
+TEST(Problem, QuantIsRefusedInOneLineWhereItCannotApply) {
+  auto refused = [](const AttentionProblem &p, const std::string &what) {
+    try {
+      validate(p);
+      ADD_FAILURE() << key(p) << " accepted";
+    } catch (const UserError &e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(what), std::string::npos) << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    }
+  };
+  AttentionProblem p = make(128, 128, false);
+  p.quant = Quant::block_hadamard;
+  refused(p, "quant block_hadamard quantizes e4m3 inputs, but dtype is bf16; use dtype e4m3");
+  p.dtype = DType::e4m3;
+  p.head_dim = 96;
+  refused(p, "use one of those head_dims or quant block");
+  for (int64_t d : {64, 128, 256}) {
+    p.head_dim = d;
+    EXPECT_NO_THROW(validate(p)) << d;
+  }
+}

@@ -414,3 +414,25 @@ variants: [naive, fa2_q_outer]
                   " computes the forward pass; this point is a backward (pass: bwd)");
   }
 }
+
+TEST(Spec, QuantIsAnE4m3ProblemAxis) {
+  const SweepSpec s = parse_spec(R"(
+problems:
+  - {batch: 1, heads: 4, seqlen: 256, head_dim: 128, dtype: e4m3, quant: [block, block_hadamard]}
+  - {batch: 1, heads: 4, seqlen: 256, head_dim: 128, dtype: e4m3}
+variants: [fa3_fp8]
+)",
+                                 "t.yaml");
+  ASSERT_EQ(s.problems.size(), 2u); // the second entry is the first's block problem again
+  EXPECT_EQ(s.problems[0].quant, Quant::block);
+  EXPECT_EQ(s.problems[1].quant, Quant::block_hadamard);
+  EXPECT_EQ(key(s.problems[1]), "b1_hq4_hkv4_sq256_skv256_d128_e4m3_hadamard");
+  expect_error("problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64, quant: rotated, "
+               "dtype: e4m3}\nvariants: [naive]\n",
+               R"(^t\.yaml:2:\d+: unknown quant 'rotated'; use block .* or block_hadamard .*)");
+  expect_error(
+      "problems:\n  - {batch: 1, heads: 2, seqlen: 64, head_dim: 64, "
+      "quant: block_hadamard}\nvariants: [naive]\n",
+      R"(^t\.yaml:2:\d+: impossible problem .*_bf16_hadamard: quant block_hadamard quantizes e4m3 )"
+      R"(inputs, but dtype is bf16; use dtype e4m3 or drop quant$)");
+}

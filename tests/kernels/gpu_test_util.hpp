@@ -50,6 +50,7 @@ struct Shape {
   std::vector<int64_t> kv_lens = {}; // per-entry KV lengths (decode shapes); empty: all seqlen_kv
   int64_t page_size = 0;             // paged KV cache; 0: contiguous
   Layout layout = Layout::bshd;
+  Quant quant = Quant::block; // e4m3: Q and K rotated before quantization (block_hadamard) or not
 
   AttentionProblem problem() const {
     AttentionProblem p;
@@ -64,6 +65,7 @@ struct Shape {
     p.kv_lens = kv_lens;
     p.page_size = page_size;
     p.layout = layout;
+    p.quant = quant;
     return p;
   }
 };

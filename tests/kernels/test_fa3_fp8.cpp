@@ -6,7 +6,8 @@
 //    causal with seqlen_q > seqlen_kv (rows that see no key: O = 0, LSE = -inf, not NaN) and < seqlen_kv, GQA,
 //    MQA, bhsd, and shapes long enough to wrap the K/V, raw-V and V^T rings several times; and shapes with more
 //    work items than an H100 has SMs, so that the persistent grid's CTAs take 2-3 items each (rings and Q buffers
-//    carried from item to item, items with no key among them).
+//    carried from item to item, items with no key among them); and inputs rotated before quantization
+//    (quant: block_hadamard).
 //  - WrongBlockDescaleFails: the same kernel with one K block's descale doubled after the reference was taken
 //    must fail verification, so the check sees a kernel that applies the wrong block's (or one per-tensor) scale.
 #include "gpu_test_util.hpp"
@@ -21,6 +22,12 @@ using fb::test::Shape;
 namespace {
 
 const Variant &fp8() { return catalog().get("fa3_fp8"); }
+
+Shape rotated(Shape s, Layout layout = Layout::bshd) {
+  s.quant = Quant::block_hadamard;
+  s.layout = layout;
+  return s;
+}
 
 std::vector<Shape> fp8_shapes() {
   using enum DType;
@@ -44,6 +51,11 @@ std::vector<Shape> fp8_shapes() {
       // first three Q tiles of every head see no key (causal, seqlen_q - seqlen_kv = 400).
       {"items320_causal", 4, 16, 4, 600, 700, 128, true, e4m3},
       {"items384_causal_q700_kv300", 2, 32, 8, 700, 300, 128, true, e4m3},
+      // Q and K rotated by one random-sign Hadamard matrix before quantization (quant: block_hadamard): other
+      // codes, the same kernel; the reference reads the dequantized rotated values.
+      rotated({"hadamard_gqa_8_2", 2, 8, 2, 100, 100, 128, true, e4m3}),
+      rotated({"hadamard_long_causal_q500_kv1400", 1, 2, 2, 500, 1400, 128, true, e4m3},
+              Layout::bhsd),
   };
 }
 

@@ -34,23 +34,29 @@ private:
 
 // Fills n elements of type t with normal(0, 1) * stddev values derived from (seed, i).
 void fill_normal(void *dst, DType t, int64_t n, uint64_t seed, float stddev, cudaStream_t stream);
-// e4m3 inputs (DType::e4m3): one tensor of `heads` heads and `seqlen` tokens with element strides s, quantized per
-// (batch, head, block of `block` tokens): the values are normal(0, 1) draws times a magnitude drawn per block in
-// [1/2, 2] (so that a kernel that applies another block's descale fails verification), each block's descale is
-// amax / 448 (e4m3's largest finite value) and the codes are value / descale, rounded to nearest, saturating.
-// descale is float32 [batch, heads, ceil(seqlen / block)].
-void fill_quantized_e4m3(void *dst, float *descale, int64_t batch, int64_t seqlen, int64_t heads,
-                         int64_t head_dim, const Strides &s, int64_t block, uint64_t seed,
-                         cudaStream_t stream);
-// The values of such a tensor (code * its block's descale) as float32, in the same layout and strides.
+// The values of e4m3 test inputs, before quantization: one float32 tensor of `heads` heads and `seqlen` tokens with
+// element strides s, normal(0, 1) draws times a magnitude drawn per (batch, head, block of `block` tokens) in
+// [1/2, 2], so that a kernel that applies another block's descale fails verification.
+void fill_blocked_normal(float *dst, int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim,
+                         const Strides &s, int64_t block, uint64_t seed, cudaStream_t stream);
+// The values of a quantized tensor (code * its block's descale) as float32, in the same layout and strides.
 void dequantize_e4m3(float *dst, const void *src, const float *descale, int64_t batch,
                      int64_t seqlen, int64_t heads, int64_t head_dim, const Strides &s,
                      int64_t block, cudaStream_t stream);
-// All three inputs of an e4m3 problem, as the harness and the tests draw them: Q and K quantized per 128-token
-// block (kFp8ScaleBlock), V per (batch, kv head), from seeds[0..2]; codes[i] get the e4m3 codes, descales[i] the
-// descales (LaunchArgs' shapes) and values[i] (q/kv_elems() floats each) the dequantized values the reference reads.
+// All three inputs of an e4m3 problem, as the harness and the tests draw them: values from fill_blocked_normal
+// (seeds[0..2]), quantized by quantize_e4m3 (quantize.hpp): Q and K per 128-token block (kFp8ScaleBlock), rotated
+// first by one shared random-sign Hadamard matrix when p.quant is block_hadamard, V per (batch, kv head), never
+// rotated; codes[i] get the e4m3 codes, descales[i] the descales (LaunchArgs' shapes) and values[i]
+// (q/kv_elems() floats each) the dequantized values the reference reads: what the kernel is given, rotation
+// included.
 void fill_e4m3_inputs(const AttentionProblem &p, void *const codes[3], float *const descales[3],
                       float *const values[3], const uint64_t seeds[3], cudaStream_t stream);
+// n float32 values, normal(0, 1), each an outlier with probability `fraction` (the FP8 outlier experiment,
+// fp8_error.hpp), from (seed, i). additive: an outlier is the normal value plus normal(0, a^2) (the FlashAttention-3
+// paper's N(0, 1) + N(0, 100) Bernoulli(0.001) with a = 10); otherwise it is replaced by random sign times a
+// magnitude uniform in [a, b].
+void fill_normal_with_outliers(float *dst, int64_t n, uint64_t seed, double fraction, bool additive,
+                               float a, float b, cudaStream_t stream);
 // x[i] = |x[i]| for n float32 values (the e4m3 check's reference of |V|: verify.hpp, Tolerance::p_round).
 void abs_inplace(float *x, int64_t n, cudaStream_t stream);
 // dst[i] = src[i] rounded to nearest in dtype t (fp32, fp16 or bf16), device to device: the backward's O, which

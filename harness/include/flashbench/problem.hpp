@@ -35,6 +35,15 @@ enum class Pass { fwd, bwd };
 const char *to_string(Pass p);
 Pass parse_pass(const std::string &s); // throws UserError
 
+// How an e4m3 problem's Q and K were quantized (quantize.hpp). block: per-(batch, head, 128-token block) descales
+// of the values as drawn. block_hadamard: the same after rotating each row of Q and K by one random orthogonal
+// matrix M = H diag(s) / sqrt(head_dim) (H the Hadamard matrix, s random signs; incoherent processing): Q K^T is
+// unchanged in exact arithmetic and outliers spread over all head_dim dimensions before the amax is taken. V is
+// never rotated. The kernel sees codes and descales either way, so the tuning key leaves it out.
+enum class Quant { block, block_hadamard };
+const char *to_string(Quant q);
+Quant parse_quant(const std::string &s); // throws UserError
+
 // Element strides of one tensor (head_dim stride is 1).
 struct Strides {
   int64_t batch = 0, seq = 0, head = 0;
@@ -64,6 +73,8 @@ struct AttentionProblem {
   int64_t page_size = 0;
   // The backward takes dense bshd problems of bf16, fp16 or fp32 only (validate() says so).
   Pass pass = Pass::fwd;
+  // e4m3 only (validate() refuses anything else for other dtypes); block_hadamard needs head_dim 64, 128 or 256.
+  Quant quant = Quant::block;
 
   double softmax_scale() const;
   int64_t group_size() const { return heads_q / heads_kv; }
@@ -130,9 +141,9 @@ double min_bytes(const AttentionProblem &p);
 // (seed, b), the same on every platform).
 std::vector<int64_t> random_kv_lens(int64_t batch, int64_t seqlen_kv, uint64_t seed);
 
-// Stable, human-readable key: "b2_hq16_hkv4_sq512_skv1024_d128_causal_bf16" (layout, scale, kv_lens, page_size
-// and pass only when not the default: "_kvl1-257-0" for up to 8 entries, else "_kvl" + sum + "x" + a hash;
-// "_page16"; "_bwd" last). Used in benchmark names and to group points that share inputs.
+// Stable, human-readable key: "b2_hq16_hkv4_sq512_skv1024_d128_causal_bf16" (quant, layout, scale, kv_lens,
+// page_size and pass only when not the default: "_e4m3_hadamard" right after the dtype; "_kvl1-257-0" for up to 8
+// entries, else "_kvl" + sum + "x" + a hash; "_page16"; "_bwd" last). Used in benchmark names and to group points that share inputs.
 std::string key(const AttentionProblem &p);
 
 void to_json(nlohmann::json &j, const AttentionProblem &p);

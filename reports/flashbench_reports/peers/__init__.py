@@ -7,9 +7,10 @@ On a backward problem (pass: bwd) torch_flash, torch_cudnn, torch_efficient and 
 the forward runs once beforehand (untimed) and gives O and LSE; the timed call is torch.autograd.grad(O, (Q, K, V),
 dO, retain_graph=True) (cudnn_fe: its sdpa_backward graph), captured in a CUDA graph like the forwards. dQ, dK and
 dV are checked against the harness's backward reference and bound (float64; fp32 for large problems) on the same
-Q, K, V and dO, with O and LSE of the reference forward. `--ours fa2_bwd` times a backward variant through the C
-API (fb_capi_launch_backward) on those O and LSE. The other peers are skipped on backward problems, with the
-reason.
+Q, K, V and dO, with LSE of the reference forward and the O the peer's backward read (its own forward's: D =
+rowsum(dO * O) is computed from it). `--ours fa2_bwd` times a backward variant through the C API
+(fb_capi_launch_backward) on the reference forward's O and LSE. The other peers are skipped on backward problems,
+with the reason.
 
   python scripts/peers.py --problems plan.json -o peers.json [--ceilings] [--peers torch_flash,flex]
   python scripts/peers.py --problems plan.json -o ab.json --peers torch_cudnn --ours fa3_pipelined \

@@ -1,6 +1,7 @@
 """The backward's shared pieces: its inputs (Q, K, V and dO; O and LSE from the reference forward), the reference
 gradients and the check of a peer's dQ, dK and dV against them, with the harness's bound. torch is passed in, never
-imported here.
+imported here. A peer whose backward reads O of its own forward (torch's autograd, cudnn_fe) is checked against the
+reference gradients of that O (BwdInputs.reference(o)); a catalog variant reads the reference forward's O.
 
 The reference follows the harness's (harness/include/flashbench/reference.hpp): from Q, K, V, dO, O (the reference
 forward's, rounded to the problem's dtype, as a catalog variant reads it) and LSE (fp32), under the forward's mask
@@ -54,11 +55,20 @@ class BwdInputs(tuple):
             self._fwd = reference_forward(self.torch, self.p, *self)
         return self._fwd
 
-    def reference(self):
-        """The reference gradients (GradReference) of these inputs, with O and LSE of forward()."""
-        if self._grads is None:
-            self._grads = reference_grads(self.torch, self.p, *self, self.dout, *self.forward())
-        return self._grads
+    def reference(self, o=None):
+        """The reference gradients (GradReference) of these inputs, with LSE of forward() and O of forward(), or
+        `o`: the O that a peer's backward reads (its own forward's). A backward computes D = rowsum(dO * O) from
+        the O it is given, so O rounded otherwise than the reference's (a flash forward rounds P before P V)
+        changes dS = P (dP - D) by about an ulp of O in every term of a row, which the bound, scaled by the terms'
+        own sizes, does not cover where a row has few keys (a causal mask's first rows); compared with the
+        gradients of the O it read, a backward carries its own rounding only. The LSE stays the reference's: a
+        peer's differs by fp32 rounding, far inside the bound."""
+        ref_o = self.forward()[0]
+        if o is None or o is ref_o or (tuple(o.shape) == tuple(ref_o.shape) and bool(self.torch.equal(o, ref_o))):
+            if self._grads is None:
+                self._grads = reference_grads(self.torch, self.p, *self, self.dout, *self.forward())
+            return self._grads
+        return reference_grads(self.torch, self.p, *self, self.dout, o.detach(), self.forward()[1])
 
 
 def ref_dtype(torch, p: dict):

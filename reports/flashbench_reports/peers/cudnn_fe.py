@@ -3,14 +3,21 @@ Python module `cudnn`), beside torch's own cuDNN backend (torch_cudnn), which re
 
   cudnn_fe   fp16/bf16: the forward (graph op sdpa, writing O and the softmax statistics, as our kernels write LSE);
              on a backward problem the backward (sdpa_backward) on O and statistics of its own untimed forward.
-  cudnn_fp8  e4m3: the FP8 forward (sdpa_fp8), O in bf16 as ours.
+  cudnn_fp8  e4m3: the FP8 forward (sdpa_fp8), O in e4m3 (scale_o, amax_o), which cuDNN writes on Hopper (a bf16
+             O it writes on Blackwell only): one byte per element of O where ours write two, which favours the peer.
 
 Conventions are ours: causal masks bottom-right aligned (diagonal_alignment BOTTOM_RIGHT, right bound 0), scale
-1/sqrt(head_dim) unless the problem gives one, GQA by K/V of fewer heads. cuDNN's FP8 SDPA takes one descale per
-tensor where our e4m3 problems have one per 128-token block (Q, K) and per (batch, kv head) (V): cudnn_fp8 is given
+1/sqrt(head_dim) unless the problem gives one, GQA by K/V of fewer heads. cudnn_fp8 masks top-left (TOP_LEFT, the
+frontend's default) where seqlen_q == seqlen_kv, the same mask: cuDNN refuses a bottom-right FP8 forward before
+Blackwell, and with seqlen_q != seqlen_kv there the peer is skipped with cuDNN's reason.
+
+cuDNN's FP8 SDPA takes one descale per tensor where our e4m3 problems have one per 128-token block (Q, K) and per
+(batch, kv head) (V): cudnn_fp8 is given
 Q, K and V quantized per tensor from the same values (the per-block codes times their descales), and is verified
 against the reference of the values it was given, with our e4m3 tolerance; its records say so (peer_descale).
-P is scaled by FP8_P_SCALE before its e4m3 rounding (scale_s; descale_s its inverse) and O by 1 (bf16).
+P is scaled by FP8_P_SCALE before its e4m3 rounding (scale_s; descale_s its inverse) and O by o_scale (scale_o,
+from V's amax; descale_o its inverse): the check compares O's codes times descale_o with the reference, with the
+e4m3 tolerance plus O's own rounding to e4m3 (reference_check's o_descale).
 
 The frontend is optional: without it (or without the cuDNN it loads) each of these peers is skipped with one line
 that says how to install it. The graph's shapes and arguments (graph_spec, op_kwargs) are plain Python, tested
@@ -31,6 +38,8 @@ INSTALL_HINT = ("install the cuDNN frontend wheel: `python3 -m pip install nvidi
 # the rescale of its running maximum and so sees P above 1; a power of two, so its inverse (descale_s) is exact.
 FP8_P_SCALE = 32.0
 E4M3_MAX = 448.0
+# O's scale leaves this factor of headroom under E4M3_MAX beyond V's amax (o_scale).
+O_HEADROOM = 2.0
 IO_TYPE = {"bf16": "BFLOAT16", "fp16": "HALF", "e4m3": "FP8_E4M3"}
 FP8_SCALARS = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
 
@@ -63,7 +72,11 @@ def graph_spec(p: dict) -> dict:
     io = IO_TYPE[p["dtype"]]
     q = _dims_strides(p, Hq, Sq, D)
     kv = _dims_strides(p, Hkv, Skv, D)
-    return {"io": io, "out": "BFLOAT16" if p["dtype"] == "e4m3" else io,
+    fp8 = p["dtype"] == "e4m3"
+    # e4m3: O in e4m3 as well (cuDNN's FP8 forward writes bf16 only on Blackwell); TOP_LEFT where it is the same
+    # mask as BOTTOM_RIGHT (cuDNN's FP8 forward takes only TOP_LEFT before Blackwell)
+    align = "TOP_LEFT" if fp8 and Sq == Skv else "BOTTOM_RIGHT"
+    return {"io": io, "out": io, "align": align,
             "q": q, "k": kv, "v": kv, "o": q, "dO": q, "dQ": q, "dK": kv, "dV": kv,
             "stats": ((B, Hq, Sq, 1), (Hq * Sq, Sq, 1, 1)),
             "attn_scale": p["scale"] or 1.0 / math.sqrt(D), "causal": bool(p["causal"])}
@@ -79,7 +92,7 @@ def op_kwargs(spec: dict, op: str) -> dict:
     if op == "sdpa_backward":
         kw["use_deterministic_algorithm"] = False
     if spec["causal"]:
-        kw["diagonal_alignment"] = "BOTTOM_RIGHT"
+        kw["diagonal_alignment"] = spec["align"]
         kw["right_bound" if op == "sdpa_fp8" else "diagonal_band_right_bound"] = 0
     return kw
 
@@ -135,6 +148,17 @@ def requantize_per_tensor(torch, values, like):
     return codes, ds.reshape(1, 1, 1, 1).contiguous()
 
 
+def o_scale(torch, v_values):
+    """scale_o of cuDNN's FP8 forward for the values V it computes on ([1, 1, 1, 1] fp32): the largest power of two
+    with O_HEADROOM * amax(|V|) * scale_o <= E4M3_MAX. Each row of O is a softmax average of V's rows (weights
+    >= 0 summing to 1), so |O| <= amax(|V|); P's e4m3 rounding (up to 2^-4 relative per weight) can lift the weights'
+    sum above 1 by at most 2^-4, well inside the headroom, so no code of O saturates, while O's typical magnitude
+    (that of a long average, amax / sqrt(keys)) stays among e4m3's normal numbers. A power of two, so that
+    descale_o = 1 / scale_o is exact and the scaling itself rounds nothing."""
+    amax = v_values.abs().amax().float().clamp_min(torch.finfo(torch.float32).tiny)
+    return torch.exp2(torch.floor(torch.log2(E4M3_MAX / (O_HEADROOM * amax)))).reshape(1, 1, 1, 1).contiguous()
+
+
 class CudnnFe(Peer):
     """cudnn_fe or cudnn_fp8 bound to a problem (see the module's docstring)."""
     handle = None
@@ -185,7 +209,10 @@ class CudnnFe(Peer):
 
         def poison():
             for x in outputs:
-                x.fill_(float("nan"))
+                if x.element_size() == 1:  # an e4m3 O: 0x7f is e4m3fn's NaN, written as bytes by any torch
+                    x.view(torch.uint8).fill_(0x7F)
+                else:
+                    x.fill_(float("nan"))
         self.poison = poison
         ret = outputs[0] if len(outputs) == 1 else outputs
         cuda = outputs[0].is_cuda  # (CPU buffers: the tests, with a stand-in for execute)
@@ -206,7 +233,7 @@ class CudnnFe(Peer):
             raise ValueError("the cuDNN frontend cannot load cuDNN ({}); it takes the cuDNN torch ships (import "
                              "torch first, as peers.py does) or one on the library path".format(first_line(e)))
         self.extra.update({"peer_frontend": getattr(cudnn, "__version__", None), "peer_cudnn": backend,
-                           "peer_causal": "bottom_right" if p["causal"] else "none"})
+                           "peer_causal": spec["align"].lower() if p["causal"] else "none"})
         q, k, v = (self._as(x, spec[n]) for x, n in ((q, "q"), (k, "k"), (v, "v")))
         if self.name == "cudnn_fp8":
             return self.build_fp8(spec, q, k, v)
@@ -231,6 +258,8 @@ class CudnnFe(Peer):
                 tb["dQ"]: grads[0], tb["dK"]: grads[1], tb["dV"]: grads[2]}
         bwd = self._runner(gb, pack, grads)
         self.saved += (fwd_saved, stats)
+        self.bwd_o = o  # the backward graph reads this O (its D = rowsum(dO * O))
+        self.extra["bwd_inputs"] = "O and statistics of its own forward (the reference gradients are of that O)"
         return bwd
 
     def build_fp8(self, spec, q, k, v):
@@ -242,13 +271,18 @@ class CudnnFe(Peer):
         self.ref_values = tuple(c.float() * d for c, d in zip(codes, descales))
         one = lambda x: torch.full((1, 1, 1, 1), x, dtype=torch.float32, device=q.device)
         scalars = dict(zip(("descale_q", "descale_k", "descale_v"), descales))
-        scalars.update(descale_s=one(1.0 / FP8_P_SCALE), scale_s=one(FP8_P_SCALE), scale_o=one(1.0))
+        so = o_scale(torch, self.ref_values[2])
+        scalars.update(descale_s=one(1.0 / FP8_P_SCALE), scale_s=one(FP8_P_SCALE), scale_o=so)
+        self.o_descale = 1.0 / so  # the check reads O as its codes times this (runner, reference_check)
         g, t = build_graph(cudnn, spec, "sdpa_fp8")
         self.extra.update({"peer_plan": self._plan(g), "peer_descale": "per_tensor",
                            "peer_descale_note": "Q, K, V requantized with one descale per tensor from the per-block "
                                                 "values; verified against the reference of the values it was given",
-                           "peer_p_scale": FP8_P_SCALE})
-        o = self._empty(spec["o"], torch.bfloat16, q.device)
+                           "peer_p_scale": FP8_P_SCALE, "peer_o_dtype": "e4m3", "peer_o_scale": float(so),
+                           "peer_o_note": "O written in e4m3 (cuDNN's FP8 forward writes bf16 only on Blackwell): "
+                                          "one byte per element where ours write bf16, which favours the peer; "
+                                          "verified as its codes times 1/peer_o_scale"})
+        o = self._empty(spec["o"], torch.float8_e4m3fn, q.device)
         stats = self._empty(spec["stats"], torch.float32, q.device)
         amax = [one(0.0), one(0.0)]
         pack = {t["q"]: codes[0], t["k"]: codes[1], t["v"]: codes[2], t["o"]: o, t["stats"]: stats,
@@ -262,7 +296,7 @@ class CudnnFe(Peer):
         if self.handle is not None:
             if self.saved and self.saved[1].is_cuda:
                 self.torch.cuda.synchronize()
-            self.saved = None
+            self.saved = self.bwd_o = None
             try:
                 self.cudnn.destroy_handle(self.handle)
             except Exception:  # the frontend's own exit handler may have destroyed it already

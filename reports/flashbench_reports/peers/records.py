@@ -25,7 +25,8 @@ def record(peer: str, p: dict, status: str, reason: str = "", timing: dict = Non
     flashbench names it ("<variant>/<config>/<problem>"). rep: (repetition_index, repetitions) of --rounds."""
     variant = peer if config_str else "peer:" + peer
     name = "/".join(x for x in (variant, config_str, problem_key(p)) if x)
-    config = dict(kv.split("=", 1) for kv in config_str.split(",")) if config_str else {}
+    # a config named rather than given ("default", "auto": --ours-config) has no key=value pairs until resolved
+    config = dict(kv.split("=", 1) for kv in config_str.split(",") if "=" in kv) if config_str else {}
     rec = {"name": name, "run_name": name, "run_type": "iteration", "repetitions": rep[1], "repetition_index": rep[0],
            "threads": 1, "time_unit": "us", "variant": variant, "config": config, "config_str": config_str,
            "problem": {k: v for k, v in p.items() if v or k not in ("kv_lens", "page_size")},

@@ -11,6 +11,13 @@ from .backward import grad_check, grads_close, is_bwd
 from .records import record
 
 
+def _bitwise_equal(torch, a, b) -> bool:
+    """Bit for bit (one-byte floats, e4m3 O, compared as their bytes, which every torch compares)."""
+    if a.element_size() == 1 and a.is_floating_point():
+        a, b = a.view(torch.uint8), b.view(torch.uint8)
+    return bool(torch.equal(a, b))
+
+
 def _clone(out):
     return tuple(x.clone() for x in out) if isinstance(out, (tuple, list)) else out.clone()
 
@@ -50,21 +57,27 @@ def prepare_peer(torch, pe: Peer, inputs, seed: int, verify: bool, graph: bool =
         # dQ accumulates by atomics in most backwards: a replay is accepted if it passes the same check (or, unverified,
         # agrees with the eager call within the tolerance), not bit for bit
         if verify:
+            # against the gradients of the O the peer's backward read (its D = rowsum(dO * O)): bwd_o, or the
+            # reference forward's
             try:
-                check = grad_check(torch, p, inputs.reference(), out)
+                ref = inputs.reference(getattr(pe, "bwd_o", None))
+                check = grad_check(torch, p, ref, out)
             except ValueError as e:
                 return rec("incorrect", first_line(e)), None
             except torch.cuda.OutOfMemoryError:
                 torch.cuda.empty_cache()
                 return rec("skipped", "the reference gradients do not fit in device memory"), None
-            accept = lambda o: grad_check(torch, p, inputs.reference(), o)["_bad"] == 0
+            accept = lambda o: grad_check(torch, p, ref, o)["_bad"] == 0
         else:
             first = _clone(out)
             accept = lambda o: grads_close(torch, p, o, first)
     elif verify:
         # e4m3: the reference of the values the peer computes on (its own descales, or the per-block ones)
         rq, rk, rv = getattr(pe, "ref_values", None) or getattr(inputs, "values", None) or (q, k, v)
-        check = reference_check(torch, p, rq, rk, rv, out)
+        # an e4m3 O (cudnn_fp8) is checked as its codes times its descale, with its own rounding to e4m3 added
+        o_descale = getattr(pe, "o_descale", None)
+        got = out if o_descale is None else out.float() * o_descale
+        check = reference_check(torch, p, rq, rk, rv, got, o_descale=o_descale)
     bad = check.pop("_bad", 0)
     if bad:
         return rec("incorrect", "{} elements beyond atol+rtol*|ref| (max error {})".format(
@@ -149,8 +162,8 @@ def as_graph(torch, fn, eager_out, poison=None, accept=None):
         if accept is not None:
             if not accept(out):
                 return None, "graph replay output fails the check the eager call passed"
-        elif not all(torch.equal(a, b) for a, b in zip(*((out, eager_out) if isinstance(out, (tuple, list))
-                                                         else ((out,), (eager_out,))))):
+        elif not all(_bitwise_equal(torch, a, b) for a, b in zip(*((out, eager_out) if isinstance(out, (tuple, list))
+                                                                  else ((out,), (eager_out,))))):
             return None, "graph replay output differs from the eager call"
         return g.replay, ""
     except Exception as e:
