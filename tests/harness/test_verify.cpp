@@ -360,9 +360,10 @@ TEST(Verify, BackwardToleranceFitsAnFa2KernelsArithmeticWithRoomToSpare) {
         EXPECT_TRUE(r.pass) << key(p) << ": " << r.summary();
         // Room: the gradient's own rounding to the dtype (<= u|ref|) alone may use half of an
         // element's bound (its rtol is 2u), the rest of the arithmetic adds a little: the worst
-        // element within 3/4 of its bound (about 0.55 seen), each tensor's norm within a third of
-        // its bound (about 1.2u of 8u seen).
-        EXPECT_LT(r.worst_ratio, 0.75) << key(p) << ": " << r.summary();
+        // element within 0.9 of its bound (typically about 0.55; the tail over fresh seeds reached
+        // 0.80, dQ of the 131 x 77 causal bf16 problem at seed 3678066959), each tensor's norm
+        // within a third of its bound (about 1.2u of 8u seen).
+        EXPECT_LT(r.worst_ratio, 0.9) << key(p) << ": " << r.summary();
         EXPECT_LT(r.rel_l2_error, grad_tolerance_for(t).rel_l2 / 3)
             << key(p) << ": " << r.summary();
       }
