@@ -294,4 +294,45 @@ inline std::vector<Shape> awkward_shapes() {
   };
 }
 
+// The inputs of one backward problem as the harness draws them, and their float64 reference gradients: fresh
+// normal(0, 1) Q, K, V and dO from seed .. seed + 3; O (rounded to the dtype) and LSE (fp32) from the float64 forward
+// reference of the same inputs, as a verified forward leaves them, so that P = exp(S - LSE) is the forward's softmax.
+struct BackwardCase {
+  DeviceBuffer q, k, v, dout, o, lse;
+  BackwardReference ref;
+};
+
+inline BackwardCase make_backward_case(const AttentionProblem &p, uint64_t seed) {
+  const size_t e = size_t(dtype_bytes(p.dtype));
+  BackwardCase c{DeviceBuffer(p.q_elems() * e),
+                 DeviceBuffer(p.kv_elems() * e),
+                 DeviceBuffer(p.kv_elems() * e),
+                 DeviceBuffer(p.q_elems() * e),
+                 DeviceBuffer(p.q_elems() * e),
+                 DeviceBuffer(p.lse_elems() * sizeof(float)),
+                 {}};
+  fill_normal(c.q.get(), p.dtype, p.q_elems(), seed, 1.f, nullptr);
+  fill_normal(c.k.get(), p.dtype, p.kv_elems(), seed + 1, 1.f, nullptr);
+  fill_normal(c.v.get(), p.dtype, p.kv_elems(), seed + 2, 1.f, nullptr);
+  fill_normal(c.dout.get(), p.dtype, p.q_elems(), seed + 3, 1.f, nullptr);
+  FB_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto qh = download_as_float(c.q.get(), p.dtype, p.q_elems());
+  const auto kh = download_as_float(c.k.get(), p.dtype, p.kv_elems());
+  const auto vh = download_as_float(c.v.get(), p.dtype, p.kv_elems());
+  const auto doh = download_as_float(c.dout.get(), p.dtype, p.q_elems());
+  AttentionProblem fwd = p;
+  fwd.pass = Pass::fwd;
+  const ReferenceOutput f = cpu_reference(fwd, qh.data(), kh.data(), vh.data());
+  const std::vector<float> of(f.o.begin(), f.o.end()), lf(f.lse.begin(), f.lse.end());
+  DeviceBuffer o32(of.size() * sizeof(float));
+  FB_CUDA_CHECK(cudaMemcpy(o32.get(), of.data(), o32.bytes(), cudaMemcpyHostToDevice));
+  FB_CUDA_CHECK(cudaMemcpy(c.lse.get(), lf.data(), c.lse.bytes(), cudaMemcpyHostToDevice));
+  convert_from_float(c.o.get(), p.dtype, o32.as<float>(), p.q_elems(), nullptr);
+  FB_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto oh = download_as_float(c.o.get(), p.dtype, p.q_elems());
+  c.ref =
+      cpu_reference_backward(p, qh.data(), kh.data(), vh.data(), oh.data(), doh.data(), lf.data());
+  return c;
+}
+
 } // namespace fb::test

@@ -72,33 +72,9 @@ TEST_P(GpuReferenceBackward, MatchesCpuReference) {
   p.pass = Pass::bwd;
   validate(p);
   const uint64_t seed = std::random_device{}();
-  const size_t e = size_t(dtype_bytes(p.dtype));
-  DeviceBuffer q(p.q_elems() * e), k(p.kv_elems() * e), v(p.kv_elems() * e), dout(p.q_elems() * e),
-      o(p.q_elems() * e), lse(p.lse_elems() * sizeof(float));
-  fill_normal(q.get(), p.dtype, p.q_elems(), seed, 1.f, nullptr);
-  fill_normal(k.get(), p.dtype, p.kv_elems(), seed + 1, 1.f, nullptr);
-  fill_normal(v.get(), p.dtype, p.kv_elems(), seed + 2, 1.f, nullptr);
-  fill_normal(dout.get(), p.dtype, p.q_elems(), seed + 3, 1.f, nullptr);
-  FB_CUDA_CHECK(cudaDeviceSynchronize());
-  const auto qh = download_as_float(q.get(), p.dtype, p.q_elems());
-  const auto kh = download_as_float(k.get(), p.dtype, p.kv_elems());
-  const auto vh = download_as_float(v.get(), p.dtype, p.kv_elems());
-  const auto doh = download_as_float(dout.get(), p.dtype, p.q_elems());
-  AttentionProblem fwd = p;
-  fwd.pass = Pass::fwd;
-  const ReferenceOutput f = cpu_reference(fwd, qh.data(), kh.data(), vh.data());
-  {
-    const std::vector<float> of(f.o.begin(), f.o.end()), lf(f.lse.begin(), f.lse.end());
-    DeviceBuffer o32(of.size() * sizeof(float));
-    FB_CUDA_CHECK(cudaMemcpy(o32.get(), of.data(), o32.bytes(), cudaMemcpyHostToDevice));
-    FB_CUDA_CHECK(cudaMemcpy(lse.get(), lf.data(), lse.bytes(), cudaMemcpyHostToDevice));
-    convert_from_float(o.get(), p.dtype, o32.as<float>(), p.q_elems(), nullptr);
-    FB_CUDA_CHECK(cudaDeviceSynchronize());
-  }
-  const auto oh = download_as_float(o.get(), p.dtype, p.q_elems());
-  const auto lh = download_as_float(lse.get(), DType::f32, p.lse_elems());
-  const BackwardReference cpu =
-      cpu_reference_backward(p, qh.data(), kh.data(), vh.data(), oh.data(), doh.data(), lh.data());
+  test::BackwardCase in = test::make_backward_case(p, seed);
+  DeviceBuffer &q = in.q, &k = in.k, &v = in.v, &dout = in.dout, &o = in.o, &lse = in.lse;
+  const BackwardReference &cpu = in.ref;
 
   const size_t qb = size_t(p.q_elems()) * sizeof(float), kb = size_t(p.kv_elems()) * sizeof(float);
   DeviceBuffer bufs[9] = {DeviceBuffer(qb), DeviceBuffer(qb), DeviceBuffer(qb),

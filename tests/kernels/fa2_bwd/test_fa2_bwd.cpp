@@ -13,46 +13,21 @@ namespace {
 
 const Variant &bwd() { return catalog().get("fa2_bwd"); }
 
-// Inputs of one backward problem and its reference. Q, K, V and dO are fresh random values; O and LSE come from
-// the float64 forward reference of the same inputs (O rounded to the dtype, LSE to fp32, as a verified forward
-// leaves them), so that P = exp(S - LSE) is the forward's softmax.
+// Inputs of one backward problem and its reference (test::make_backward_case), the gradients' buffers, and a
+// launch that verifies them.
 class BwdCase {
 public:
   explicit BwdCase(AttentionProblem p, uint64_t seed = std::random_device{}())
       : p_(std::move(p)), seed_(seed), e_(dtype_bytes(p_.dtype)) {
     p_.pass = Pass::bwd;
     validate(p_);
-    q_ = DeviceBuffer(size_t(p_.q_elems() * e_));
-    k_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
-    v_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
-    o_ = DeviceBuffer(size_t(p_.q_elems() * e_));
-    dout_ = DeviceBuffer(size_t(p_.q_elems() * e_));
-    lse_ = DeviceBuffer(size_t(p_.lse_elems()) * sizeof(float));
+    test::BackwardCase c = test::make_backward_case(p_, seed_ * 4);
+    q_ = std::move(c.q), k_ = std::move(c.k), v_ = std::move(c.v);
+    o_ = std::move(c.o), dout_ = std::move(c.dout), lse_ = std::move(c.lse);
+    ref_ = std::move(c.ref);
     dq_ = DeviceBuffer(size_t(p_.q_elems() * e_));
     dk_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
     dv_ = DeviceBuffer(size_t(p_.kv_elems() * e_));
-    fill_normal(q_.get(), p_.dtype, p_.q_elems(), seed_ * 4 + 0, 1.f, nullptr);
-    fill_normal(k_.get(), p_.dtype, p_.kv_elems(), seed_ * 4 + 1, 1.f, nullptr);
-    fill_normal(v_.get(), p_.dtype, p_.kv_elems(), seed_ * 4 + 2, 1.f, nullptr);
-    fill_normal(dout_.get(), p_.dtype, p_.q_elems(), seed_ * 4 + 3, 1.f, nullptr);
-    FB_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto q = download_as_float(q_.get(), p_.dtype, p_.q_elems());
-    const auto k = download_as_float(k_.get(), p_.dtype, p_.kv_elems());
-    const auto v = download_as_float(v_.get(), p_.dtype, p_.kv_elems());
-    const auto dout = download_as_float(dout_.get(), p_.dtype, p_.q_elems());
-
-    AttentionProblem fwd = p_;
-    fwd.pass = Pass::fwd;
-    const ReferenceOutput f = cpu_reference(fwd, q.data(), k.data(), v.data());
-    std::vector<float> o32(f.o.begin(), f.o.end()), lse32(f.lse.begin(), f.lse.end());
-    DeviceBuffer o_f32(o32.size() * sizeof(float));
-    FB_CUDA_CHECK(cudaMemcpy(o_f32.get(), o32.data(), o_f32.bytes(), cudaMemcpyHostToDevice));
-    convert_from_float(o_.get(), p_.dtype, o_f32.as<float>(), p_.q_elems(), nullptr);
-    FB_CUDA_CHECK(cudaMemcpy(lse_.get(), lse32.data(), lse_.bytes(), cudaMemcpyHostToDevice));
-    FB_CUDA_CHECK(cudaDeviceSynchronize());
-    const auto o = download_as_float(o_.get(), p_.dtype, p_.q_elems());
-    ref_ = cpu_reference_backward(p_, q.data(), k.data(), v.data(), o.data(), dout.data(),
-                                  lse32.data());
     inputs_ = input_bytes();
   }
 
