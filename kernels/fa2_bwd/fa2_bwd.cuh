@@ -29,6 +29,7 @@
 #include "kernels/fa2_bwd/traits.hpp"
 
 #include "flashbench/check.hpp"
+#include "kernels/common/bwd_rows.cuh"
 #include "kernels/common/mma.cuh"
 
 #include <cuda_runtime.h>
@@ -543,62 +544,6 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   }
 }
 
-// Threads of the preprocess and convert kernels; D / 8 lanes (16 bytes each) per row.
-constexpr int kRowThreads = 256;
-
-template <class T, int D>
-__global__ void __launch_bounds__(kRowThreads) fa2_bwd_preprocess(const Args<T> a) {
-  constexpr int kLanes = D / 8, kRows = kRowThreads / kLanes;
-  const int tid = threadIdx.x, ch = tid % kLanes;
-  const int row = blockIdx.x * kRows + tid / kLanes, h = blockIdx.y, b = blockIdx.z;
-  float dot = 0.f;
-  if (row < a.seqlen_q) {
-    const int64_t off =
-        int64_t(b) * a.qs.batch + int64_t(row) * a.qs.seq + int64_t(h) * a.qs.head + ch * 8;
-    const uint4 o = *reinterpret_cast<const uint4 *>(a.o + off);
-    const uint4 d = *reinterpret_cast<const uint4 *>(a.dout + off);
-    const T *ov = reinterpret_cast<const T *>(&o), *dv = reinterpret_cast<const T *>(&d);
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      dot = fmaf(float(ov[i]), float(dv[i]), dot);
-  }
-#pragma unroll
-  for (int s = kLanes / 2; s > 0; s /= 2)
-    dot += __shfl_xor_sync(0xffffffffu, dot, s);
-  if (row >= a.rows_pad)
-    return;
-  const int64_t r = (int64_t(b) * a.heads_q + h) * a.rows_pad + row;
-  if (ch == 0) {
-    const float lse =
-        row < a.seqlen_q ? a.lse[(int64_t(b) * a.heads_q + h) * a.seqlen_q + row] : -INFINITY;
-    a.delta[r] = dot;
-    a.lse2[r] = lse == -INFINITY ? INFINITY : lse * kLog2e;
-  }
-  float4 *z = reinterpret_cast<float4 *>(a.dq_acc + r * D + ch * 8);
-  z[0] = make_float4(0.f, 0.f, 0.f, 0.f);
-  z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
-}
-
-template <class T, int D>
-__global__ void __launch_bounds__(kRowThreads) fa2_bwd_convert(const Args<T> a) {
-  constexpr int kLanes = D / 8, kRows = kRowThreads / kLanes;
-  const int tid = threadIdx.x, ch = tid % kLanes;
-  const int row = blockIdx.x * kRows + tid / kLanes, h = blockIdx.y, b = blockIdx.z;
-  if (row >= a.seqlen_q)
-    return;
-  const float4 *src = reinterpret_cast<const float4 *>(
-      a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + row) * D + ch * 8);
-  const float4 x = src[0], y = src[1];
-  const float s = a.scale;
-  uint4 out;
-  out.x = Mma<T>::pack(x.x * s, x.y * s);
-  out.y = Mma<T>::pack(x.z * s, x.w * s);
-  out.z = Mma<T>::pack(y.x * s, y.y * s);
-  out.w = Mma<T>::pack(y.z * s, y.w * s);
-  *reinterpret_cast<uint4 *>(a.dq + int64_t(b) * a.qs.batch + int64_t(row) * a.qs.seq +
-                             int64_t(h) * a.qs.head + ch * 8) = out;
-}
-
 template <class T, int D, int BM, int BN, int W, int WM>
 void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
                  cudaStream_t stream) {
@@ -633,11 +578,8 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.causal = p.causal;
   a.deterministic = c.deterministic != 0;
 
-  constexpr int kRows = kRowThreads / (D / 8);
-  const dim3 pre_grid(static_cast<unsigned>((a.rows_pad + kRows - 1) / kRows),
-                      static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
-  fa2_bwd_preprocess<T, D><<<pre_grid, kRowThreads, 0, stream>>>(a);
-  FB_CHECK_LAUNCH();
+  const kernels::bwd::RowArgs<T> rows = kernels::bwd::row_args<T>(p, args, c.block_m);
+  kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
 
   auto *kernel = fa2_bwd_main<T, D, BM, BN, W, WM>;
   const int64_t smem = smem_bytes(D, c);
@@ -649,23 +591,16 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   kernel<<<grid, W * 32, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 
-  const dim3 cvt_grid(static_cast<unsigned>((a.seqlen_q + kRows - 1) / kRows),
-                      static_cast<unsigned>(p.heads_q), static_cast<unsigned>(p.batch));
-  fa2_bwd_convert<T, D><<<cvt_grid, kRowThreads, 0, stream>>>(a);
-  FB_CHECK_LAUNCH();
+  kernels::bwd::launch_convert<T, D>(rows, p.batch, stream);
 }
 
 template <class T, int D, int BM, int BN, int W, int WM>
 std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {
-  constexpr int kRows = kRowThreads / (D / 8);
-  const int64_t heads = p.batch * p.heads_q, rows_pad = padded_rows(p.seqlen_q, c.block_m);
-  return {{"fa2_bwd_preprocess", reinterpret_cast<const void *>(&fa2_bwd_preprocess<T, D>),
-           kRowThreads, 0, heads * ((rows_pad + kRows - 1) / kRows)},
+  return {kernels::bwd::preprocess_desc<T, D>("fa2_bwd", p, c.block_m),
           {"fa2_bwd_main", reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM>),
            W * 32, static_cast<size_t>(smem_bytes(D, c)),
            num_col_blocks(p, c) * p.heads_kv * p.batch},
-          {"fa2_bwd_convert", reinterpret_cast<const void *>(&fa2_bwd_convert<T, D>), kRowThreads,
-           0, heads * ((p.seqlen_q + kRows - 1) / kRows)}};
+          kernels::bwd::convert_desc<T, D>("fa2_bwd", p)};
 }
 
 } // namespace detail

@@ -7,8 +7,7 @@
 #include "flashbench/device.hpp"
 #include "flashbench/problem.hpp"
 #include "flashbench/variant.hpp"
-#include "kernels/common/host_device.hpp"
-#include "kernels/common/mask.hpp"
+#include "kernels/common/bwd.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -143,25 +142,12 @@ constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm) {
   return false;
 }
 
-// Rows of the padded per-(batch, head) buffers in the workspace: a whole number of row blocks, so the main kernel
-// reads LSE and D and adds dQ without row predicates.
-inline int64_t padded_rows(int64_t seqlen_q, int block_m) {
-  return (seqlen_q + block_m - 1) / block_m * block_m;
-}
-
-// Workspace (fp32, not zero on entry): dQ accumulator [batch, heads_q, padded rows, head_dim], then the
-// base-2 LSE and D = rowsum(dO∘O), each [batch, heads_q, padded rows]. The preprocess kernel writes all three.
-struct Workspace {
-  int64_t dq_acc = 0, lse2 = 0, delta = 0, total = 0; // byte offsets and size
-};
+// The padded row buffers of the workspace (dQ accumulator, base-2 LSE, D) and the row/column block ranges are
+// the backward kernels' common ones (kernels/common/bwd.hpp), with block_m rows a block.
+using kernels::bwd::padded_rows;
+using kernels::bwd::Workspace;
 inline Workspace workspace_layout(const AttentionProblem &p, const Params &c) {
-  const int64_t rows = p.batch * p.heads_q * padded_rows(p.seqlen_q, c.block_m);
-  Workspace w;
-  w.dq_acc = 0;
-  w.lse2 = 4 * rows * p.head_dim;
-  w.delta = w.lse2 + 4 * rows;
-  w.total = w.delta + 4 * rows;
-  return w;
+  return kernels::bwd::workspace_layout(p, c.block_m);
 }
 
 // Semaphores (deterministic only): one int per (batch, query head, row block, warp), the number of column blocks
@@ -185,33 +171,9 @@ constexpr int64_t smem_bytes(int64_t head_dim, const Params &c) {
          2 * e * c.block_m * c.block_n;
 }
 
-// Row blocks that column block n visits: from the first one holding a row that sees key n·block_n (causal:
-// bottom-right aligned) to the last; first == end when no row sees it.
-struct RowRange {
-  int64_t first, end;
-};
-FB_HOST_DEVICE RowRange row_blocks_for(int64_t n, int64_t block_m, int64_t block_n,
-                                       int64_t seqlen_q, int64_t seqlen_kv, bool causal) {
-  const int64_t end = (seqlen_q + block_m - 1) / block_m;
-  if (!causal)
-    return {0, end};
-  const int64_t first_row =
-      n * block_n - (seqlen_kv - seqlen_q); // first row that sees key n·block_n
-  if (first_row > seqlen_q - 1)
-    return {end, end};
-  return {first_row <= 0 ? 0 : first_row / block_m, end};
-}
-
-// Column blocks that visit row block m: 0 .. the one holding its last row's last visible key (0 when no row of
-// the block sees a key).
-FB_HOST_DEVICE int64_t col_blocks_for(int64_t m, int64_t block_m, int64_t block_n, int64_t seqlen_q,
-                                      int64_t seqlen_kv, bool causal) {
-  int64_t last_row = (m + 1) * block_m - 1;
-  if (last_row > seqlen_q - 1)
-    last_row = seqlen_q - 1;
-  const int64_t visible = fb::kernels::visible_keys(last_row, seqlen_q, seqlen_kv, causal);
-  return (visible + block_n - 1) / block_n;
-}
+using kernels::bwd::col_blocks_for;
+using kernels::bwd::row_blocks_for;
+using kernels::bwd::RowRange;
 
 // The default config of a problem (ConfigSpace::default_config(p, dev)), FlashAttention-2's own sm80 backward
 // tiles: d64 128 x 128 (8 warps; 2 along the rows, as FA2's 4 spills here), d128 64 x 128 (8 warps, 2 along the
