@@ -73,11 +73,30 @@ __device__ __forceinline__ void bulk_wait_all() {
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// A 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
+// completing `bytes` of transactions on `bar`: the per-row vectors of a row block (the backward's LSE and D).
+__device__ __forceinline__ void bulk_load_1d(uint32_t dst, const void *src, uint32_t bytes,
+                                             uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+               "[%3];" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
+               : "memory");
+}
 // Four 8x8 16-bit matrices to shared memory: register i holds this thread's (row lane/4, columns
 // 2 (lane%4), +1) of matrix i, and lane 8i + r gives the address of row r of matrix i.
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
                                             uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
+               "r"(r0), "r"(r1), "r"(r2), "r"(r3)
+               : "memory");
+}
+
+// The same, each matrix transposed on the way: register i holds this thread's (row lane/4, columns 2 (lane%4),
+// +1) of matrix i as the registers see it, and row r of the stored matrix (from lane 8i + r's address) is column
+// r of that. An accumulator tile (rows = keys) goes to shared memory with the queries as rows.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t addr, uint32_t r0, uint32_t r1,
+                                                  uint32_t r2, uint32_t r3) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr),
                "r"(r0), "r"(r1), "r"(r2), "r"(r3)
                : "memory");
 }

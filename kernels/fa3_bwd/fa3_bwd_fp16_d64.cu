@@ -1,0 +1,8 @@
+// One compiled slice of fa3_bwd (fp16, head_dim 64); the kernels live in fa3_bwd.cuh. Built for sm_90a only
+// (kernels/fa3_bwd/CMakeLists.txt).
+#include "kernels/fa3_bwd/fa3_bwd.cuh"
+#include "kernels/fa3_bwd/instances.hpp"
+
+namespace fb::fa3_bwd {
+Instance pick_fp16_d64(const Params &c) { return pick_tile<__half, 64>(c); }
+} // namespace fb::fa3_bwd
