@@ -110,8 +110,11 @@ class FakeTorch:
 
     int32, uint8, float32 = "int32", "uint8", "float32"
 
-    def __init__(self, late=0):
-        self.t, self.late, self.sleeps = 0.0, late, []
+    def __init__(self, late=0, queue=None):
+        # queue: the most samples the launch queue takes behind a hold; a longer batch makes the host wait for the
+        # GPU (the hold passes before the batch is in), however long the hold.
+        self.t, self.late, self.sleeps, self.queue, self.recorded = 0.0, late, [], queue, 0
+        self.batches = []
         fake = self
 
         class Event:
@@ -120,6 +123,7 @@ class FakeTorch:
 
             def record(self):
                 self.at = fake.t
+                fake.recorded += 1
 
             def synchronize(self):
                 pass
@@ -131,6 +135,11 @@ class FakeTorch:
                 if fake.late > 0:
                     fake.late -= 1
                     return True
+                if fake.queue is not None:
+                    # the spin's event: the batch since the last spin had 2 records a sample (start, end)
+                    k = fake.recorded // 2
+                    fake.batches.append(k)
+                    return k > fake.queue
                 return False
 
         class Buf:
@@ -147,6 +156,7 @@ class FakeTorch:
             @staticmethod
             def _sleep(cycles):
                 fake.sleeps.append(cycles)
+                fake.recorded = -1  # the hold's own record comes next
 
             @staticmethod
             def current_device():
@@ -196,6 +206,16 @@ def test_a_batch_the_host_queued_too_late_is_void(peers):
     never = FakeTorch(late=10 ** 6)
     with pytest.raises(RuntimeError, match="could not queue"):
         peers.Timer(never, fake_args(), 1 << 20, NoNvml()).measure(never.call)
+
+
+def test_a_batch_longer_than_the_launch_queue_is_halved_until_it_fits(peers):
+    # The launch queue takes 20 samples behind a hold: batches of 64 and 32 are void whatever the hold; 16 fit, and
+    # every later batch stays at 16.
+    torch = FakeTorch(queue=20)
+    timer = peers.Timer(torch, fake_args(), 1 << 20, NoNvml())
+    st = timer.measure(torch.call)
+    assert st["void_batches"] == 2 and st["median_us"] == pytest.approx(100.0)
+    assert torch.batches[:3] == [64, 32, 16] and set(torch.batches[3:]) == {16}
 
 
 def test_back_to_back_queues_each_batch_behind_the_last(peers):

@@ -288,7 +288,9 @@ class Timer:
                  "enqueue": (time.perf_counter() - t_host) * 1e6 / n_warm, "margin": 1.5, "floor": 0.0}
 
         # who[s]: which call each sample of event set s timed; turn: the call the next queued sample times
-        q = {"set": 0, "ahead": False, "ahead_void": False, "behind_voids": 0, "k": [1, 1], "who": [[], []], "turn": 0}
+        # k_cap: the largest batch the host has managed to queue in time (halved on each void batch)
+        q = {"set": 0, "ahead": False, "ahead_void": False, "behind_voids": 0, "k": [1, 1], "who": [[], []], "turn": 0,
+             "k_cap": self.MAX_BATCH}
 
         def batch_size() -> int:
             return max(1, min(self.MAX_BATCH, int(0.01e6 / max(state["period"], 1.0))))  # ~10 ms of GPU work
@@ -333,13 +335,17 @@ class Timer:
             return got
 
         def batch():  # round_trip: one batch per host round trip
-            k = batch_size()
+            # A void batch holds the GPU longer next time and also halves the batch: a longer hold alone cannot help
+            # when the launch queue fills before the batch is in (the host then blocks until the GPU passes the
+            # hold), which short samples with several launches each (a flush, a graph, two events) can do.
+            k = min(batch_size(), q["k_cap"])
             for _ in range(8):
                 in_time = enqueue(0, k, True)
                 got = read(0, in_time)
                 if in_time:
                     return got
                 self.void_batches += 1
+                q["k_cap"] = k = max(1, k // 2)
             raise RuntimeError("the host could not queue a batch of samples ahead of the GPU")
 
         def back_to_back():
