@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""The fa3_pipelined and fa3_fp8 kernels' machine code, checked without a GPU.
+"""The fa3_pipelined, fa3_fp8 and fa3_bwd kernels' machine code, checked without a GPU.
 
     scripts/check_sass.py OBJECT...
 
-Disassembles each object with cuobjdump and, for every fa3 kernel in it, checks:
+Disassembles each object with cuobjdump and, for every main kernel in it (fa3_kernel, fa3_fp8_kernel,
+fa3_bwd_main), checks:
   - HGMMA (wgmma; QGMMA for fa3_fp8's e4m3) and UTMALDG (TMA loads) are there;
   - no local-memory traffic (STL/LDL: register spills; ptxas also fails the build on a spill);
-  - `WARPGROUP.DEPBAR.LE gsb0, 0x0` (a wait for every wgmma in flight) appears at most 3 times. Every
-    instantiation has 2 (intra_wg_overlap off) or 3 (on); when ptxas cannot prove the wgmma pipeline safe it
-    serialises every HGMMA with such a wait (53 at d128 when it happened) and prints nothing.
+  - no HGMMA serialisation: when ptxas cannot prove the wgmma pipeline safe it serialises every HGMMA with a
+    `WARPGROUP.DEPBAR.LE gsb0, 0x0` (a wait for every wgmma in flight) and prints nothing. The forward kernels have
+    2 (intra_wg_overlap off) or 3 (on) such waits, so more than 3 fails (53 at d128 when it happened). fa3_bwd's
+    main kernel waits once or twice per product of a row block (Sᵀ, dPᵀ, dV, dK, dQ: each several HGMMAs deep), so
+    it fails when the waits reach half its HGMMAs (serialised: one per HGMMA).
+The backward's per-row kernels in the same objects (bwd_preprocess, bwd_convert: kernels/common/bwd_rows.cuh) are
+plain CUDA: they are checked for spills only. An object without a main kernel fails.
 Prints one line per kernel; exit 1 on a failed check, 0 otherwise. Without cuobjdump (on PATH, in
 /usr/local/cuda/bin, or from `pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm`) it prints
 "check_sass: SKIPPED" and exits 0.
@@ -20,7 +25,11 @@ import shutil
 import subprocess
 import sys
 
-MAX_FULL_WAITS = 3
+MAX_FULL_WAITS = 3  # forward kernels (fa3_kernel, fa3_fp8_kernel)
+# Kernels that must run on wgmma and TMA; fa3_bwd_main's waits are bounded by its HGMMA count instead.
+MAIN_KERNELS = ("fa3_kernel", "fa3_fp8_kernel", "fa3_bwd_main")
+# Plain-CUDA kernels compiled into the same objects: no spills, nothing else.
+ROW_KERNELS = ("bwd_preprocess", "bwd_convert")
 
 
 def find_cuobjdump():
@@ -73,26 +82,36 @@ def main(argv):
                   "install nvdisasm next to it (pip install nvidia-cuda-nvdisasm)")
             return 1
         sass = run.stdout
+        found_main = False
         for name, lines in kernels(sass).items():
-            if "fa3_kernel" not in name and "fa3_fp8_kernel" not in name:
+            main_kernel = any(k in name for k in MAIN_KERNELS)
+            if not main_kernel and not any(k in name for k in ROW_KERNELS):
                 continue
             checked += 1
+            found_main = found_main or main_kernel
             count = lambda pat: sum(1 for l in lines if re.search(pat, l))
             # fp16/bf16 wgmma is HGMMA in SASS, e4m3 (fa3_fp8) is QGMMA
             hgmma, tma = count(r"\b[HQ]GMMA\."), count(r"\bUTMALDG\b")
             local, waits = count(r"\b(STL|LDL)(\.|\s)"), count(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0")
             bad = []
-            if hgmma == 0:
-                bad.append("no HGMMA/QGMMA")
-            if tma == 0:
-                bad.append("no UTMALDG")
             if local:
                 bad.append(f"{local} local-memory instructions (spills)")
-            if waits > MAX_FULL_WAITS:
-                bad.append(f"{waits} full wgmma waits (> {MAX_FULL_WAITS}: serialised HGMMAs)")
+            if main_kernel:
+                if hgmma == 0:
+                    bad.append("no HGMMA/QGMMA")
+                if tma == 0:
+                    bad.append("no UTMALDG")
+                if "fa3_bwd_main" in name:
+                    if hgmma and 2 * waits >= hgmma:
+                        bad.append(f"{waits} full wgmma waits for {hgmma} HGMMAs (half or more: serialised HGMMAs)")
+                elif waits > MAX_FULL_WAITS:
+                    bad.append(f"{waits} full wgmma waits (> {MAX_FULL_WAITS}: serialised HGMMAs)")
             failed += bool(bad)
             print(f"{'FAIL' if bad else 'ok  '} {os.path.basename(obj)} {name[:90]}: HGMMA/QGMMA {hgmma}, UTMALDG {tma}, "
                   f"full waits {waits}, STL/LDL {local}{'; ' + '; '.join(bad) if bad else ''}")
+        if not found_main:
+            failed += 1
+            print(f"FAIL {os.path.basename(obj)}: no main kernel ({', '.join(MAIN_KERNELS)})")
     if checked == 0:
         print("check_sass: no fa3 kernel found in " + " ".join(objects))
         return 1

@@ -1,0 +1,426 @@
+// fa3_bwd's host logic on the CPU: the config space and its defaults, the launch order (a bijection, and the orders
+// the deterministic dQ sum and lpt rest on), the shared-memory map, the workspace, semaphore and traffic-model
+// sizes, the reasons supports() gives, and the variant's sweep specs. fa3_bwd is not in the catalog (it has not run
+// on a GPU), so these tests register it on a Registry of their own.
+#include "kernels/catalog.hpp"
+#include "kernels/fa3_bwd/traffic.hpp"
+#include "kernels/fa3_bwd/traits.hpp"
+
+#include "flashbench/errors.hpp"
+#include "flashbench/spec.hpp"
+#include "flashbench/variant.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+using namespace fb;
+
+namespace {
+
+const Registry &fa3_bwd_registry() {
+  static const Registry r = [] {
+    Registry x;
+    register_fa3_bwd(x);
+    return x;
+  }();
+  return r;
+}
+const Variant &variant() { return fa3_bwd_registry().get("fa3_bwd"); }
+
+AttentionProblem bwd_problem(int64_t sq, int64_t skv, int64_t d, bool causal, int64_t hq = 4,
+                             int64_t hkv = 4, DType t = DType::bf16) {
+  AttentionProblem p;
+  p.batch = 2, p.heads_q = hq, p.heads_kv = hkv, p.seqlen_q = sq, p.seqlen_kv = skv;
+  p.head_dim = d, p.causal = causal, p.dtype = t, p.pass = Pass::bwd;
+  return p;
+}
+
+DeviceInfo h100() {
+  DeviceInfo d = nominal_device();
+  d.present = true;
+  d.name = "NVIDIA H100 80GB HBM3";
+  return d;
+}
+
+DeviceInfo a100() {
+  DeviceInfo d = h100();
+  d.name = "NVIDIA A100-SXM4-80GB";
+  d.cc_major = 8, d.cc_minor = 0, d.sm_count = 108;
+  d.smem_per_block_optin = 163 * 1024;
+  return d;
+}
+
+bool has(const std::string &s, const std::string &part) {
+  return s.find(part) != std::string::npos;
+}
+
+constexpr int kOrders[][2] = {{fa3_bwd::kOrderNatural, 0}, // (order, deterministic)
+                              {fa3_bwd::kOrderLpt, 0},
+                              {fa3_bwd::kOrderNatural, 1}};
+
+} // namespace
+
+TEST(Fa3BwdTraits, ConfigProblemSaysWhy) {
+  const fa3_bwd::Params ok;
+  EXPECT_FALSE(fa3_bwd::config_problem(ok));
+  auto why = [](fa3_bwd::Params c) { return fa3_bwd::config_problem(c).value_or(""); };
+  fa3_bwd::Params c = ok;
+  c.stages = 3;
+  EXPECT_TRUE(has(why(c), "stages must be 1 or 2")) << why(c);
+  c = ok, c.stages = 0;
+  EXPECT_TRUE(has(why(c), "stages")) << why(c);
+  c = ok, c.order = 2;
+  EXPECT_TRUE(has(why(c), "order must be natural or lpt")) << why(c);
+  c = ok, c.deterministic = 2;
+  EXPECT_TRUE(has(why(c), "deterministic must be off or on")) << why(c);
+  c = ok, c.deterministic = 1, c.order = fa3_bwd::kOrderLpt;
+  EXPECT_TRUE(has(why(c), "use order natural")) << why(c);
+  c.order = fa3_bwd::kOrderNatural;
+  EXPECT_FALSE(fa3_bwd::config_problem(c));
+}
+
+TEST(Fa3BwdTraits, DefaultFollowsTheMask) {
+  const ConfigSpace &space = variant().space();
+  EXPECT_EQ(space.axis("block_m"), nullptr); // one row-block height, kBlockM, at every head_dim
+  for (int64_t d : {64, 128})
+    for (bool causal : {false, true}) {
+      const AttentionProblem p = bwd_problem(4096, 4096, d, causal);
+      const Config c = space.default_config(p, h100());
+      EXPECT_EQ(c.get("stages"), 2);
+      EXPECT_EQ(c.get("deterministic"), 0);
+      EXPECT_EQ(c.get("order"), causal ? fa3_bwd::kOrderLpt : fa3_bwd::kOrderNatural);
+      EXPECT_FALSE(space.check(c)) << space.to_string(c);
+    }
+  // Deterministic fixes the order: natural even under a causal mask.
+  Config det = space.default_config();
+  det.set("deterministic", 1);
+  const Config c = fa3_bwd::default_for(det, bwd_problem(4096, 4096, 128, true), h100());
+  EXPECT_EQ(c.get("order"), fa3_bwd::kOrderNatural);
+  EXPECT_FALSE(space.check(c)) << space.to_string(c);
+}
+
+TEST(Fa3BwdTraits, GridOrderIsABijection) {
+  for (auto [cols, bhs] :
+       {std::pair<int64_t, int64_t>{1, 1}, {1, 7}, {5, 1}, {3, 4}, {16, 12}, {7, 33}})
+    for (const auto &o : kOrders) {
+      std::vector<int> seen(static_cast<size_t>(cols * bhs), 0);
+      for (int64_t x = 0; x < cols * bhs; ++x) {
+        const fa3_bwd::GridSlot s = fa3_bwd::grid_order(x, cols, bhs, o[0], o[1] != 0);
+        ASSERT_TRUE(s.col >= 0 && s.col < cols && s.bh >= 0 && s.bh < bhs)
+            << "x " << x << " cols " << cols << " bh " << bhs << " order " << o[0];
+        ++seen[static_cast<size_t>(s.bh * cols + s.col)];
+      }
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }))
+          << "cols " << cols << " bh " << bhs << " order " << o[0] << " det " << o[1];
+    }
+}
+
+TEST(Fa3BwdTraits, DeterministicOrderLaunchesEachHeadFromItsLastColumn) {
+  // A row block's dQ partials are added from the rightmost column block leftwards, so every CTA's predecessors in
+  // that order (the same (batch, kv head), a larger column) must be launched before it.
+  for (auto [cols, bhs] : {std::pair<int64_t, int64_t>{1, 3}, {5, 1}, {9, 4}, {16, 12}}) {
+    std::vector<int64_t> x_of(static_cast<size_t>(cols * bhs));
+    std::vector<int64_t> next_col(static_cast<size_t>(bhs), cols - 1);
+    for (int64_t x = 0; x < cols * bhs; ++x) {
+      const fa3_bwd::GridSlot s = fa3_bwd::grid_order(x, cols, bhs, fa3_bwd::kOrderNatural, true);
+      EXPECT_EQ(s.col, next_col[static_cast<size_t>(s.bh)]) << "x " << x;
+      --next_col[static_cast<size_t>(s.bh)];
+      x_of[static_cast<size_t>(s.bh * cols + s.col)] = x;
+    }
+    for (int64_t bh = 0; bh < bhs; ++bh)
+      for (int64_t col = 0; col + 1 < cols; ++col)
+        EXPECT_LT(x_of[static_cast<size_t>(bh * cols + col + 1)],
+                  x_of[static_cast<size_t>(bh * cols + col)]);
+  }
+}
+
+TEST(Fa3BwdTraits, LptLaunchesEveryHeadsFirstColumnBeforeAnySecond) {
+  for (auto [cols, bhs] : {std::pair<int64_t, int64_t>{2, 1}, {5, 3}, {16, 12}, {7, 33}}) {
+    int64_t last_col0 = -1, first_col1 = cols * bhs, prev_col = 0;
+    for (int64_t x = 0; x < cols * bhs; ++x) {
+      const fa3_bwd::GridSlot s = fa3_bwd::grid_order(x, cols, bhs, fa3_bwd::kOrderLpt, false);
+      EXPECT_GE(s.col, prev_col) << "x " << x; // longest (leftmost under causal) first, every head
+      prev_col = s.col;
+      if (s.col == 0)
+        last_col0 = x;
+      if (s.col == 1)
+        first_col1 = std::min(first_col1, x);
+    }
+    EXPECT_EQ(last_col0, bhs - 1);
+    EXPECT_LT(last_col0, first_col1);
+  }
+}
+
+TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
+  constexpr int bm = fa3_bwd::kBlockM;
+  for (int64_t d : {64, 128}) {
+    for (int stages : {1, 2}) {
+      const fa3_bwd::SmemMap m = fa3_bwd::smem_map(d, stages);
+      SCOPED_TRACE("d" + std::to_string(d) + " stages " + std::to_string(stages));
+      // Every TMA / WGMMA tile at a 1024-byte boundary (the 128B swizzle's period), in each slot too.
+      for (int64_t off : {m.k, m.v, m.slots, m.slot_bytes, m.q, m.dout, m.ds, m.ds_bytes})
+        EXPECT_EQ(off % 1024, 0) << off;
+      // The bulk copies of LSE₂ and D: 16-byte aligned; the mbarriers: 8.
+      EXPECT_EQ(m.lse2 % 16, 0);
+      EXPECT_EQ(m.delta % 16, 0);
+      EXPECT_EQ(m.bars % 8, 0);
+      // No overlap: K, V, the slots (Q, dO, LSE₂, D), the two dS buffers, the barriers.
+      const int64_t kv = fa3_bwd::kBlockN * d * 2, qt = int64_t(bm) * d * 2;
+      EXPECT_GE(m.v, m.k + kv);
+      EXPECT_GE(m.slots, m.v + kv);
+      EXPECT_GE(m.dout, m.q + qt);
+      EXPECT_GE(m.lse2, m.dout + qt);
+      EXPECT_GE(m.delta, m.lse2 + 4 * bm);
+      EXPECT_LE(m.delta + 4 * bm, m.slot_bytes);
+      EXPECT_GE(m.ds, m.slots + stages * m.slot_bytes);
+      EXPECT_EQ(m.ds_bytes, int64_t(bm) * fa3_bwd::kBlockN * 2);
+      EXPECT_GE(m.bars, m.ds + 2 * m.ds_bytes);
+      EXPECT_GE(m.total, m.bars + 8 * (1 + 2 * fa3_bwd::kMaxStages) + 1023);
+      EXPECT_LE(m.total, 232448); // an H100's 227 KB per block
+      fa3_bwd::Params c;
+      c.stages = stages;
+      EXPECT_EQ(fa3_bwd::smem_bytes(d, c), m.total);
+    }
+  }
+}
+
+TEST(Fa3BwdTraits, WorkspaceAndSemaphores) {
+  const AttentionProblem p = bwd_problem(100, 300, 128, true, 8, 2);
+  fa3_bwd::Params c; // 64 rows a row block
+  const fa3_bwd::Workspace w = fa3_bwd::workspace_layout(p, c);
+  const int64_t rows = 2 * 8 * 128; // padded to two row blocks
+  EXPECT_EQ(w.dq_acc, 0);
+  EXPECT_EQ(w.lse2, 4 * rows * 128);
+  EXPECT_EQ(w.delta, w.lse2 + 4 * rows);
+  EXPECT_EQ(w.total, w.delta + 4 * rows);
+  EXPECT_EQ(w.lse2 % 16, 0); // 1-D bulk copies of LSE₂ and D rows
+  EXPECT_EQ(w.delta % 16, 0);
+  EXPECT_EQ(fa3_bwd::semaphore_count(p, c), 0);
+  c.deterministic = 1;
+  EXPECT_EQ(fa3_bwd::semaphore_count(p, c), 2 * 8 * 2); // (batch, query head, row block)
+  EXPECT_EQ(fa3_bwd::num_col_blocks(p), 3);             // 300 keys, 128 a column block
+
+  const Variant &v = variant();
+  Config cfg = v.space().default_config(p, h100());
+  EXPECT_EQ(v.workspace_bytes(p, cfg), size_t(w.total));
+  EXPECT_EQ(v.semaphore_bytes(p, cfg), 0u);
+  cfg.set("deterministic", 1);
+  cfg.set("order", fa3_bwd::kOrderNatural);
+  EXPECT_EQ(v.semaphore_bytes(p, cfg), size_t(4 * 2 * 8 * 2));
+}
+
+TEST(Fa3BwdTraits, TrafficModelParts) {
+  // Non-causal, whole blocks: every column block visits every row block of every query head.
+  const AttentionProblem p = bwd_problem(256, 512, 128, false, 4, 2);
+  const fa3_bwd::Params c; // 64 x 128 blocks
+  const fa3_bwd::Traffic t = fa3_bwd::traffic(p, c);
+  const double e = 2, d = 128, pairs = 2.0 * 4 * (256 / 64) * (512 / 128);
+  EXPECT_DOUBLE_EQ(t.kv, 2.0 * 2 * 4 * e * d * 512);
+  EXPECT_DOUBLE_EQ(t.q_rows, pairs * (2 * e * d * 64 + 8 * 64));
+  EXPECT_DOUBLE_EQ(t.dq_add, pairs * 4 * d * 64);
+  EXPECT_DOUBLE_EQ(t.total(), fa3_bwd::traffic_bytes(p, c));
+  EXPECT_DOUBLE_EQ(variant().model_bytes(p, variant().space().default_config(p, h100())),
+                   t.total());
+  // Causal visits fewer pairs.
+  AttentionProblem pc = p;
+  pc.causal = true;
+  EXPECT_LT(fa3_bwd::traffic(pc, c).dq_add, t.dq_add);
+}
+
+TEST(Fa3BwdVariant, NotInTheCatalogUntilItHasRunOnAGpu) {
+  EXPECT_EQ(catalog().find("fa3_bwd"), nullptr)
+      << "fa3_bwd joins the catalog once `flashbench check --variant fa3_bwd` and the GPU tests "
+         "pass on a Hopper GPU (kernels/fa3_bwd/DESIGN.md, Status): then drop this test and move "
+         "its specs to sweeps/";
+  EXPECT_EQ(variant().pass(), Pass::bwd);
+  EXPECT_FALSE(variant().description().empty());
+}
+
+TEST(Fa3BwdVariant, SupportsSaysWhy) {
+  const Variant &v = variant();
+  const DeviceInfo dev = h100();
+  const AttentionProblem p = bwd_problem(1024, 1024, 128, true);
+  const Config def = v.space().default_config(p, dev);
+  auto reason = [&](const AttentionProblem &q, const Config &c, const DeviceInfo &d) {
+    const Support s = v.supports(q, c, d);
+    EXPECT_FALSE(s.ok) << key(q) << " " << v.space().to_string(c);
+    return s.reason;
+  };
+  EXPECT_TRUE(v.supports(p, def, dev).ok) << v.supports(p, def, dev).reason;
+
+  AttentionProblem f = p;
+  f.pass = Pass::fwd;
+  EXPECT_FALSE(support_for(v, f, def, dev).ok);
+  EXPECT_TRUE(has(reason(f, def, dev), "forward pass"));
+
+  AttentionProblem d256 = p;
+  d256.head_dim = 256;
+  const std::string r256 = reason(d256, def, dev);
+  EXPECT_TRUE(has(r256, "head_dim 256") && has(r256, "256 registers") && has(r256, "240")) << r256;
+  AttentionProblem d96 = p;
+  d96.head_dim = 96;
+  EXPECT_TRUE(has(reason(d96, def, dev), "compiled for 64 and 128 only"));
+
+  AttentionProblem f32 = p;
+  f32.dtype = DType::f32;
+  EXPECT_TRUE(has(reason(f32, def, dev), "fp32"));
+
+  const std::string r80 = reason(p, def, a100());
+  EXPECT_TRUE(has(r80, "sm_90a") && has(r80, "8.0")) << r80;
+  DeviceInfo h200 = h100();
+  h200.name = "NVIDIA H200";
+  h200.total_mem_bytes = 141LL * 1000 * 1000 * 1000;
+  EXPECT_TRUE(v.supports(p, def, h200).ok);
+  EXPECT_TRUE(v.supports(p, def, nominal_device()).ok); // planning without a GPU: against an H100
+
+  // One row-block height at every head_dim: a spec that sets block_m is refused when it is read.
+  EXPECT_THROW(v.space().make({{"block_m", "128"}}), UserError);
+  AttentionProblem d64 = p;
+  d64.head_dim = 64;
+  EXPECT_TRUE(v.supports(d64, v.space().default_config(d64, dev), dev).ok);
+
+  // Deterministic fixes the launch order.
+  const Config det_lpt = v.space().make({{"order", "lpt"}, {"deterministic", "on"}});
+  EXPECT_TRUE(has(reason(p, det_lpt, dev), "use order natural"));
+  EXPECT_TRUE(v.supports(p, v.space().make({{"deterministic", "on"}}), dev).ok);
+
+  // Shared memory: stages 1 is named where it fits.
+  DeviceInfo small = dev;
+  small.smem_per_block_optin = 150000;
+  EXPECT_TRUE(has(reason(p, def, small), "(use stages 1)")) << reason(p, def, small);
+  Config one = def;
+  one.set("stages", 1);
+  EXPECT_TRUE(v.supports(p, one, small).ok);
+  small.smem_per_block_optin = 100000;
+  const std::string rs = reason(p, def, small);
+  EXPECT_TRUE(has(rs, "shared memory") && !has(rs, "stages 1")) << rs;
+
+  // Sizes past the kernels' 32-bit indices and grid, and past device memory.
+  AttentionProblem longer = p;
+  longer.seqlen_q = longer.seqlen_kv = (int64_t(1) << 30) + 1;
+  longer.batch = 1, longer.heads_q = longer.heads_kv = 1;
+  EXPECT_TRUE(has(reason(longer, def, nominal_device()), "2^30"));
+  AttentionProblem wide = p;
+  wide.batch = 65535, wide.heads_q = wide.heads_kv = 512, wide.seqlen_q = wide.seqlen_kv = 1 << 20;
+  EXPECT_TRUE(has(reason(wide, def, nominal_device()), "1-D grid"));
+  AttentionProblem heads = p;
+  heads.heads_q = heads.heads_kv = 70000;
+  EXPECT_TRUE(has(reason(heads, def, nominal_device()), "65535"));
+  AttentionProblem big = p;
+  big.batch = 64, big.heads_q = big.heads_kv = 64, big.seqlen_q = big.seqlen_kv = 32768;
+  EXPECT_TRUE(has(reason(big, def, dev), "device memory"));
+
+  // Variable-length and paged caches are the decode variants'.
+  AttentionProblem paged = p;
+  paged.page_size = 256;
+  EXPECT_TRUE(has(reason(paged, def, dev), "decode variant"));
+}
+
+TEST(Fa3BwdVariant, SupportsTheAcceptanceFamily) {
+  const Variant &v = variant();
+  const DeviceInfo dev = h100();
+  for (DType t : {DType::bf16, DType::f16})
+    for (int64_t d : {64, 128})
+      for (bool causal : {false, true})
+        for (const AttentionProblem &p :
+             {bwd_problem(1024, 1024, d, causal, 16, 16, t),
+              bwd_problem(4096, 4096, d, causal, 32, 8, t), // GQA 4:1
+              bwd_problem(2048, 2048, d, causal, 16, 1, t), // MQA
+              bwd_problem(100, 333, d, causal, 8, 2, t),    // fewer queries than keys
+              bwd_problem(333, 100, d, causal, 8, 2, t),    // rows that see no key under causal
+              bwd_problem(1, 1, d, causal, 4, 4, t)}) {
+          const Config c = v.space().default_config(p, dev);
+          const Support s = v.supports(p, c, dev);
+          EXPECT_TRUE(s.ok) << key(p) << ": " << s.reason;
+          Config det = c;
+          det.set("deterministic", 1), det.set("order", fa3_bwd::kOrderNatural);
+          EXPECT_TRUE(v.supports(p, det, dev).ok) << key(p);
+        }
+}
+
+// The catalog-wide checks (tests/kernels/test_default_configs.cpp, test_catalog.cpp) see only the catalog's
+// variants; the same two for fa3_bwd here.
+TEST(Fa3BwdVariant, TheDefaultSupportsEveryProblemThatAnyConfigSupports) {
+  const Variant &v = variant();
+  std::vector<Config> valid;
+  for (const auto &e : v.space().expand())
+    if (!e.invalid_reason)
+      valid.push_back(e.config);
+  EXPECT_EQ(valid.size(), 6u); // 2 stages x (natural, lpt, natural + deterministic)
+  int supported = 0;
+  for (const DeviceInfo &dev : {h100(), a100(), nominal_device()})
+    for (DType t : {DType::bf16, DType::f16, DType::f32})
+      for (int64_t d : {32, 64, 96, 128, 256})
+        for (bool causal : {false, true})
+          for (auto [sq, skv] : {std::pair<int64_t, int64_t>{1, 1000},
+                                 {77, 131},
+                                 {512, 512},
+                                 {3000, 3000},
+                                 {16384, 16384},
+                                 {1024, 300}}) {
+            const AttentionProblem p = bwd_problem(sq, skv, d, causal, 48, 8, t);
+            const Config def = v.space().default_config(p, dev);
+            ASSERT_FALSE(v.space().check(def)) << v.space().to_string(def);
+            if (support_for(v, p, def, dev).ok) {
+              ++supported;
+              continue;
+            }
+            for (const Config &c : valid)
+              EXPECT_FALSE(support_for(v, p, c, dev).ok)
+                  << key(p) << " (" << dev.name << "): default " << v.space().to_string(def)
+                  << " refused but " << v.space().to_string(c) << " is supported";
+          }
+  // bf16/fp16 x d64/d128 x causal or not x 6 lengths, on the H100 and on no device (planning as an H100).
+  EXPECT_EQ(supported, 2 * 2 * 2 * 6 * 2);
+}
+
+TEST(Fa3BwdVariant, TrafficModelIsAtLeastTheMinimum) {
+  const Variant &v = variant();
+  for (const auto &e : v.space().expand()) {
+    if (e.invalid_reason)
+      continue;
+    for (int64_t d : {64, 128})
+      for (bool causal : {false, true})
+        for (auto [sq, skv] : {std::pair<int64_t, int64_t>{512, 512}, {77, 1000}, {1000, 77}}) {
+          const AttentionProblem p = bwd_problem(sq, skv, d, causal, 8, 2);
+          if (!v.supports(p, e.config, nominal_device()))
+            continue;
+          EXPECT_GE(v.model_bytes(p, e.config), min_bytes(p) * 0.999)
+              << key(p) << " " << v.space().to_string(e.config);
+        }
+  }
+}
+
+// The acceptance and ablation specs wait in kernels/fa3_bwd/sweeps/ (sweeps/ is planned against the catalog by
+// the spec tests, which fa3_bwd is not in yet): they parse, plan against a registry holding fa3_bwd, run every
+// point of the acceptance's problems on at least one config, and include each problem's default config.
+TEST(Fa3BwdSpecs, PlanOnARegistryWithFa3Bwd) {
+  const std::string dir = std::string(FLASHBENCH_SOURCE_DIR) + "/kernels/fa3_bwd/sweeps/";
+  const DeviceInfo dev = h100();
+  for (const char *f : {"accept/fa3-bwd.yaml", "ablation/fa3-bwd.yaml"}) {
+    SCOPED_TRACE(f);
+    try {
+      const SweepSpec s = load_spec(dir + f);
+      ASSERT_FALSE(s.problems.empty());
+      const std::vector<PlannedPoint> pts = plan(s, fa3_bwd_registry(), dev);
+      for (const AttentionProblem &p : s.problems) {
+        EXPECT_EQ(p.pass, Pass::bwd) << key(p);
+        const Config def = variant().space().default_config(p, dev);
+        bool runs = false, has_default = false;
+        for (const PlannedPoint &pt : pts) {
+          if (!(pt.problem == p))
+            continue;
+          runs = runs || !pt.skip_reason;
+          has_default = has_default || (pt.config == def && !pt.skip_reason);
+        }
+        EXPECT_TRUE(runs) << key(p);
+        EXPECT_TRUE(has_default) << key(p) << ": " << variant().space().to_string(def);
+      }
+    } catch (const UserError &e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+}
