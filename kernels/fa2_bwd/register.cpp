@@ -108,8 +108,11 @@ public:
                          " shared memory per block; the device allows " +
                          kernels::format_kb(double(dev.smem_per_block_optin)) +
                          " (use stages 1 or a smaller tile)");
-    if (p.heads_kv > 65535 || p.batch > 65535)
-      return Support::no("heads_kv and batch must each be at most 65535 (CUDA grid y/z limit)");
+    // The main kernel's grid is (column blocks, heads_kv, batch), the preprocess and convert kernels' (rows,
+    // heads_q, batch).
+    if (p.heads_q > 65535 || p.batch > 65535)
+      return Support::no(
+          "heads_q and batch must each be at most 65535 (CUDA grid y/z limit of the row kernels)");
     if (p.seqlen_q > kMaxSeqlen || p.seqlen_kv > kMaxSeqlen)
       return Support::no("seqlen_q and seqlen_kv must each be at most 2^30 (32-bit row indices)");
     // Beyond io_bytes() (Q, K, V, O, LSE): dO, dQ, dK, dV, the workspace and the semaphores.

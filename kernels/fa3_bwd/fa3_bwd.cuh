@@ -10,8 +10,8 @@
 //       Pᵀ = exp2(Sᵀ·scale·log2e − LSE₂) (masked: 0); dV += Pᵀ·dO (RS WGMMA: Pᵀ from registers)
 //       dSᵀ = Pᵀ∘(dPᵀ − D); dK += dSᵀ·Q (RS WGMMA)
 //       dS to shared memory (stmatrix.trans: queries as rows), both warpgroups' halves, then
-//       dQ_partial = dS·K (SS WGMMA, K as an MN-major B), split between the warpgroups by rows (block_m 128) or
-//       by columns (block_m 64), added into the fp32 accumulator with red.global.add.v4.f32.
+//       dQ_partial = dS·K (SS WGMMA, K as an MN-major B), split between the warpgroups by columns (head_dim / 2
+//       each), added into the fp32 accumulator with red.global.add.v4.f32.
 //     dS has two buffers, so one barrier of the two consumers per row block (dS written) is all they share: a
 //     warpgroup passing the barrier of row block i knows that the other finished row block i − 1, whose dQ
 //     product read the buffer that row block i + 1 will write.
