@@ -68,4 +68,30 @@ inline std::optional<std::string> needs_decode_variant(const AttentionProblem &p
   return std::nullopt;
 }
 
+// The problem checks every column-parallel backward variant (`name`, tensor cores) makes the same way: the pass,
+// one contiguous KV cache, fp16 or bf16 inputs.
+inline std::optional<std::string> backward_problem_reason(const AttentionProblem &p,
+                                                          const std::string &name) {
+  if (p.pass != Pass::bwd)
+    return "forward pass: " + name + " computes the backward (pass: bwd)";
+  if (auto why = needs_decode_variant(p))
+    return why;
+  if (auto why = fp8_reason(p))
+    return why;
+  if (p.dtype == DType::f32)
+    return std::string("fp32 inputs: the tensor-core kernels take fp16 or bf16");
+  return std::nullopt;
+}
+
+// A backward point's memory beyond io_bytes() (Q, K, V, O, LSE): dO, dQ, dK and dV, the fp32 workspace and the
+// semaphores.
+inline std::optional<std::string> backward_memory_reason(const AttentionProblem &p,
+                                                         double workspace, double semaphores,
+                                                         const DeviceInfo &dev) {
+  const double e = dtype_bytes(p.dtype);
+  const double extra =
+      e * (2.0 * double(p.q_elems()) + 2.0 * double(p.kv_elems())) + workspace + semaphores;
+  return memory_reason(p, extra, "inputs, gradients and the fp32 dQ workspace", dev);
+}
+
 } // namespace fb::kernels

@@ -13,6 +13,7 @@
 
 #include "flashbench/device.hpp"
 #include "flashbench/traffic.hpp"
+#include "kernels/common/bwd.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -173,6 +174,49 @@ inline TrafficModel settle(double reads, double writes, double usable, const std
   const std::string end = at_end(reads, writes, usable);
   m.reason = end.empty() ? regime : regime + "; " + end;
   return m;
+}
+
+// The no-reuse bound of a column-parallel backward (fa2_bwd, fa3_bwd), in parts for the variants' DESIGN.md and
+// tests: a CTA holds one column block (block_n keys) of one kv head and walks the row blocks (block_m rows) of every
+// query head of its GQA group, so K and V are read once per column block and dK, dV written once; Q, dO, LSE₂ and
+// D are read, and the fp32 dQ partial (4 bytes an element) is added, once per visited (row block, column block,
+// query head). L2 serves most of the row-block reads in practice (the column blocks of a head run side by side and
+// read the same row blocks at about the same time, and a head's accumulator stays in L2 while they reduce into it),
+// so the measured DRAM bytes sit far below this bound on long sequences; the report shows both.
+struct BackwardBound {
+  double preprocess = 0; // O, dO and LSE read; LSE₂, D and the zeroed dQ accumulator written
+  double kv = 0;         // K and V read once per column block, dK and dV written once
+  double q_rows = 0;     // Q, dO, LSE₂ and D read once per visited (row block, column block)
+  double dq_add = 0;     // fp32 dQ partials reduced into the accumulator, once per visited pair
+  double convert = 0;    // the accumulator read, dQ written
+  double total() const { return preprocess + kv + q_rows + dq_add + convert; }
+};
+inline BackwardBound backward_bound(const AttentionProblem &p, int block_m, int block_n) {
+  const double e = dtype_bytes(p.dtype), d = static_cast<double>(p.head_dim);
+  const double rows_pad = static_cast<double>(bwd::padded_rows(p.seqlen_q, block_m));
+  const double sq = static_cast<double>(p.seqlen_q), bm = block_m;
+  BackwardBound t;
+  const double q_heads = static_cast<double>(p.batch * p.heads_q);
+  t.preprocess =
+      q_heads * (2.0 * e * d * sq + 4.0 * sq + 2.0 * 4.0 * rows_pad + 4.0 * d * rows_pad);
+  t.convert = q_heads * (4.0 * d * sq + e * d * sq);
+
+  double kv_rows = 0, q_rows = 0, visits = 0; // per kv head, for one query head of its group
+  for (int64_t n = 0, cols = (p.seqlen_kv + block_n - 1) / block_n; n < cols; ++n) {
+    kv_rows += static_cast<double>(std::min<int64_t>(block_n, p.seqlen_kv - n * block_n));
+    const bwd::RowRange r =
+        bwd::row_blocks_for(n, block_m, block_n, p.seqlen_q, p.seqlen_kv, p.causal);
+    if (r.first >= r.end)
+      continue;
+    visits += static_cast<double>(r.end - r.first);
+    q_rows += sq - static_cast<double>(r.first) * bm;
+  }
+  const double kv_heads = static_cast<double>(p.batch * p.heads_kv);
+  const double group = static_cast<double>(p.group_size());
+  t.kv = kv_heads * 4.0 * e * d * kv_rows;
+  t.q_rows = kv_heads * group * (2.0 * e * d * q_rows + 2.0 * 4.0 * bm * visits);
+  t.dq_add = kv_heads * group * 4.0 * d * bm * visits;
+  return t;
 }
 
 } // namespace fb::kernels::traffic

@@ -76,14 +76,8 @@ public:
                    const DeviceInfo &dev) const override {
     if (auto why = space_.check(c))
       return Support::no(*why);
-    if (p.pass != Pass::bwd)
-      return Support::no("forward pass: fa2_bwd computes the backward (pass: bwd)");
-    if (auto why = kernels::needs_decode_variant(p))
+    if (auto why = kernels::backward_problem_reason(p, name()))
       return Support::no(*why);
-    if (auto why = kernels::fp8_reason(p))
-      return Support::no(*why);
-    if (p.dtype == DType::f32)
-      return Support::no("fp32 inputs: the tensor-core kernel takes fp16 or bf16");
     if (!fa2_bwd::head_dim_ok(p.head_dim))
       return Support::no("head_dim " + std::to_string(p.head_dim) +
                          ": compiled for 64, 128 and 256 only");
@@ -115,13 +109,8 @@ public:
           "heads_q and batch must each be at most 65535 (CUDA grid y/z limit of the row kernels)");
     if (p.seqlen_q > kMaxSeqlen || p.seqlen_kv > kMaxSeqlen)
       return Support::no("seqlen_q and seqlen_kv must each be at most 2^30 (32-bit row indices)");
-    // Beyond io_bytes() (Q, K, V, O, LSE): dO, dQ, dK, dV, the workspace and the semaphores.
-    const double e = dtype_bytes(p.dtype);
-    const double extra = e * (2.0 * double(p.q_elems()) + 2.0 * double(p.kv_elems())) +
-                         static_cast<double>(workspace_bytes(p, c)) +
-                         static_cast<double>(semaphore_bytes(p, c));
-    if (auto why =
-            kernels::memory_reason(p, extra, "inputs, gradients and the fp32 dQ workspace", dev))
+    if (auto why = kernels::backward_memory_reason(p, double(workspace_bytes(p, c)),
+                                                   double(semaphore_bytes(p, c)), dev))
       return Support::no(*why);
     return Support::yes();
   }

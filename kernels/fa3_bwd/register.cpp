@@ -96,19 +96,12 @@ public:
                    const DeviceInfo &dev) const override {
     if (auto why = space_.check(c))
       return Support::no(*why);
-    if (p.pass != Pass::bwd)
-      return Support::no("forward pass: fa3_bwd computes the backward (pass: bwd)");
+    if (auto why = kernels::backward_problem_reason(p, name()))
+      return Support::no(*why);
     if (dev.present && dev.cc() != 90)
       return Support::no(
           "needs sm_90a (Hopper, compute capability 9.0: wgmma, setmaxnreg, TMA); the device is " +
           std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
-    if (auto why = kernels::needs_decode_variant(p))
-      return Support::no(*why);
-    if (auto why = kernels::fp8_reason(p))
-      return Support::no(*why);
-    if (p.dtype == DType::f32)
-      return Support::no("fp32 inputs: WGMMA takes fp16 or bf16 here (use naive for an fp32 "
-                         "backward)");
     if (!fa3_bwd::head_dim_ok(p.head_dim))
       return Support::no(
           "head_dim " + std::to_string(p.head_dim) + ": compiled for 64 and 128 only" +
@@ -146,13 +139,8 @@ public:
     if (p.heads_q > 65535 || p.batch > 65535)
       return Support::no("heads_q and batch must each be at most 65535 (the preprocess and "
                          "convert kernels' grid y/z limit)");
-    // Beyond io_bytes() (Q, K, V, O, LSE): dO, dQ, dK, dV, the workspace and the semaphores.
-    const double eb = static_cast<double>(e);
-    const double extra = eb * (2.0 * double(p.q_elems()) + 2.0 * double(p.kv_elems())) +
-                         static_cast<double>(workspace_bytes(p, c)) +
-                         static_cast<double>(semaphore_bytes(p, c));
-    if (auto why =
-            kernels::memory_reason(p, extra, "inputs, gradients and the fp32 dQ workspace", dev))
+    if (auto why = kernels::backward_memory_reason(p, double(workspace_bytes(p, c)),
+                                                   double(semaphore_bytes(p, c)), dev))
       return Support::no(*why);
     return Support::yes();
   }
