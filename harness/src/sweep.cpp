@@ -212,6 +212,17 @@ std::string binary_hash() {
 
 std::string build_id() { return std::string(git_sha()) + "+" + binary_hash(); }
 
+std::string portable_build_id(const std::string &sha, const std::string &options,
+                              const std::string &toolkit, const std::string &binary_id) {
+  if (sha.empty() || sha == "unknown" || sha.find("-dirty") != std::string::npos)
+    return binary_id;
+  return sha + "+" + hash_hex(options + "\n" + toolkit);
+}
+
+std::string portable_build_id() {
+  return portable_build_id(git_sha(), build_options(), toolkit(), build_id());
+}
+
 nlohmann::json build_identity() {
   return {{"source_sha", git_sha()},
           {"options", build_options()},

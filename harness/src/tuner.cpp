@@ -664,7 +664,7 @@ int run_tune(const SweepSpec &spec, const TuneOptions &o, std::ostream &os) {
                              {"sm_count", dev.sm_count},
                              {"driver", dev.driver_version},
                              {"runtime", dev.runtime_version},
-                             {"build", build_id()},
+                             {"build", portable_build_id()},
                              {"fake", o.fake_worker}};
   // Options that change what a sample measures (a test slowdown, the stream hold) key the cache too, so that a
   // measurement taken under one is never served to a run without it. Absent when none is set: older keys stay.

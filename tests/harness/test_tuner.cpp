@@ -3,6 +3,7 @@
 #include "flashbench/dispatch.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/spec.hpp"
+#include "flashbench/sweep.hpp"
 #include "flashbench/tuner.hpp"
 
 #include <gtest/gtest.h>
@@ -381,6 +382,22 @@ TEST(Tuner, CommandWritesTableCachesAndFeedsConfigsTuned) {
   r = cli("run --dry-run " + (d / "run.yaml").string(), d,
           "FLASHBENCH_TUNING_DIR=" + (d / "none").string());
   EXPECT_NE(r.out.find("[default: no tuning table"), std::string::npos) << r.out;
+}
+
+// The tune cache's build key: a clean commit with the same options and toolkit keys the same on any machine (a
+// rebuild elsewhere differs only in the paths baked into the binary); a dirty or unknown source keys on the binary.
+TEST(Tuner, CacheBuildKeyIsPortableForACleanCommitOnly) {
+  const std::string a =
+      portable_build_id("0123456789ab", "type=Release", "13.0", "0123456789ab+aaaa");
+  const std::string b =
+      portable_build_id("0123456789ab", "type=Release", "13.0", "0123456789ab+bbbb");
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(a.rfind("0123456789ab+", 0), 0u) << a;
+  EXPECT_NE(a, portable_build_id("0123456789ab", "type=Debug", "13.0", "0123456789ab+aaaa"));
+  EXPECT_NE(a, portable_build_id("0123456789ab", "type=Release", "13.1", "0123456789ab+aaaa"));
+  EXPECT_NE(a, portable_build_id("ba9876543210", "type=Release", "13.0", "0123456789ab+aaaa"));
+  for (const char *sha : {"0123456789ab-dirty", "unknown", ""})
+    EXPECT_EQ(portable_build_id(sha, "type=Release", "13.0", "x+binary"), "x+binary") << sha;
 }
 
 namespace {

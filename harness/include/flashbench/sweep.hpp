@@ -46,8 +46,16 @@ std::pair<int, int> parse_shard(const std::string &text);
 std::pair<size_t, size_t> shard_range(size_t n, int index, int count);
 // A hash of this executable (16 hex digits).
 std::string binary_hash();
-// This binary: the git sha and binary_hash(). The tune cache keys measurements on it.
+// This binary: the git sha and binary_hash().
 std::string build_id();
+// What the tune cache keys a measurement's build on. For a clean commit (sha neither empty, "unknown" nor "-dirty"):
+// the sha and a hash of the build options and toolkit, so that the same commit rebuilt with the same options and
+// toolkit on another machine of the same GPU model (where only the paths baked into the binary differ) is served
+// from the cache and a tune resumes there; otherwise `binary_id` (build_id(): only this binary is served).
+std::string portable_build_id(const std::string &sha, const std::string &options,
+                              const std::string &toolkit, const std::string &binary_id);
+// portable_build_id() of this binary.
+std::string portable_build_id();
 // This build as results record it: {source_sha, options, toolkit, binary_hash}. Shards merge when all but the
 // binary hash match, so that one source built on several machines merges.
 nlohmann::json build_identity();
