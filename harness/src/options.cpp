@@ -59,10 +59,19 @@ EnvOptions parse_env_options(const std::function<const char *(const char *)> &lo
   return o;
 }
 
-const EnvOptions &env_options() {
-  static const EnvOptions o = parse_env_options([](const char *n) { return std::getenv(n); });
+namespace {
+EnvOptions read_env() {
+  return parse_env_options([](const char *n) { return std::getenv(n); });
+}
+EnvOptions &env_storage() {
+  static EnvOptions o = read_env();
   return o;
 }
+} // namespace
+
+const EnvOptions &env_options() { return env_storage(); }
+
+void reload_env_options() { env_storage() = read_env(); }
 
 void to_json(nlohmann::json &j, const EnvOptions &o) {
   auto str = [](const std::string &s) { return s.empty() ? nlohmann::json() : nlohmann::json(s); };

@@ -2,6 +2,7 @@
 // a session that cannot read counters (no device, or a simulated CUPTI error) must degrade to null metrics with a
 // reason, never throw, and the results record must stay complete.
 #include "flashbench/counters.hpp"
+#include "flashbench/options.hpp"
 #include "flashbench/results.hpp"
 
 #include <gtest/gtest.h>
@@ -32,8 +33,10 @@ TEST(Occupancy, LimiterFromResources) {
 
 TEST(Counters, UnavailableSessionDegradesWithAReason) {
   setenv("FLASHBENCH_SIMULATE_CUPTI_FAILURE", "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES", 1);
+  reload_env_options();
   CounterSession s(nominal_device(), default_metrics());
   unsetenv("FLASHBENCH_SIMULATE_CUPTI_FAILURE");
+  reload_env_options();
   EXPECT_FALSE(s.available());
   EXPECT_NE(s.reason().find("INSUFFICIENT_PRIVILEGES"), std::string::npos);
   bool launched = false;

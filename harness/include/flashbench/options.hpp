@@ -44,6 +44,9 @@ struct EnvOptions {
 EnvOptions parse_env_options(const std::function<const char *(const char *)> &lookup);
 // The process's options, read from the environment on the first call.
 const EnvOptions &env_options();
+// Reads them again: for tests that set or unset a variable in their own process (every test binary's tests share
+// one process when it is run by hand rather than by ctest). Not for use while other threads read them.
+void reload_env_options();
 
 // Every option by its variable name: its value, or null when unset. For the results context.
 void to_json(nlohmann::json &j, const EnvOptions &o);
