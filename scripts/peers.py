@@ -5,7 +5,7 @@ on backward problems (pass: bwd), backward, and optionally a catalog variant thr
 backward one through fb_capi_launch_backward), and write flashbench results records.
 
   python3 scripts/peers.py --problems plan.json -o peers.json [--ceilings] [--peers torch_flash,flex]
-  python3 scripts/peers.py --problems plan_bwd.json -o ab.json --peers torch_flash --ours fa2_bwd --ours-config default
+  python3 scripts/peers.py --problems sweeps/accept/fa2-bwd.yaml -o ab.json --peers torch_flash --ours fa2_bwd
   python3 scripts/peers.py --help
 
 The code is the package reports/flashbench_reports/peers (timer, backends, C API, CLI; its docstring tells the

@@ -67,6 +67,41 @@ def test_ours_auto_needs_no_config(tmp_path):
         assert r.returncode == 0 and "torch" in r.stdout, r.stderr
 
 
+def test_ours_variant_alone_takes_each_problems_default(tmp_path):
+    # `--ours VARIANT` without --ours-config or --ours-best passes the argument checks (each problem's default
+    # config); without torch it then stops before loading anything.
+    try:
+        import torch  # noqa: F401
+        pytest.skip("torch is installed here; the run would go on to load the library")
+    except ImportError:
+        pass
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"problems": [{"seqlen_q": 128, "seqlen_kv": 128, "heads_q": 4}]}))
+    r = subprocess.run([sys.executable, PEERS, "--problems", str(plan), "-o", str(tmp_path / "o.json"),
+                        "--ours", "fa3_pipelined"], capture_output=True, text=True)
+    assert r.returncode == 0 and "torch" in r.stdout, r.stderr
+
+
+def test_a_spec_is_planned_by_the_flashbench_binary(peers, tmp_path):
+    # A stand-in binary that prints a plan for `plan SPEC`, and one that fails as flashbench does on a bad spec.
+    fake = tmp_path / "flashbench"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = plan ] || exit 9\n"
+                    "echo '{\"problems\": [{\"seqlen_q\": 64, \"heads_q\": 2}, {\"seqlen_q\": 64, \"heads_q\": 2}], "
+                    "\"timing_policy\": {\"min_samples\": 7}}'\n")
+    fake.chmod(0o755)
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: s\n")
+    probs, _, timing = peers.load_plan(str(spec), str(fake))
+    assert len(probs) == 1 and probs[0]["seqlen_q"] == 64 and timing == {"min_samples": 7}
+    bad = tmp_path / "bad"
+    bad.write_text("#!/bin/sh\necho 'flashbench: s.yaml:1: unknown field' >&2\nexit 2\n")
+    bad.chmod(0o755)
+    with pytest.raises(peers.UserError, match="unknown field"):
+        peers.load_plan(str(spec), str(bad))
+    with pytest.raises(peers.UserError, match="--flashbench"):
+        peers.load_plan(str(spec), str(tmp_path / "missing"))
+
+
 def test_bad_plan_is_a_user_error(tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text('{"problems": [{"seqlen_q": 0}]}')
@@ -172,7 +207,6 @@ def test_rounds_time_every_peer_in_turn_the_order_reversed_each_round(peers, mon
 
 
 @pytest.mark.parametrize("argv,what", [
-    (["--ours", "fa3_pipelined"], "--ours-config"),
     (["--ours-config", "default"], "need --ours"),
     (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-best", "x.json"], "one of"),
     (["--ours", "fa3_pipelined", "--ours-config", "default", "--ours-top", "2"], "--ours-top 2"),

@@ -30,7 +30,11 @@ variant "auto" with the chosen config, the chosen variant (chosen_variant) and w
   python scripts/peers.py --problems plan.json -o ab.json --peers torch_cudnn --ours auto --rounds 3 \
       --interleave sample
 
-plan.json is {"problems": [...], "spec": {...}, "timing_policy": {...}} as written by `flashbench plan SPEC.yaml`.
+plan.json is {"problems": [...], "spec": {...}, "timing_policy": {...}} as written by `flashbench plan SPEC.yaml`;
+--problems also takes the spec itself, planned here by the flashbench binary (--flashbench, else $FB_BUILD or
+build/). --ours VARIANT without --ours-config or --ours-best runs each problem's default config:
+
+  python scripts/peers.py --problems sweeps/accept/fa2-bwd.yaml -o ab.json --peers torch_flash --ours fa2_bwd
 Measurement mirrors the harness, with the plan's timing policy: warm-up, then per sample an L2 flush (outside the
 timed region) and a CUDA-event-timed call; the harness's stopping rule (noise target after min samples and min GPU
 time, or the timeout); samples under 75% of the maximum clock dropped. Records carry the timed loop's busy

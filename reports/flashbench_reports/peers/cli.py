@@ -33,7 +33,11 @@ def check_output(path: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=DOC, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--problems", required=True, help="plan.json: {\"problems\": [...]}")
+    ap.add_argument("--problems", required=True, metavar="PLAN.json|SPEC.yaml",
+                    help="the problems: a plan.json ({\"problems\": [...]}, from `flashbench plan SPEC.yaml`), or a "
+                         "spec, planned here by the flashbench binary (--flashbench)")
+    ap.add_argument("--flashbench", default=None, metavar="PATH",
+                    help="the flashbench binary that plans a spec (default: $FB_BUILD/flashbench, else build/)")
     ap.add_argument("-o", "--out", required=True, help="results JSON to write")
     ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of " + ",".join(PEERS))
     ap.add_argument("--ceilings", action="store_true", help="also measure bf16 GEMM 8192³ and copy bandwidth")
@@ -53,7 +57,8 @@ def main(argv=None) -> int:
                     help="L2 flush: read a 2x-L2 buffer (clean lines, default) or write it (as do_bench)")
     ap.add_argument("--ours", default=None, metavar="VARIANT|auto",
                     help="also time this catalog variant here, through libflashbench_capi.so, with the same timer "
-                         "and interleaved with the peers (give --ours-config or --ours-best); "
+                         "and interleaved with the peers, at --ours-config or --ours-best (default: each "
+                         "problem's default config); "
                          "auto: the library's own choice per problem, as flashbench::attention_forward makes it; "
                          "a backward variant (e.g. fa2_bwd) on the plan's backward problems (pass: bwd)")
     ap.add_argument("--ours-config", default=None, help="--ours's config on every problem: name=value,... | default")
@@ -80,7 +85,7 @@ def main(argv=None) -> int:
         unknown = [x for x in peers if x not in PEERS]
         if unknown:
             raise UserError("--peers: unknown {}; choose from {}".format(",".join(unknown), ",".join(PEERS)))
-        problems, plan_spec, plan_timing = load_plan(args.problems)
+        problems, plan_spec, plan_timing = load_plan(args.problems, args.flashbench)
         resolve_timing(args, plan_timing)
         if args.rounds < 1:
             raise UserError("--rounds {}: give 1 or more".format(args.rounds))
@@ -94,8 +99,10 @@ def main(argv=None) -> int:
                                 "give neither --ours-config nor --ours-best")
             ours_configs = {problem_key(p): ["auto"] for p in problems}
         elif args.ours:
-            if (args.ours_config is None) == (args.ours_best is None):
+            if args.ours_config is not None and args.ours_best is not None:
                 raise UserError("--ours {}: give one of --ours-config CONFIG and --ours-best RESULTS".format(args.ours))
+            if args.ours_config is None and args.ours_best is None:
+                args.ours_config = "default"  # each problem's default config, recorded as such
             ours_configs = (best_configs(args.ours_best, args.ours, args.ours_top) if args.ours_best
                             else {problem_key(p): [args.ours_config] for p in problems})
         elif args.ours_config or args.ours_best:

@@ -68,7 +68,11 @@ def append_partial(f, rec: dict) -> None:
     os.fsync(f.fileno())
 
 
-def load_plan(path: str) -> list:
+def load_plan(path: str, flashbench: str | None = None) -> list:
+    """The problems of a plan: a plan.json (`flashbench plan SPEC.yaml > plan.json`), or a spec (.yaml/.yml) planned
+    here by the flashbench binary (`flashbench`, else $FB_BUILD/flashbench, else build/flashbench of this tree)."""
+    if path.endswith((".yaml", ".yml")):
+        return plan_problems(plan_spec_file(path, flashbench), path)
     try:
         with open(path) as f:
             plan = json.load(f)
@@ -77,6 +81,26 @@ def load_plan(path: str) -> list:
     except json.JSONDecodeError as e:
         raise UserError("{}:{}:{}: malformed JSON ({}); regenerate it with 'flashbench plan SPEC.yaml > plan.json'"
                         .format(path, e.lineno, e.colno, e.msg))
+    return plan_problems(plan, path)
+
+
+def plan_spec_file(path: str, flashbench: str | None) -> dict:
+    """`flashbench plan SPEC`'s JSON; its own error line (a bad spec: exit 2) becomes this UserError."""
+    exe = flashbench or os.path.join(os.environ.get("FB_BUILD") or os.path.join(repo_root(), "build"), "flashbench")
+    if not os.access(exe, os.X_OK):
+        raise UserError("{}: planning a spec needs the flashbench binary, not found at {}; build it "
+                        "(scripts/run.sh) or give --flashbench PATH, or give a plan.json".format(path, exe))
+    r = subprocess.run([exe, "plan", path], capture_output=True, text=True)
+    if r.returncode != 0:
+        lines = (r.stderr.strip() or r.stdout.strip() or "exit {}".format(r.returncode)).splitlines()
+        raise UserError("{} plan {}: {}".format(exe, path, lines[-1]))
+    try:
+        return json.loads(r.stdout)
+    except json.JSONDecodeError as e:
+        raise UserError("{} plan {}: output is not JSON ({})".format(exe, path, e.msg))
+
+
+def plan_problems(plan, path: str) -> list:
     probs = plan.get("problems") if isinstance(plan, dict) else None
     if not isinstance(probs, list) or not all(isinstance(p, dict) for p in probs):
         raise UserError("{}: expected {{\"problems\": [problem objects]}}; regenerate it with "
