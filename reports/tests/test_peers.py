@@ -51,9 +51,9 @@ def test_without_torch_prints_one_line_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
-def test_ours_auto_needs_no_config(tmp_path):
-    # `--ours auto` (the library's own choice) passes the argument checks without --ours-config or --ours-best;
-    # without torch it then stops before loading anything.
+def test_ours_needs_no_config(tmp_path):
+    # `--ours auto` (the library's own choice) and `--ours VARIANT` (each problem's default config) pass the argument
+    # checks without --ours-config or --ours-best; without torch they then stop before loading anything.
     try:
         import torch  # noqa: F401
         pytest.skip("torch is installed here; the run would go on to load the library")
@@ -61,25 +61,10 @@ def test_ours_auto_needs_no_config(tmp_path):
         pass
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"problems": [{"seqlen_q": 128, "seqlen_kv": 128, "heads_q": 4}]}))
-    for extra in ([], ["--ours-config", "auto"]):
+    for ours in (["auto"], ["auto", "--ours-config", "auto"], ["fa3_pipelined"]):
         r = subprocess.run([sys.executable, PEERS, "--problems", str(plan), "-o", str(tmp_path / "o.json"),
-                            "--ours", "auto"] + extra, capture_output=True, text=True)
+                            "--ours"] + ours, capture_output=True, text=True)
         assert r.returncode == 0 and "torch" in r.stdout, r.stderr
-
-
-def test_ours_variant_alone_takes_each_problems_default(tmp_path):
-    # `--ours VARIANT` without --ours-config or --ours-best passes the argument checks (each problem's default
-    # config); without torch it then stops before loading anything.
-    try:
-        import torch  # noqa: F401
-        pytest.skip("torch is installed here; the run would go on to load the library")
-    except ImportError:
-        pass
-    plan = tmp_path / "plan.json"
-    plan.write_text(json.dumps({"problems": [{"seqlen_q": 128, "seqlen_kv": 128, "heads_q": 4}]}))
-    r = subprocess.run([sys.executable, PEERS, "--problems", str(plan), "-o", str(tmp_path / "o.json"),
-                        "--ours", "fa3_pipelined"], capture_output=True, text=True)
-    assert r.returncode == 0 and "torch" in r.stdout, r.stderr
 
 
 def test_a_spec_is_planned_by_the_flashbench_binary(peers, tmp_path):
