@@ -27,6 +27,10 @@ inline std::string format_kb(double bytes) {
   return buf;
 }
 
+// Dynamic shared memory a Hopper block may opt in to (227 KB on H100 and H200): what the sm_90a variants plan against
+// when no device is present.
+constexpr int64_t kSmemOptinHopper = 232448;
+
 // For every variant but fa3_fp8: e4m3 inputs (quantized, with descales) are that variant's alone.
 inline std::optional<std::string> fp8_reason(const AttentionProblem &p) {
   if (p.dtype == DType::e4m3)
@@ -80,6 +84,13 @@ inline std::optional<std::string> backward_problem_reason(const AttentionProblem
     return why;
   if (p.dtype == DType::f32)
     return std::string("fp32 inputs: the tensor-core kernels take fp16 or bf16");
+  // Row indices and sequence coordinates are 32-bit in the kernels; the preprocess and convert kernels
+  // (bwd_rows.cuh) put heads_q and batch in grid y and z.
+  if (p.seqlen_q > (int64_t(1) << 30) || p.seqlen_kv > (int64_t(1) << 30))
+    return std::string("seqlen_q and seqlen_kv must each be at most 2^30 (32-bit row indices)");
+  if (p.heads_q > 65535 || p.batch > 65535)
+    return std::string(
+        "heads_q and batch must each be at most 65535 (CUDA grid y/z limit of the row kernels)");
   return std::nullopt;
 }
 

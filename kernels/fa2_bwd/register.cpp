@@ -58,9 +58,6 @@ std::vector<KernelDesc> kernels(const AttentionProblem &p, const Params &c) {
 
 namespace {
 
-// Sequence lengths, padded rows and column-block key offsets are int in the kernels.
-constexpr int64_t kMaxSeqlen = int64_t(1) << 30;
-
 class Fa2BwdVariant : public Variant {
 public:
   std::string name() const override { return "fa2_bwd"; }
@@ -102,13 +99,6 @@ public:
                          " shared memory per block; the device allows " +
                          kernels::format_kb(double(dev.smem_per_block_optin)) +
                          " (use stages 1 or a smaller tile)");
-    // The main kernel's grid is (column blocks, heads_kv, batch), the preprocess and convert kernels' (rows,
-    // heads_q, batch).
-    if (p.heads_q > 65535 || p.batch > 65535)
-      return Support::no(
-          "heads_q and batch must each be at most 65535 (CUDA grid y/z limit of the row kernels)");
-    if (p.seqlen_q > kMaxSeqlen || p.seqlen_kv > kMaxSeqlen)
-      return Support::no("seqlen_q and seqlen_kv must each be at most 2^30 (32-bit row indices)");
     if (auto why = kernels::backward_memory_reason(p, double(workspace_bytes(p, c)),
                                                    double(semaphore_bytes(p, c)), dev))
       return Support::no(*why);

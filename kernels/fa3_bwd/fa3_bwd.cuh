@@ -43,7 +43,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 namespace fb::fa3_bwd {
 namespace detail {
@@ -69,9 +68,6 @@ constexpr int kBarDet = 2;
 constexpr int kBarWg0 = 3;
 constexpr int kConsumerThreads = 128 * kConsumers;
 
-template <class T>
-using TagOf = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, Bf16Tag, F16Tag>;
-
 __device__ __forceinline__ float2 lds_f2(uint32_t addr) {
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
@@ -81,6 +77,7 @@ __device__ __forceinline__ float2 lds_f2(uint32_t addr) {
 // The shared-memory map of a launch (traits.hpp smem_map), as 32-bit shared addresses.
 struct Smem {
   uint32_t k, v, slots, slot_bytes, ds, ds_bytes, bars;
+  uint32_t q_off, dout_off, lse2_off, delta_off; // inside a slot
   int stages;
   __device__ Smem(uint32_t base, int d, int stages_) : stages(stages_) {
     const SmemMap m = smem_map(d, stages_);
@@ -88,6 +85,8 @@ struct Smem {
     slot_bytes = uint32_t(m.slot_bytes), ds = base + uint32_t(m.ds),
     ds_bytes = uint32_t(m.ds_bytes);
     bars = base + uint32_t(m.bars);
+    q_off = uint32_t(m.q), dout_off = uint32_t(m.dout), lse2_off = uint32_t(m.lse2),
+    delta_off = uint32_t(m.delta);
   }
   __device__ uint32_t slot(int s) const { return slots + uint32_t(s) * slot_bytes; }
   __device__ uint32_t ds_buf(int i) const { return ds + uint32_t(i) * ds_bytes; }
@@ -100,7 +99,6 @@ struct Smem {
 // head of the group in turn).
 struct Work {
   int col, hkv, b, first, end;
-  __device__ int iterations(int group) const { return group * (end - first); }
 };
 __device__ __forceinline__ Work work_of(const KernelArgs &a) {
   const GridSlot g =
@@ -123,7 +121,6 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm, co
     tma_load_4d(sm.k + c * kKvChunk, &a.tm_k, sm.kv_full(), c * 64, w.col * kBlockN, w.hkv, w.b);
     tma_load_4d(sm.v + c * kKvChunk, &a.tm_v, sm.kv_full(), c * 64, w.col * kBlockN, w.hkv, w.b);
   }
-  const SmemMap m = smem_map(D, sm.stages);
   int it = 0;
   for (int g = 0; g < a.group; ++g) {
     const int hq = w.hkv * a.group + g;
@@ -135,13 +132,12 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm, co
       mbar_arrive_expect_tx(bar, 2u * BM * D * 2 + 2u * BM * 4);
 #pragma unroll
       for (int c = 0; c < D / 64; ++c) {
-        tma_load_4d(slot + uint32_t(m.q) + c * kRowChunk, &a.tm_q, bar, c * 64, mb * BM, hq, w.b);
-        tma_load_4d(slot + uint32_t(m.dout) + c * kRowChunk, &a.tm_do, bar, c * 64, mb * BM, hq,
-                    w.b);
+        tma_load_4d(slot + sm.q_off + c * kRowChunk, &a.tm_q, bar, c * 64, mb * BM, hq, w.b);
+        tma_load_4d(slot + sm.dout_off + c * kRowChunk, &a.tm_do, bar, c * 64, mb * BM, hq, w.b);
       }
       const int64_t row = (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM;
-      bulk_load_1d(slot + uint32_t(m.lse2), a.lse2 + row, BM * 4, bar);
-      bulk_load_1d(slot + uint32_t(m.delta), a.delta + row, BM * 4, bar);
+      bulk_load_1d(slot + sm.lse2_off, a.lse2 + row, BM * 4, bar);
+      bulk_load_1d(slot + sm.delta_off, a.delta + row, BM * 4, bar);
     }
   }
 }
@@ -173,7 +169,8 @@ __device__ __forceinline__ void issue_scores(float (&c)[kBlockM / 2], uint32_t k
 #pragma unroll
   for (int kk = 0; kk < D / 16; ++kk)
     wgmma_ss(c, da.plus16((kk / 4) * kKvChunk16).at((kk % 4) * 32),
-             db.at((kk / 4) * kRowChunk + (kk % 4) * 32), kk > 0 ? 1 : 0, TagOf<T>{}, IntC<BM>{});
+             db.at((kk / 4) * kRowChunk + (kk % 4) * 32), kk > 0 ? 1 : 0,
+             typename TypeOps<T>::Tag{}, IntC<BM>{});
 }
 
 // acc[64 x D] += A-fragments (64 x 64, registers) · B, B a [64][D] row tile as an MN-major operand (K = rows).
@@ -184,7 +181,7 @@ issue_grad(float (&acc)[D / 2], const uint32_t (&pa)[kBlockM / 16][4], uint32_t 
   const DescBase db = desc_base(row_tile, BM * 128);
 #pragma unroll
   for (int kt = 0; kt < BM / 16; ++kt)
-    wgmma_rs(acc, pa[kt], db.at(kt * 16 * 128), TagOf<T>{}, IntC<D>{});
+    wgmma_rs(acc, pa[kt], db.at(kt * 16 * 128), typename TypeOps<T>::Tag{}, IntC<D>{});
 }
 
 // This warpgroup's dQ slice [64 x D/2] = dS · K[:, columns (D/2)·wg ..] over the 128 keys: A from the dS buffer
@@ -201,7 +198,7 @@ __device__ __forceinline__ void issue_dq(float (&dq)[D / 4], uint32_t ds_buf, ui
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk)
     wgmma_ss_tb(dq, da.plus16((kk / 4) * kDsChunk16).at((kk % 4) * 32), db.at(kk * 16 * 128),
-                kk > 0 ? 1 : 0, TagOf<T>{}, IntC<DQN>{});
+                kk > 0 ? 1 : 0, typename TypeOps<T>::Tag{}, IntC<DQN>{});
 }
 
 // This warpgroup's dSᵀ (packed as A fragments) into its 64-key chunk of the dS buffer, transposed: row q of the
@@ -250,7 +247,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
 #pragma unroll
   for (int i = 0; i < D / 2; ++i)
     dk[i] = 0.f, dv[i] = 0.f;
-  const SmemMap m = smem_map(D, sm.stages);
   const int off = a.seqlen_kv - a.seqlen_q; // causal: row q sees keys <= q + off
   const int key_lo = w.col * kBlockN + wg * kKeysPerWarpgroup + 16 * warp + lane / 4;
   mbar_wait(sm.kv_full(), 0);
@@ -265,9 +261,9 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
 
       float sacc[BM / 2], dpacc[BM / 2];
       wgmma_fence();
-      issue_scores<T, D>(sacc, sm.k, wg, slot + uint32_t(m.q));
+      issue_scores<T, D>(sacc, sm.k, wg, slot + sm.q_off);
       wgmma_commit();
-      issue_scores<T, D>(dpacc, sm.v, wg, slot + uint32_t(m.dout));
+      issue_scores<T, D>(dpacc, sm.v, wg, slot + sm.dout_off);
       wgmma_commit();
       wgmma_wait<1>();
       fence_operands(sacc);
@@ -276,7 +272,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       const int q_lo = mb * BM + 2 * (lane % 4);
       const bool need_mask = (w.col + 1) * kBlockN > a.seqlen_kv ||
                              (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
-      const uint32_t lse_row = slot + uint32_t(m.lse2) + uint32_t(2 * (lane % 4)) * 4;
+      const uint32_t lse_row = slot + sm.lse2_off + uint32_t(2 * (lane % 4)) * 4;
 #pragma unroll
       for (int i = 0; i < BM / 8; ++i) {
         const float2 l = lds_f2(lse_row + uint32_t(8 * i) * 4);
@@ -295,12 +291,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       uint32_t pa[BM / 16][4];
       pack_a<T, BM>(pa, sacc);
       wgmma_fence();
-      issue_grad<T, D>(dv, pa, slot + uint32_t(m.dout));
+      issue_grad<T, D>(dv, pa, slot + sm.dout_off);
       wgmma_commit();
       wgmma_wait<1>(); // dPᵀ
       fence_operands(dpacc);
 
-      const uint32_t delta_row = slot + uint32_t(m.delta) + uint32_t(2 * (lane % 4)) * 4;
+      const uint32_t delta_row = slot + sm.delta_off + uint32_t(2 * (lane % 4)) * 4;
 #pragma unroll
       for (int i = 0; i < BM / 8; ++i) {
         const float2 dd = lds_f2(delta_row + uint32_t(8 * i) * 4);
@@ -313,7 +309,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       const uint32_t ds_buf = sm.ds_buf(it & 1);
       store_ds(ds_buf, dsa, wg, warp, lane);
       wgmma_fence();
-      issue_grad<T, D>(dk, dsa, slot + uint32_t(m.q));
+      issue_grad<T, D>(dk, dsa, slot + sm.q_off);
       wgmma_commit();
       fence_proxy_async_smem(); // the stmatrix writes, visible to WGMMA (the async proxy)
       named_sync(kBarDsReady, kConsumerThreads);

@@ -74,11 +74,6 @@ std::vector<KernelDesc> kernels(const AttentionProblem &p, const Params &c) {
 
 namespace {
 
-// Sequence lengths, padded rows and TMA coordinates are int in the kernels.
-constexpr int64_t kMaxSeqlen = int64_t(1) << 30;
-// Planning without a device: an H100's opt-in shared memory per block.
-constexpr int64_t kSmemOptinHopper = 232448;
-
 class Fa3BwdVariant : public Variant {
 public:
   std::string name() const override { return "fa3_bwd"; }
@@ -110,7 +105,7 @@ public:
                              : ""));
     const fa3_bwd::Params params = fa3_bwd::params_of(c);
     const int64_t limit =
-        dev.smem_per_block_optin > 0 ? dev.smem_per_block_optin : kSmemOptinHopper;
+        dev.smem_per_block_optin > 0 ? dev.smem_per_block_optin : kernels::kSmemOptinHopper;
     const int64_t smem = fa3_bwd::smem_bytes(p.head_dim, params);
     if (smem > limit) {
       fa3_bwd::Params one = params;
@@ -128,16 +123,10 @@ public:
       if ((s.seq * e) % 16 || (s.head * e) % 16 || (s.batch * e) % 16)
         return Support::no("TMA needs every Q/K/V/O/dO stride to be a multiple of 16 bytes; this "
                            "layout's are not");
-    if (p.seqlen_q > kMaxSeqlen || p.seqlen_kv > kMaxSeqlen)
-      return Support::no("seqlen_q and seqlen_kv must each be at most 2^30 (TMA coordinates and "
-                         "row indices are 32-bit)");
     const int64_t grid = fa3_bwd::num_col_blocks(p) * p.heads_kv * p.batch;
     if (grid > INT_MAX)
       return Support::no("the main kernel's 1-D grid (column blocks x kv heads x batch = " +
                          std::to_string(grid) + " CTAs) must be at most 2^31 - 1");
-    if (p.heads_q > 65535 || p.batch > 65535)
-      return Support::no("heads_q and batch must each be at most 65535 (the preprocess and "
-                         "convert kernels' grid y/z limit)");
     if (auto why = kernels::backward_memory_reason(p, double(workspace_bytes(p, c)),
                                                    double(semaphore_bytes(p, c)), dev))
       return Support::no(*why);

@@ -4,6 +4,7 @@
 
 #include "flashbench/config.hpp"
 #include "flashbench/problem.hpp"
+#include "kernels/common/support.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -20,8 +21,8 @@ constexpr int kBlockN = 128;
 constexpr int kHeadDim = 128;
 constexpr int kTileBytes = kBlockN * kHeadDim; // one 128 x 128 e4m3 tile (Q, K, V or V^T)
 constexpr int kMaxStages = 4;
-constexpr int kThreads = 384; // producer warpgroup + 2 consumer warpgroups
-constexpr int64_t kSmemOptinHopper = 232448;
+constexpr int kThreads = 384;    // producer warpgroup + 2 consumer warpgroups
+using kernels::kSmemOptinHopper; // kernels/common/support.hpp
 static_assert(kBlockM == kFp8ScaleBlock && kBlockN == kFp8ScaleBlock,
               "one descale per Q tile and per K/V tile");
 

@@ -66,11 +66,6 @@ constexpr float kRescaleSlack = 8.f; // log2 units: P stays <= 2^8 between resca
 constexpr int kBarTurn0 = 1;         // named barrier ids; 0 is __syncthreads; turns use 1..3
 constexpr int kBarEpi0 = 4;          // one per consumer warpgroup (4..6): its O staging buffer
 
-// The WGMMA overload tag of an element type (kernels/common/hopper/wgmma_f16.cuh).
-template <class T> struct TypeOps;
-template <> struct TypeOps<__nv_bfloat16> { using Tag = Bf16Tag; };
-template <> struct TypeOps<__half> { using Tag = F16Tag; };
-
 // Shared-memory map of one CTA (byte addresses in the shared window, tiles 1024-aligned).
 template <int D, int BN> struct Smem {
   static constexpr int kChunks = D / 64;           // 64-column (128-byte) TMA boxes per row

@@ -8,6 +8,7 @@
 #include "flashbench/variant.hpp"
 #include "kernels/common/fast_div.hpp"
 #include "kernels/common/mask.hpp"
+#include "kernels/common/support.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -133,8 +134,7 @@ constexpr size_t kDynamicSemaphoreBytes = 2 * sizeof(int);
 // `direct`: 4-byte stores straight from the accumulators (auto is 1-6% faster where it stages).
 constexpr int kOStoreDirect = 0;
 constexpr int kOStoreAuto = 1;
-// Dynamic shared memory a Hopper block may opt in to (227 KB on H100 and H200).
-constexpr int64_t kSmemOptinHopper = 232448;
+using kernels::kSmemOptinHopper; // kernels/common/support.hpp
 // Register budgets after setmaxnreg (multiples of 8): the producer warpgroup only issues TMA from
 // one thread. 3 warpgroups x 128 threads: 24 x 128 + 240 x 256 = 64512 <= 65536. 4 warpgroups
 // (3 consumers): 24 x 128 + 160 x 384 = 64512.

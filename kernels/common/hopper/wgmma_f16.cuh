@@ -15,9 +15,17 @@
 
 #include "kernels/common/hopper/wgmma.cuh" // the tags
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 namespace fb::hopper {
+
+// The overload tag of an element type.
+template <class T> struct TypeOps;
+template <> struct TypeOps<__nv_bfloat16> { using Tag = Bf16Tag; };
+template <> struct TypeOps<__half> { using Tag = F16Tag; };
 
 __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
                                          int scale_d, Bf16Tag, IntC<64>) {
