@@ -12,6 +12,7 @@ void register_catalog(Registry &r) {
   register_fa1_kv_outer(r);
   register_fa2_q_outer(r);
   register_fa2_bwd(r);
+  register_fa3_bwd(r);
   register_flash_decoding(r);
   register_fa3_pipelined(r);
   register_fa3_fp8(r);

@@ -3,7 +3,9 @@
 //    for a row that sees no key, so that its P = exp2(S·c − LSE) is 0 rather than NaN); it also zeroes the fp32
 //    dQ accumulator. Rows are padded to a whole number of row blocks (LSE +inf, D 0), so a main kernel needs no
 //    row predicates for them.
-//  - convert, after it: dQ = scale · accumulator, in the input type.
+//  - convert, after it: dQ = scale · accumulator, in the input type. The accumulator of a (batch, head) is
+//    row-major (RowMajorOrder) or in a main kernel's own order of its rows_pad x D elements (an Order type with
+//    offset<D>(row, col), such as fa3_bwd's DqTileOrder).
 // The workspace layout is kernels/common/bwd.hpp's.
 #pragma once
 
@@ -84,16 +86,32 @@ __global__ void __launch_bounds__(kRowThreads) bwd_preprocess(const RowArgs<T> a
   z[1] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-template <class T, int D>
+struct RowMajorOrder {
+  static constexpr bool kRowMajor = true;
+  template <int D> FB_HOST_DEVICE static int64_t offset(int row, int col) {
+    return int64_t(row) * D + col;
+  }
+};
+
+template <class T, int D, class Order = RowMajorOrder>
 __global__ void __launch_bounds__(kRowThreads) bwd_convert(const RowArgs<T> a) {
   constexpr int kLanes = D / 8, kRows = kRowThreads / kLanes;
   const int tid = threadIdx.x, ch = tid % kLanes;
   const int row = blockIdx.x * kRows + tid / kLanes, h = blockIdx.y, b = blockIdx.z;
   if (row >= a.seqlen_q)
     return;
-  const float4 *src = reinterpret_cast<const float4 *>(
-      a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + row) * D + ch * 8);
-  const float4 x = src[0], y = src[1];
+  const float *head = a.dq_acc + (int64_t(b) * a.heads_q + h) * a.rows_pad * D;
+  float4 x, y;
+  if constexpr (Order::kRowMajor) {
+    const float4 *src = reinterpret_cast<const float4 *>(head + Order::template offset<D>(row, ch * 8));
+    x = src[0], y = src[1];
+  } else { // pairs of columns are adjacent in every order
+    float2 v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      v[k] = *reinterpret_cast<const float2 *>(head + Order::template offset<D>(row, ch * 8 + 2 * k));
+    x = make_float4(v[0].x, v[0].y, v[1].x, v[1].y), y = make_float4(v[2].x, v[2].y, v[3].x, v[3].y);
+  }
   const float s = a.scale;
   uint4 out;
   out.x = Mma<T>::pack(x.x * s, x.y * s);
@@ -115,8 +133,9 @@ void launch_preprocess(const RowArgs<T> &a, int64_t batch, cudaStream_t s) {
   bwd_preprocess<T, D><<<row_grid<D>(a.rows_pad, a.heads_q, batch), kRowThreads, 0, s>>>(a);
   FB_CHECK_LAUNCH();
 }
-template <class T, int D> void launch_convert(const RowArgs<T> &a, int64_t batch, cudaStream_t s) {
-  bwd_convert<T, D><<<row_grid<D>(a.seqlen_q, a.heads_q, batch), kRowThreads, 0, s>>>(a);
+template <class T, int D, class Order = RowMajorOrder>
+void launch_convert(const RowArgs<T> &a, int64_t batch, cudaStream_t s) {
+  bwd_convert<T, D, Order><<<row_grid<D>(a.seqlen_q, a.heads_q, batch), kRowThreads, 0, s>>>(a);
   FB_CHECK_LAUNCH();
 }
 
@@ -127,10 +146,10 @@ KernelDesc preprocess_desc(const std::string &prefix, const AttentionProblem &p,
   return {prefix + "_preprocess", reinterpret_cast<const void *>(&bwd_preprocess<T, D>),
           kRowThreads, 0, int64_t(g.x) * g.y * g.z};
 }
-template <class T, int D>
+template <class T, int D, class Order = RowMajorOrder>
 KernelDesc convert_desc(const std::string &prefix, const AttentionProblem &p) {
   const dim3 g = row_grid<D>(p.seqlen_q, p.heads_q, p.batch);
-  return {prefix + "_convert", reinterpret_cast<const void *>(&bwd_convert<T, D>), kRowThreads, 0,
+  return {prefix + "_convert", reinterpret_cast<const void *>(&bwd_convert<T, D, Order>), kRowThreads, 0,
           int64_t(g.x) * g.y * g.z};
 }
 

@@ -4,23 +4,29 @@
 //  2. main: one CTA per (column block of 128 keys, kv head, batch), in the order of grid_order (traits.hpp).
 //     K and V stay in shared memory and dK, dV in registers for the CTA's life, across every row block it visits
 //     and every query head of its GQA group, so dK and dV are written once with no atomics. Consumer warpgroup w
-//     owns keys [64w, 64w + 64) of the block. Per row block (block_m query rows), with the scores transposed
-//     (keys as rows) so that Pᵀ and dSᵀ come out of the accumulators in the layout of a register A operand:
+//     owns keys [64w, 64w + 64) of the block. The producer warpgroup's warp 0 issues the TMA loads of Q and dO,
+//     warp 1 adds the dQ partials (dq_add bulk), warp 2 copies the rows' LSE₂ and D. Per row block (block_m query
+//     rows), with the scores transposed (keys as rows) so that Pᵀ and dSᵀ come out of the accumulators in the
+//     layout of a register A operand:
 //       Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (SS WGMMA, both from shared memory)
 //       Pᵀ = exp2(Sᵀ·scale·log2e − LSE₂) (masked: 0); dV += Pᵀ·dO (RS WGMMA: Pᵀ from registers)
-//       dSᵀ = Pᵀ∘(dPᵀ − D); dK += dSᵀ·Q (RS WGMMA)
-//       dS to shared memory (stmatrix.trans: queries as rows), both warpgroups' halves, then
+//       dSᵀ = Pᵀ∘(dPᵀ − D); dS to shared memory (stmatrix.trans: queries as rows), both warpgroups' halves
 //       dQ_partial = dS·K (SS WGMMA, K as an MN-major B), split between the warpgroups by columns (head_dim / 2
-//       each), added into the fp32 accumulator with red.global.add.v4.f32.
+//       each); then dK += dSᵀ·Q (RS WGMMA), which runs while the dQ partial is handed on:
+//       dq_add bulk: stored to shared memory in the accumulator's tile order (DqTileOrder), from where warp 1
+//       adds the whole tile with one bulk reduce-add (cp.reduce.async.bulk) while the consumers go on; two
+//       buffers, so a consumer waits only if the reduce of two row blocks back has not been read yet.
+//       dq_add red: each consumer thread adds its fragments with red.global.add.v4.f32 (512 consecutive bytes a
+//       warp, in the same order).
 //     dS has two buffers, so one barrier of the two consumers per row block (dS written) is all they share: a
 //     warpgroup passing the barrier of row block i knows that the other finished row block i − 1, whose dQ
 //     product read the buffer that row block i + 1 will write.
-//     deterministic: the two warpgroups add a row block's dQ partial when its counter (semaphores) says that every
-//     column block to the right has added its own, then count themselves in; column block 0 resets it. A causal
-//     diagonal column block reaches a row block first, and CTAs are launched rightmost column first
-//     (grid_order), so a CTA only ever waits on one launched before it.
+//     deterministic (dq_add bulk): warp 1 adds a row block's dQ partial when its counter (semaphores) says that
+//     every column block to the right has added its own, waits for the add to complete, then counts this one
+//     in; column block 0 resets it. A causal diagonal column block reaches a row block first, and CTAs are
+//     launched rightmost column first (grid_order), so a CTA only ever waits on one launched before it.
 //     Epilogue: dK (times scale) and dV through the K and V tiles' shared memory and TMA stores.
-//  3. convert (bwd_rows.cuh): dQ = scale · accumulator.
+//  3. convert (bwd_rows.cuh): dQ = scale · accumulator, reading it in DqTileOrder.
 // scale is applied once: to dK in the epilogue and to dQ in convert.
 #pragma once
 
@@ -59,40 +65,48 @@ struct KernelArgs {
   int heads_q, heads_kv, group;
   int n_row_blocks, n_col_blocks, bh_count; // bh_count = heads_kv x batch
   float scale, scale_log2;
-  int stages, order, causal, deterministic;
+  int stages, order, causal, deterministic, dq_add;
 };
 
-// Named barriers (0 is __syncthreads): both consumers; each consumer's own (epilogue staging).
-constexpr int kBarDsReady = 1;
-constexpr int kBarDet = 2;
-constexpr int kBarWg0 = 3;
+// Named barriers (0 is __syncthreads): both consumers; each consumer's own (epilogue staging); per LSE₂/D buffer,
+// the row loader and both consumers (kRowsBuffers, row_loader).
 constexpr int kConsumerThreads = 128 * kConsumers;
-
-__device__ __forceinline__ float2 lds_f2(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-  return v;
-}
+constexpr int kBarDsReady = 1;
+constexpr int kBarWg0 = 2;
+constexpr int kBarRows0 = kBarWg0 + kConsumers;
+constexpr int kRowThreads = kConsumerThreads + 32; // the consumers and the row loader's warp
 
 // The shared-memory map of a launch (traits.hpp smem_map), as 32-bit shared addresses.
-struct Smem {
-  uint32_t k, v, slots, slot_bytes, ds, ds_bytes, bars;
-  uint32_t q_off, dout_off, lse2_off, delta_off; // inside a slot
+template <int D> struct Smem {
+  static constexpr int dq_bufs = dq_buffers(D);
+  static constexpr uint32_t dq_bytes = kBlockM * D * 4;
+  uint32_t k, v, slots, slot_bytes, ds, ds_bytes, dq, rows, rows_bytes, bars;
+  uint32_t q_off, dout_off; // inside a slot
   int stages;
-  __device__ Smem(uint32_t base, int d, int stages_) : stages(stages_) {
-    const SmemMap m = smem_map(d, stages_);
+  __device__ Smem(uint32_t base, int stages_, int dq_add) : stages(stages_) {
+    const SmemMap m = smem_map(D, stages_, dq_add);
     k = base + uint32_t(m.k), v = base + uint32_t(m.v), slots = base + uint32_t(m.slots);
     slot_bytes = uint32_t(m.slot_bytes), ds = base + uint32_t(m.ds),
     ds_bytes = uint32_t(m.ds_bytes);
+    dq = base + uint32_t(m.dq);
+    rows = base + uint32_t(m.rows), rows_bytes = uint32_t(m.rows_bytes);
     bars = base + uint32_t(m.bars);
-    q_off = uint32_t(m.q), dout_off = uint32_t(m.dout), lse2_off = uint32_t(m.lse2),
-    delta_off = uint32_t(m.delta);
+    q_off = uint32_t(m.q), dout_off = uint32_t(m.dout);
   }
   __device__ uint32_t slot(int s) const { return slots + uint32_t(s) * slot_bytes; }
+  __device__ uint32_t lse2(int s) const { return rows + uint32_t(s) * rows_bytes; }
+  __device__ uint32_t delta(int s) const { return lse2(s) + rows_bytes / 2; }
   __device__ uint32_t ds_buf(int i) const { return ds + uint32_t(i) * ds_bytes; }
   __device__ uint32_t kv_full() const { return bars; }
   __device__ uint32_t full(int s) const { return bars + 8u * uint32_t(1 + s); }
   __device__ uint32_t empty(int s) const { return bars + 8u * uint32_t(1 + kMaxStages + s); }
+  // Row block number `it` of the CTA uses dQ buffer it % dq_bufs, for the (it / dq_bufs)-th time.
+  __device__ uint32_t dq_buf(int it) const { return dq + uint32_t(it % dq_bufs) * dq_bytes; }
+  __device__ uint32_t dq_full(int it) const {
+    return bars + 8u * uint32_t(1 + 2 * kMaxStages + it % dq_bufs);
+  }
+  __device__ uint32_t dq_empty(int it) const { return dq_full(it) + 8u * kMaxDqBuffers; }
+  __device__ uint32_t dq_phase(int it) const { return uint32_t(it / dq_bufs) & 1u; }
 };
 
 // The work of one CTA: its column block, kv head and batch entry, and the row blocks it visits (for each query
@@ -110,7 +124,7 @@ __device__ __forceinline__ Work work_of(const KernelArgs &a) {
 
 // ---- producer: one thread issues every load
 template <int D>
-__device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm, const Work &w) {
+__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D> &sm, const Work &w) {
   constexpr int BM = kBlockM;
   constexpr uint32_t kKvChunk = kBlockN * 128, kRowChunk = BM * 128;
   tma_prefetch_desc(&a.tm_q);
@@ -129,17 +143,98 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm, co
       if (use > 0)
         mbar_wait(sm.empty(s), (use - 1) & 1);
       const uint32_t slot = sm.slot(s), bar = sm.full(s);
-      mbar_arrive_expect_tx(bar, 2u * BM * D * 2 + 2u * BM * 4);
+      mbar_arrive_expect_tx(bar, 2u * BM * D * 2);
 #pragma unroll
       for (int c = 0; c < D / 64; ++c) {
         tma_load_4d(slot + sm.q_off + c * kRowChunk, &a.tm_q, bar, c * 64, mb * BM, hq, w.b);
         tma_load_4d(slot + sm.dout_off + c * kRowChunk, &a.tm_do, bar, c * 64, mb * BM, hq, w.b);
       }
-      const int64_t row = (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM;
-      bulk_load_1d(slot + sm.lse2_off, a.lse2 + row, BM * 4, bar);
-      bulk_load_1d(slot + sm.delta_off, a.delta + row, BM * 4, bar);
     }
   }
+}
+
+__device__ __forceinline__ void sts_f2(uint32_t addr, float2 v) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v.x), "f"(v.y) : "memory");
+}
+
+// ---- one producer warp copies each row block's LSE₂ and D (two floats of each a lane) into buffer it % 2 and
+// meets both consumers at that buffer's named barrier (bar.sync on both sides), which they pass at the start of
+// row block it. Its write of row block it + 2 into the same buffer comes after the barrier of row block it + 1,
+// which the consumers pass only when done with row block it: two buffers and one barrier each order both the
+// reads after the writes and the next writes after the reads. A named barrier rather than the stage's mbarriers
+// because compute-sanitizer's racecheck orders shared-memory accesses by bar.sync alone (it reports mbarrier- or
+// bar.arrive-ordered hand-overs as races); the barrier also keeps the loader one row block ahead, so its loads
+// from L2 are off the consumers' path.
+template <int D>
+__device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D> &sm, const Work &w,
+                                           int lane) {
+  static_assert(kBlockM == 64, "two floats a lane");
+  int it = 0;
+#pragma unroll 1 // the producer warpgroup's 24 registers
+  for (int g = 0; g < a.group; ++g) {
+    const int hq = w.hkv * a.group + g;
+#pragma unroll 1
+    for (int mb = w.first; mb < w.end; ++mb, ++it) {
+      const int r = it % kRowsBuffers;
+      const int64_t row =
+          (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * kBlockM + 2 * lane;
+      sts_f2(sm.lse2(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.lse2 + row)));
+      sts_f2(sm.delta(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.delta + row)));
+      named_sync(kBarRows0 + r, kRowThreads);
+    }
+  }
+}
+
+// The accumulator tile of (batch, query head hq, row block mb): block_m x D fp32, in DqTileOrder.
+__device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, int hq, int mb, int d) {
+  return a.dq_acc + ((int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * kBlockM) * d;
+}
+
+// ---- dq_add bulk: one thread adds each row block's dQ partial from shared memory (the consumers' dq_full) with a
+// bulk reduce-add and frees the buffer (dq_empty) once the engine has read it. deterministic: it first waits
+// until every column block to the right has added its partial to this row block (its counter), and counts itself
+// in once its own add is complete; column block 0 resets the counter.
+template <int D>
+__device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D> &sm, const Work &w) {
+  int it = 0;
+  for (int g = 0; g < a.group; ++g) {
+    const int hq = w.hkv * a.group + g;
+    for (int mb = w.first; mb < w.end; ++mb, ++it) {
+      mbar_wait(sm.dq_full(it), sm.dq_phase(it));
+      float *tile = dq_tile(a, w, hq, mb, D);
+      int *ctr = nullptr;
+      if (a.deterministic) {
+        ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
+        const int before =
+            int(col_blocks_for(mb, kBlockM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0)) -
+            1 - w.col;
+        while (ld_acquire_gpu(ctr) != before)
+          __nanosleep(32);
+        fence_proxy_async_global(); // the earlier column blocks' adds before this one
+      }
+      bulk_reduce_add_f32(tile, sm.dq_buf(it), uint32_t(kBlockM) * D * 4);
+      bulk_commit();
+      if (a.deterministic) {
+        bulk_wait_all(); // complete in global memory before the counter says so
+        fence_proxy_async_global();
+        __threadfence();
+        if (w.col == 0)
+          atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
+        else
+          atomicAdd(ctr, 1);
+      } else {
+        bulk_wait_read_all();
+      }
+      mbar_arrive(sm.dq_empty(it));
+    }
+  }
+  bulk_wait_all();
+}
+
+__device__ __forceinline__ float2 lds_f2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
 }
 
 // ---- consumer pieces
@@ -217,29 +312,28 @@ __device__ __forceinline__ void store_ds(uint32_t ds_buf, const uint32_t (&dsa)[
   }
 }
 
-// Adds a 64 x N dQ slice (rows row0.., columns col0.. of a row-major [rows][D] fp32 accumulator) with 4-float
-// vector reductions: lanes 2i and 2i + 1 swap halves so that each holds four adjacent columns of one row.
-template <int D, int N>
-__device__ __forceinline__ void add_dq(float *acc, const float (&dq)[N / 2], int col0, int warp,
-                                       int lane) {
-  const bool odd = lane & 1;
-  const int r = 16 * warp + lane / 4 + (odd ? 8 : 0), c = col0 + 4 * ((lane % 4) / 2);
+// This warpgroup's dQ partial (its half of the row block's tile, DqTileOrder: thread t's fragment j is float4
+// 128j + t) added to the accumulator tile with 16-byte vector reductions, 512 consecutive bytes a warp.
+template <int N>
+__device__ __forceinline__ void add_dq_red(float *half, const float (&dq)[N / 2], int t) {
 #pragma unroll
-  for (int i = 0; i < N / 8; ++i) {
-    const float *e = dq + 4 * i;
-    const float g0 = __shfl_xor_sync(0xffffffffu, odd ? e[0] : e[2], 1);
-    const float g1 = __shfl_xor_sync(0xffffffffu, odd ? e[1] : e[3], 1);
-    float *dst = acc + int64_t(r) * D + c + 8 * i;
-    const float v0 = odd ? g0 : e[0], v1 = odd ? g1 : e[1], v2 = odd ? e[2] : g0,
-                v3 = odd ? e[3] : g1;
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(v0), "f"(v1),
-                 "f"(v2), "f"(v3)
+  for (int j = 0; j < N / 8; ++j)
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(half + (128 * j + t) * 4),
+                 "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
                  : "memory");
-  }
+}
+// The same partial to its half of the shared dQ buffer, in the same order (conflict-free 16-byte stores).
+template <int N>
+__device__ __forceinline__ void store_dq(uint32_t half, const float (&dq)[N / 2], int t) {
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j)
+    st_shared_v4(half + uint32_t(128 * j + t) * 16,
+                 make_int4(__float_as_int(dq[4 * j]), __float_as_int(dq[4 * j + 1]),
+                           __float_as_int(dq[4 * j + 2]), __float_as_int(dq[4 * j + 3])));
 }
 
 template <class T, int D>
-__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, const Work &w,
+__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm, const Work &w,
                                          int wg) {
   constexpr int BM = kBlockM, DQN = D / 2;
   const int t = int(threadIdx.x) % 128, warp = t / 32, lane = t % 32;
@@ -272,7 +366,10 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       const int q_lo = mb * BM + 2 * (lane % 4);
       const bool need_mask = (w.col + 1) * kBlockN > a.seqlen_kv ||
                              (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
-      const uint32_t lse_row = slot + sm.lse2_off + uint32_t(2 * (lane % 4)) * 4;
+      // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators).
+      const int r = it % kRowsBuffers;
+      named_sync(kBarRows0 + r, kRowThreads); // this row block's LSE₂ and D are in buffer r
+      const uint32_t lse_row = sm.lse2(r) + uint32_t(2 * (lane % 4)) * 4;
 #pragma unroll
       for (int i = 0; i < BM / 8; ++i) {
         const float2 l = lds_f2(lse_row + uint32_t(8 * i) * 4);
@@ -296,7 +393,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       wgmma_wait<1>(); // dPᵀ
       fence_operands(dpacc);
 
-      const uint32_t delta_row = slot + sm.delta_off + uint32_t(2 * (lane % 4)) * 4;
+      const uint32_t delta_row = sm.delta(r) + uint32_t(2 * (lane % 4)) * 4;
 #pragma unroll
       for (int i = 0; i < BM / 8; ++i) {
         const float2 dd = lds_f2(delta_row + uint32_t(8 * i) * 4);
@@ -308,50 +405,38 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, co
       pack_a<T, BM>(dsa, dpacc);
       const uint32_t ds_buf = sm.ds_buf(it & 1);
       store_ds(ds_buf, dsa, wg, warp, lane);
-      wgmma_fence();
-      issue_grad<T, D>(dk, dsa, slot + sm.q_off);
-      wgmma_commit();
       fence_proxy_async_smem(); // the stmatrix writes, visible to WGMMA (the async proxy)
       named_sync(kBarDsReady, kConsumerThreads);
 
+      // dQ before dK, so that the dQ partial is stored while dK runs.
       float dq[DQN / 2];
       wgmma_fence();
       issue_dq<T, D>(dq, ds_buf, sm.k, wg);
       wgmma_commit();
-      wgmma_wait<0>();
+      issue_grad<T, D>(dk, dsa, slot + sm.q_off);
+      wgmma_commit();
+      wgmma_wait<1>();
       fence_operands(dq);
+
+      if (a.dq_add == kDqBulk) {
+        if (it >= sm.dq_bufs) // the buffer's previous row block has been read by the bulk reduce
+          mbar_wait(sm.dq_empty(it), sm.dq_phase(it) ^ 1u);
+        store_dq<DQN>(sm.dq_buf(it) + uint32_t(wg) * BM * DQN * 4, dq, t);
+        fence_proxy_async_smem(); // the stores, visible to the bulk reduce
+        __syncwarp();
+        if (lane == 0)
+          mbar_arrive(sm.dq_full(it));
+      } else {
+        add_dq_red<DQN>(dq_tile(a, w, hq, mb, D) + wg * BM * DQN, dq, t);
+      }
+      wgmma_wait<0>();
       fence_operands(pa);
       fence_operands(dsa);
       fence_operands(dk);
       fence_operands(dv);
       __syncwarp();
       if (lane == 0)
-        mbar_arrive(sm.empty(s)); // Q, dO, LSE₂ and D of this slot are read
-
-      float *acc =
-          a.dq_acc + (int64_t(w.b) * a.heads_q + hq) * a.rows_pad * D + int64_t(mb) * BM * D;
-      const int col0 = DQN * wg;
-      if (a.deterministic) {
-        int *ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
-        const int before =
-            int(col_blocks_for(mb, BM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0)) - 1 -
-            w.col;
-        if (threadIdx.x == 128)
-          while (ld_acquire_gpu(ctr) != before)
-            __nanosleep(32);
-        named_sync(kBarDet, kConsumerThreads);
-        add_dq<D, DQN>(acc, dq, col0, warp, lane);
-        named_sync(kBarDet, kConsumerThreads);
-        if (threadIdx.x == 128) {
-          __threadfence();
-          if (w.col == 0)
-            atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
-          else
-            atomicAdd(ctr, 1);
-        }
-      } else {
-        add_dq<D, DQN>(acc, dq, col0, warp, lane);
-      }
+        mbar_arrive(sm.empty(s)); // Q, dO, LSE₂ and D of this stage are read
     }
   }
 
@@ -372,12 +457,16 @@ template <class T, int D>
 __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const Smem sm(base, D, a.stages);
+  const Smem<D> sm(base, a.stages, a.dq_add);
   if (threadIdx.x == 0) {
     mbar_init(sm.kv_full(), 1);
     for (int s = 0; s < a.stages; ++s) {
       mbar_init(sm.full(s), 1);
       mbar_init(sm.empty(s), 4 * kConsumers);
+    }
+    for (int i = 0; i < sm.dq_bufs; ++i) {
+      mbar_init(sm.dq_full(i), 4 * kConsumers);
+      mbar_init(sm.dq_empty(i), 1);
     }
     mbar_fence_init();
   }
@@ -388,6 +477,10 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constan
     regs_dealloc<kProducerRegs>();
     if (threadIdx.x == 0)
       producer<D>(a, sm, w);
+    else if (threadIdx.x == 32 && a.dq_add == kDqBulk)
+      dq_writer<D>(a, sm, w);
+    else if (threadIdx.x / 32 == 2)
+      row_loader<D>(a, sm, w, int(threadIdx.x) % 32);
     return;
   }
   regs_alloc<kConsumerRegs>();
@@ -427,6 +520,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.order = c.order;
   a.causal = p.causal ? 1 : 0;
   a.deterministic = c.deterministic;
+  a.dq_add = c.dq_add;
 
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
   auto *kernel = fa3_bwd_main<T, D>;
@@ -436,7 +530,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   const int64_t ctas = int64_t(a.n_col_blocks) * p.heads_kv * p.batch;
   kernel<<<static_cast<unsigned>(ctas), kThreads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
-  kernels::bwd::launch_convert<T, D>(rows, p.batch, stream);
+  kernels::bwd::launch_convert<T, D, DqTileOrder>(rows, p.batch, stream);
 }
 
 template <class T, int D>
@@ -444,7 +538,7 @@ std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c
   return {kernels::bwd::preprocess_desc<T, D>("fa3_bwd", p, kBlockM),
           {"fa3_bwd_main", reinterpret_cast<const void *>(&fa3_bwd_main<T, D>), kThreads,
            static_cast<size_t>(smem_bytes(D, c)), num_col_blocks(p) * p.heads_kv * p.batch},
-          kernels::bwd::convert_desc<T, D>("fa3_bwd", p)};
+          kernels::bwd::convert_desc<T, D, DqTileOrder>("fa3_bwd", p)};
 }
 
 } // namespace detail

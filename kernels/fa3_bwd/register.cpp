@@ -1,9 +1,6 @@
 // The FA3-style backward (Hopper sm_90a: TMA, WGMMA, warp specialization) as a variant: support checks, workspace
 // and semaphores, traffic model, and the dispatch from a run-time config to the compiled instantiation
 // (instances.hpp). Host logic only.
-//
-// Not in the catalog (kernels/catalog.cpp) until its GPU tests (`ctest -L pending`) have passed on a Hopper GPU:
-// register_fa3_bwd is called by the tests on a registry of their own. DESIGN.md says why and what remains.
 #include "kernels/catalog.hpp"
 #include "kernels/common/support.hpp"
 #include "kernels/fa3_bwd/instances.hpp"

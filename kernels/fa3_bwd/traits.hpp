@@ -8,6 +8,7 @@
 #include "flashbench/problem.hpp"
 #include "flashbench/variant.hpp"
 #include "kernels/common/bwd.hpp"
+#include "kernels/common/support.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -33,6 +34,13 @@ constexpr int kConsumerRegs = 240;
 constexpr int kOrderNatural = 0;
 constexpr int kOrderLpt = 1;
 
+// How a row block's dQ partial reaches the fp32 accumulator (both in the accumulator's tile order, dq_tile_offset):
+//  - red: each consumer thread adds its fragment with red.global.add.v4.f32, between its own WGMMAs;
+//  - bulk: the consumers store it to shared memory and one producer-warpgroup thread adds the tile with a bulk
+//    reduce-add (cp.reduce.async.bulk), so the consumers go on to the next row block while it drains.
+constexpr int kDqRed = 0;
+constexpr int kDqBulk = 1;
+
 // Query rows per row block (the inner loop's step). Each consumer's Sᵀ and dPᵀ are then 64 x 64 (32 + 32
 // registers), dK and dV 64 x head_dim (head_dim registers), and its dQ slice 64 x head_dim/2 (dQ = dS·K is split
 // between the two consumers by columns). block_m 128 at head_dim 64 (Sᵀ and dPᵀ 64 + 64 registers, dQ split by
@@ -43,6 +51,7 @@ struct Params {
   int stages = 2;            // Q/dO/LSE/D row blocks in the shared-memory ring
   int order = kOrderNatural; // launch order of the column blocks (see grid_order)
   int deterministic = 0;     // 1: column blocks add their dQ partials in a fixed order
+  int dq_add = kDqBulk;      // kDqRed or kDqBulk
 };
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128; }
@@ -54,6 +63,10 @@ inline std::optional<std::string> config_problem(const Params &c) {
     return "order must be natural or lpt";
   if (c.deterministic != 0 && c.deterministic != 1)
     return "deterministic must be off or on";
+  if (c.dq_add != kDqRed && c.dq_add != kDqBulk)
+    return "dq_add must be red or bulk";
+  if (c.deterministic && c.dq_add != kDqBulk)
+    return "deterministic orders the bulk dQ adds (one thread per CTA waits on the counters): use dq_add bulk";
   if (c.deterministic && c.order != kOrderNatural)
     return "deterministic fixes the launch order (each (batch, head) from its last column block, "
            "the "
@@ -65,7 +78,8 @@ inline Params params_of(const Config &c) {
   const Params d;
   return Params{static_cast<int>(c.get_or("stages", d.stages)),
                 static_cast<int>(c.get_or("order", d.order)),
-                static_cast<int>(c.get_or("deterministic", d.deterministic))};
+                static_cast<int>(c.get_or("deterministic", d.deterministic)),
+                static_cast<int>(c.get_or("dq_add", d.dq_add))};
 }
 
 // The default of a problem: 2 stages; lpt only where column blocks differ in length (causal) and the order is
@@ -92,8 +106,16 @@ inline ConfigSpace make_space() {
             {0, 1},
             {"off", "on"},
             "on: column blocks add dQ in a fixed order (per-row-block counters), bit-identical run "
-            "to run"}},
-      Config({{"stages", d.stages}, {"order", d.order}, {"deterministic", d.deterministic}}),
+            "to run"},
+       Axis{"dq_add",
+            {kDqRed, kDqBulk},
+            {"red", "bulk"},
+            "dQ partials: red (consumer threads' red.global.add) or bulk (shared memory, then one "
+            "thread's bulk reduce-add)"}},
+      Config({{"stages", d.stages},
+              {"order", d.order},
+              {"deterministic", d.deterministic},
+              {"dq_add", d.dq_add}}),
       [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
@@ -110,16 +132,27 @@ inline int64_t semaphore_count(const AttentionProblem &p, const Params &c) {
 }
 
 // Shared memory, every tile 1024-byte aligned (the 128B swizzle): K and V of the column block; `stages` slots of
-// Q and dO (TMA, 128B-swizzled column chunks of 64) with the row block's base-2 LSE and D; two dS buffers
-// (bf16/fp16, [block_m][128 keys] in two 64-key chunks: the A operand of dQ = dS·K, written by both consumers);
-// the mbarriers.
+// Q and dO (TMA, 128B-swizzled column chunks of 64); two dS buffers (bf16/fp16, [block_m][128 keys] in two 64-key
+// chunks: the A operand of dQ = dS·K, written by both consumers); with dq_add bulk, one or two buffers (two where
+// they fit) of the row block's fp32 dQ partial in the accumulator's tile order (DqTileOrder); two buffers of a row
+// block's LSE₂ and D (block_m floats each), outside the 1024-byte-aligned slots so that two dQ buffers fit at
+// head_dim 128; the mbarriers (kv_full; full and empty per stage; dq_full and dq_empty per dQ buffer). LSE₂ and D
+// are copied by a producer warp with ordinary loads and stores (fa3_bwd.cuh, row_loader) rather than a bulk copy:
+// compute-sanitizer's racecheck reports an ordinary read of what a bulk copy wrote as a hazard whatever the
+// mbarriers order.
 struct SmemMap {
-  int64_t k = 0, v = 0, slots = 0, slot_bytes = 0, q = 0, dout = 0, lse2 = 0, delta = 0, ds = 0,
-          ds_bytes = 0, bars = 0, total = 0;
+  int64_t k = 0, v = 0, slots = 0, slot_bytes = 0, q = 0, dout = 0, ds = 0, ds_bytes = 0, dq = 0,
+          dq_bytes = 0, dq_bufs = 0, rows = 0, rows_bytes = 0, bars = 0, total = 0;
 };
+constexpr int kMaxDqBuffers = 2;
+constexpr int kRowsBuffers = 2; // LSE₂ and D of the row block and the next, whatever the stages
+constexpr int kBarriers = 1 + 2 * kMaxStages + 2 * kMaxDqBuffers;
 constexpr int64_t align1k(int64_t x) { return (x + 1023) / 1024 * 1024; }
-constexpr SmemMap smem_map(int64_t head_dim, int stages) {
+constexpr SmemMap smem_map(int64_t head_dim, int stages, int dq_add,
+                           int64_t limit = kernels::kSmemOptinHopper) {
   constexpr int block_m = kBlockM;
+  constexpr int64_t kRowsBytes = 2 * 4 * block_m; // LSE₂ and D of a row block
+  constexpr int64_t kTail = kRowsBuffers * kRowsBytes + 8 * kBarriers + 1024; // + the alignment slack
   SmemMap m;
   const int64_t kv = int64_t(kBlockN) * head_dim * 2, qt = int64_t(block_m) * head_dim * 2;
   m.k = 0;
@@ -127,18 +160,41 @@ constexpr SmemMap smem_map(int64_t head_dim, int stages) {
   m.slots = 2 * kv;
   m.q = 0; // offsets inside a slot
   m.dout = qt;
-  m.lse2 = 2 * qt;
-  m.delta = 2 * qt + 4 * block_m;
-  m.slot_bytes = align1k(2 * qt + 8 * block_m);
+  m.slot_bytes = align1k(2 * qt);
   m.ds = m.slots + stages * m.slot_bytes;
   m.ds_bytes = int64_t(block_m) * kBlockN * 2;
-  m.bars = m.ds + 2 * m.ds_bytes;
-  m.total = m.bars + 8 * (1 + 2 * kMaxStages) + 1024; // + the base's alignment slack
+  m.dq = m.ds + 2 * m.ds_bytes;
+  m.dq_bytes = dq_add == kDqBulk ? int64_t(block_m) * head_dim * 4 : 0;
+  // Two where they fit with the most stages (so the count is the head_dim's alone: the kernel's constant).
+  const int64_t dq_at_max = m.slots + kMaxStages * m.slot_bytes + 2 * m.ds_bytes;
+  m.dq_bufs = dq_add != kDqBulk ? 0 : dq_at_max + 2 * m.dq_bytes + kTail <= limit ? 2 : 1;
+  m.rows = m.dq + m.dq_bufs * m.dq_bytes;
+  m.rows_bytes = kRowsBytes;
+  m.bars = m.rows + kRowsBuffers * kRowsBytes;
+  m.total = m.bars + 8 * kBarriers + 1024;
   return m;
 }
-inline int64_t smem_bytes(int64_t head_dim, const Params &c) {
-  return smem_map(head_dim, c.stages).total;
+constexpr int dq_buffers(int64_t head_dim) {
+  return int(smem_map(head_dim, kMaxStages, kDqBulk).dq_bufs);
 }
+inline int64_t smem_bytes(int64_t head_dim, const Params &c) {
+  return smem_map(head_dim, c.stages, c.dq_add).total;
+}
+
+// The fp32 dQ accumulator of a (batch, query head) holds each row block's block_m x head_dim tile contiguously, as
+// the row-major layout does, but in the order of the consumers' WGMMA fragments, so that a warp's 16-byte pieces
+// are consecutive: consumer h's dQ half (columns [h·d/2, (h + 1)·d/2)) is a run of d/2 · block_m floats in which
+// float4 number 128j + t is thread t's fragment j (rows r and r + 8, columns 8j + 2(t%4) and the next;
+// r = 16(t/32) + (t%32)/4). The convert kernel (kernels/common/bwd_rows.cuh) reads it through offset().
+struct DqTileOrder {
+  static constexpr bool kRowMajor = false;
+  template <int D> FB_HOST_DEVICE static int64_t offset(int row, int col) {
+    constexpr int half = D / 2;
+    const int m = row % kBlockM, h = col / half, cc = col % half, rr = m % 16;
+    const int t = 32 * (m / 16) + 4 * (rr % 8) + (cc % 8) / 2, e = 2 * (rr / 8) + cc % 2;
+    return int64_t(row - m) * D + int64_t(h) * kBlockM * half + (int64_t(cc / 8) * 128 + t) * 4 + e;
+  }
+};
 
 // The CTA order of a launch: CTA x of the grid (x fastest, then the flattened kv head and batch) takes column
 // block col of (batch, kv head) bh.

@@ -73,6 +73,19 @@ __device__ __forceinline__ void bulk_wait_all() {
 __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
+// Orders this thread's generic-proxy global accesses with its async-proxy (bulk) ones, both ways.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+// Adds `bytes` (a multiple of 16, both addresses 16-byte aligned) of fp32 from shared memory into global memory,
+// element by element, as one bulk operation of this thread's bulk group (bulk_commit, then bulk_wait_read_all
+// before the source is rewritten).
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(
+                   reinterpret_cast<uint64_t>(dst)),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
 // A 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
 // completing `bytes` of transactions on `bar`: the per-row vectors of a row block (the backward's LSE and D).
 __device__ __forceinline__ void bulk_load_1d(uint32_t dst, const void *src, uint32_t bytes,

@@ -2,8 +2,6 @@
 // (length 1, odd lengths, causal with seqlen_q != seqlen_kv and rows that see no key, GQA and MQA, head_dim 64 and
 // 128, several row and column blocks crossing the diagonal, a ragged last column block), deterministic mode
 // bit-identical from run to run with the semaphores back at zero, and every input left untouched.
-// fa3_bwd is not in the catalog until these pass on a Hopper GPU, so the test registers it itself and runs in its
-// own executable under the CTest label pending (tests/CMakeLists.txt), which GPU CI does not run.
 #include "../bwd_case.hpp"
 
 #include "kernels/catalog.hpp"
@@ -14,14 +12,7 @@ using fb::test::Shape;
 
 namespace {
 
-const Variant &bwd() {
-  static const Registry r = [] {
-    Registry reg;
-    register_fa3_bwd(reg);
-    return reg;
-  }();
-  return r.get("fa3_bwd");
-}
+const Variant &bwd() { return catalog().get("fa3_bwd"); }
 
 class Fa3BwdAllConfigs : public ::testing::TestWithParam<Shape> {};
 

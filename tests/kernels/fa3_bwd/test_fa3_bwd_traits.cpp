@@ -1,7 +1,6 @@
 // fa3_bwd's host logic on the CPU: the config space and its defaults, the launch order (a bijection, and the orders
 // the deterministic dQ sum and lpt rest on), the shared-memory map, the workspace, semaphore and traffic-model
-// sizes, the reasons supports() gives, and the variant's sweep specs. fa3_bwd is not in the catalog (it has not run
-// on a GPU), so these tests register it on a Registry of their own.
+// sizes, the reasons supports() gives, and the variant's sweep specs.
 #include "kernels/catalog.hpp"
 #include "kernels/fa3_bwd/traffic.hpp"
 #include "kernels/fa3_bwd/traits.hpp"
@@ -20,15 +19,7 @@ using namespace fb;
 
 namespace {
 
-const Registry &fa3_bwd_registry() {
-  static const Registry r = [] {
-    Registry x;
-    register_fa3_bwd(x);
-    return x;
-  }();
-  return r;
-}
-const Variant &variant() { return fa3_bwd_registry().get("fa3_bwd"); }
+const Variant &variant() { return catalog().get("fa3_bwd"); }
 
 AttentionProblem bwd_problem(int64_t sq, int64_t skv, int64_t d, bool causal, int64_t hq = 4,
                              int64_t hkv = 4, DType t = DType::bf16) {
@@ -80,6 +71,12 @@ TEST(Fa3BwdTraits, ConfigProblemSaysWhy) {
   EXPECT_TRUE(has(why(c), "use order natural")) << why(c);
   c.order = fa3_bwd::kOrderNatural;
   EXPECT_FALSE(fa3_bwd::config_problem(c));
+  c.dq_add = fa3_bwd::kDqRed; // the counters are waited on by the bulk adder
+  EXPECT_TRUE(has(why(c), "use dq_add bulk")) << why(c);
+  c = ok, c.dq_add = 2;
+  EXPECT_TRUE(has(why(c), "dq_add must be red or bulk")) << why(c);
+  c.dq_add = fa3_bwd::kDqRed;
+  EXPECT_FALSE(fa3_bwd::config_problem(c));
 }
 
 TEST(Fa3BwdTraits, DefaultFollowsTheMask) {
@@ -91,6 +88,7 @@ TEST(Fa3BwdTraits, DefaultFollowsTheMask) {
       const Config c = space.default_config(p, h100());
       EXPECT_EQ(c.get("stages"), 2);
       EXPECT_EQ(c.get("deterministic"), 0);
+      EXPECT_EQ(c.get("dq_add"), fa3_bwd::kDqBulk);
       EXPECT_EQ(c.get("order"), causal ? fa3_bwd::kOrderLpt : fa3_bwd::kOrderNatural);
       EXPECT_FALSE(space.check(c)) << space.to_string(c);
     }
@@ -157,34 +155,72 @@ TEST(Fa3BwdTraits, LptLaunchesEveryHeadsFirstColumnBeforeAnySecond) {
 TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
   constexpr int bm = fa3_bwd::kBlockM;
   for (int64_t d : {64, 128}) {
-    for (int stages : {1, 2}) {
-      const fa3_bwd::SmemMap m = fa3_bwd::smem_map(d, stages);
-      SCOPED_TRACE("d" + std::to_string(d) + " stages " + std::to_string(stages));
+    for (int stages : {1, 2}) for (int dq_add : {fa3_bwd::kDqRed, fa3_bwd::kDqBulk}) {
+      const fa3_bwd::SmemMap m = fa3_bwd::smem_map(d, stages, dq_add);
+      SCOPED_TRACE("d" + std::to_string(d) + " stages " + std::to_string(stages) + " dq_add " +
+                   std::to_string(dq_add));
       // Every TMA / WGMMA tile at a 1024-byte boundary (the 128B swizzle's period), in each slot too.
       for (int64_t off : {m.k, m.v, m.slots, m.slot_bytes, m.q, m.dout, m.ds, m.ds_bytes})
         EXPECT_EQ(off % 1024, 0) << off;
-      // The bulk copies of LSE₂ and D: 16-byte aligned; the mbarriers: 8.
-      EXPECT_EQ(m.lse2 % 16, 0);
-      EXPECT_EQ(m.delta % 16, 0);
+      // The mbarriers: 8-byte aligned.
       EXPECT_EQ(m.bars % 8, 0);
       // No overlap: K, V, the slots (Q, dO, LSE₂, D), the two dS buffers, the barriers.
       const int64_t kv = fa3_bwd::kBlockN * d * 2, qt = int64_t(bm) * d * 2;
       EXPECT_GE(m.v, m.k + kv);
       EXPECT_GE(m.slots, m.v + kv);
       EXPECT_GE(m.dout, m.q + qt);
-      EXPECT_GE(m.lse2, m.dout + qt);
-      EXPECT_GE(m.delta, m.lse2 + 4 * bm);
-      EXPECT_LE(m.delta + 4 * bm, m.slot_bytes);
+      EXPECT_LE(m.dout + qt, m.slot_bytes);
       EXPECT_GE(m.ds, m.slots + stages * m.slot_bytes);
       EXPECT_EQ(m.ds_bytes, int64_t(bm) * fa3_bwd::kBlockN * 2);
-      EXPECT_GE(m.bars, m.ds + 2 * m.ds_bytes);
-      EXPECT_GE(m.total, m.bars + 8 * (1 + 2 * fa3_bwd::kMaxStages) + 1023);
+      // The bulk reduce's source: 16-byte aligned, the whole fp32 tile; none with dq_add red.
+      EXPECT_GE(m.dq, m.ds + 2 * m.ds_bytes);
+      EXPECT_EQ(m.dq % 16, 0);
+      EXPECT_EQ(m.dq_bytes, dq_add == fa3_bwd::kDqBulk ? int64_t(bm) * d * 4 : 0);
+      // Two dQ buffers wherever they fit (so at head_dim 64 and 128 with two stages on a Hopper GPU).
+      EXPECT_EQ(m.dq_bufs, dq_add == fa3_bwd::kDqBulk ? 2 : 0);
+      EXPECT_GE(m.rows, m.dq + m.dq_bufs * m.dq_bytes);
+      EXPECT_EQ(m.rows % 16, 0);
+      EXPECT_EQ(m.rows_bytes, 8 * bm); // LSE₂ and D
+      EXPECT_GE(m.bars, m.rows + fa3_bwd::kRowsBuffers * m.rows_bytes);
+      EXPECT_GE(m.total, m.bars + 8 * fa3_bwd::kBarriers + 1023);
       EXPECT_LE(m.total, 232448); // an H100's 227 KB per block
       fa3_bwd::Params c;
       c.stages = stages;
+      c.dq_add = dq_add;
       EXPECT_EQ(fa3_bwd::smem_bytes(d, c), m.total);
     }
   }
+}
+
+// The accumulator's tile order is a permutation of each block_m x head_dim tile (the convert kernel reads every
+// element once), keeps column pairs adjacent (its float2 loads), and gives each consumer thread's fragment j the
+// float4 at 128j + t of its half (the kernel's stores).
+template <int D> void check_dq_tile_order() {
+  constexpr int bm = fa3_bwd::kBlockM, half = D / 2;
+  std::vector<int> seen(2 * bm * D, 0);
+  for (int row = 0; row < 2 * bm; ++row)
+    for (int col = 0; col < D; ++col) {
+      const int64_t o = fa3_bwd::DqTileOrder::offset<D>(row, col);
+      ASSERT_GE(o, int64_t(row / bm) * bm * D);
+      ASSERT_LT(o, int64_t(row / bm + 1) * bm * D);
+      ++seen[size_t(o)];
+      if (col % 2 == 0)
+        EXPECT_EQ(fa3_bwd::DqTileOrder::offset<D>(row, col + 1), o + 1);
+    }
+  for (int n : seen)
+    ASSERT_EQ(n, 1);
+  for (int h = 0; h < 2; ++h)
+    for (int t = 0; t < 128; t += 37)
+      for (int j = 0; j < half / 8; ++j) {
+        const int w = t / 32, l = t % 32, r = 16 * w + l / 4, c = h * half + 8 * j + 2 * (l % 4);
+        const int64_t base = int64_t(h) * bm * half + (128 * j + t) * 4;
+        EXPECT_EQ(fa3_bwd::DqTileOrder::offset<D>(r, c), base);
+        EXPECT_EQ(fa3_bwd::DqTileOrder::offset<D>(r + 8, c + 1), base + 3);
+      }
+}
+TEST(Fa3BwdTraits, DqTileOrderIsAPermutationOfFragments) {
+  check_dq_tile_order<64>();
+  check_dq_tile_order<128>();
 }
 
 TEST(Fa3BwdTraits, WorkspaceAndSemaphores) {
@@ -196,7 +232,7 @@ TEST(Fa3BwdTraits, WorkspaceAndSemaphores) {
   EXPECT_EQ(w.lse2, 4 * rows * 128);
   EXPECT_EQ(w.delta, w.lse2 + 4 * rows);
   EXPECT_EQ(w.total, w.delta + 4 * rows);
-  EXPECT_EQ(w.lse2 % 16, 0); // 1-D bulk copies of LSE₂ and D rows
+  EXPECT_EQ(w.lse2 % 16, 0); // float2 loads of LSE₂ and D rows
   EXPECT_EQ(w.delta % 16, 0);
   EXPECT_EQ(fa3_bwd::semaphore_count(p, c), 0);
   c.deterministic = 1;
@@ -230,14 +266,11 @@ TEST(Fa3BwdTraits, TrafficModelParts) {
   EXPECT_LT(fa3_bwd::traffic(pc, c).dq_add, t.dq_add);
 }
 
-TEST(Fa3BwdVariant, NotInTheCatalogUntilItHasRunOnAGpu) {
-  EXPECT_EQ(catalog().find("fa3_bwd"), nullptr)
-      << "fa3_bwd joins the catalog once its GPU tests (ctest -L pending) pass on a Hopper GPU "
-         "(kernels/fa3_bwd/DESIGN.md, Status): then drop this test and move its specs to sweeps/";
+TEST(Fa3BwdVariant, InTheCatalogAsABackward) {
+  ASSERT_NE(catalog().find("fa3_bwd"), nullptr);
   EXPECT_EQ(variant().pass(), Pass::bwd);
   EXPECT_FALSE(variant().description().empty());
 }
-
 TEST(Fa3BwdVariant, SupportsSaysWhy) {
   const Variant &v = variant();
   const DeviceInfo dev = h100();
@@ -286,9 +319,10 @@ TEST(Fa3BwdVariant, SupportsSaysWhy) {
   EXPECT_TRUE(has(reason(p, det_lpt, dev), "use order natural"));
   EXPECT_TRUE(v.supports(p, v.space().make({{"deterministic", "on"}}), dev).ok);
 
-  // Shared memory: stages 1 is named where it fits.
+  // Shared memory: stages 1 is named where it fits (the default: 231496 bytes at head_dim 128, 198216 with one
+  // stage).
   DeviceInfo small = dev;
-  small.smem_per_block_optin = 150000;
+  small.smem_per_block_optin = 200000;
   EXPECT_TRUE(has(reason(p, def, small), "(use stages 1)")) << reason(p, def, small);
   Config one = def;
   one.set("stages", 1);
@@ -348,7 +382,8 @@ TEST(Fa3BwdVariant, TheDefaultSupportsEveryProblemThatAnyConfigSupports) {
   for (const auto &e : v.space().expand())
     if (!e.invalid_reason)
       valid.push_back(e.config);
-  EXPECT_EQ(valid.size(), 6u); // 2 stages x (natural, lpt, natural + deterministic)
+  // 2 stages x (natural, lpt with either dQ add; natural + deterministic with bulk adds)
+  EXPECT_EQ(valid.size(), 10u);
   int supported = 0;
   for (const DeviceInfo &dev : {h100(), a100(), nominal_device()})
     for (DType t : {DType::bf16, DType::f16, DType::f32})
@@ -393,18 +428,17 @@ TEST(Fa3BwdVariant, TrafficModelIsAtLeastTheMinimum) {
   }
 }
 
-// The acceptance and ablation specs wait in kernels/fa3_bwd/sweeps/ (sweeps/ is planned against the catalog by
-// the spec tests, which fa3_bwd is not in yet): they parse, plan against a registry holding fa3_bwd, run every
-// point of the acceptance's problems on at least one config, and include each problem's default config.
-TEST(Fa3BwdSpecs, PlanOnARegistryWithFa3Bwd) {
-  const std::string dir = std::string(FLASHBENCH_SOURCE_DIR) + "/kernels/fa3_bwd/sweeps/";
+// The acceptance and ablation specs run every problem on at least one config, and include each problem's default
+// config (the acceptance compares what a user gets).
+TEST(Fa3BwdSpecs, RunEveryProblemWithItsDefault) {
+  const std::string dir = std::string(FLASHBENCH_SOURCE_DIR) + "/sweeps/";
   const DeviceInfo dev = h100();
   for (const char *f : {"accept/fa3-bwd.yaml", "ablation/fa3-bwd.yaml"}) {
     SCOPED_TRACE(f);
     try {
       const SweepSpec s = load_spec(dir + f);
       ASSERT_FALSE(s.problems.empty());
-      const std::vector<PlannedPoint> pts = plan(s, fa3_bwd_registry(), dev);
+      const std::vector<PlannedPoint> pts = plan(s, catalog(), dev);
       for (const AttentionProblem &p : s.problems) {
         EXPECT_EQ(p.pass, Pass::bwd) << key(p);
         const Config def = variant().space().default_config(p, dev);
