@@ -180,6 +180,7 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D> &s
           (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * kBlockM + 2 * lane;
       sts_f2(sm.lse2(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.lse2 + row)));
       sts_f2(sm.delta(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.delta + row)));
+      __syncwarp();
       named_sync(kBarRows0 + r, kRowThreads);
     }
   }
@@ -368,6 +369,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
                              (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
       // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators).
       const int r = it % kRowsBuffers;
+      __syncwarp(); // bar.sync is warp-aligned: the lanes leave mbar_wait's spin loop apart
       named_sync(kBarRows0 + r, kRowThreads); // this row block's LSE₂ and D are in buffer r
       const uint32_t lse_row = sm.lse2(r) + uint32_t(2 * (lane % 4)) * 4;
 #pragma unroll
