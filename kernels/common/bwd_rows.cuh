@@ -103,14 +103,17 @@ __global__ void __launch_bounds__(kRowThreads) bwd_convert(const RowArgs<T> a) {
   const float *head = a.dq_acc + (int64_t(b) * a.heads_q + h) * a.rows_pad * D;
   float4 x, y;
   if constexpr (Order::kRowMajor) {
-    const float4 *src = reinterpret_cast<const float4 *>(head + Order::template offset<D>(row, ch * 8));
+    const float4 *src =
+        reinterpret_cast<const float4 *>(head + Order::template offset<D>(row, ch * 8));
     x = src[0], y = src[1];
   } else { // pairs of columns are adjacent in every order
     float2 v[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
-      v[k] = *reinterpret_cast<const float2 *>(head + Order::template offset<D>(row, ch * 8 + 2 * k));
-    x = make_float4(v[0].x, v[0].y, v[1].x, v[1].y), y = make_float4(v[2].x, v[2].y, v[3].x, v[3].y);
+      v[k] =
+          *reinterpret_cast<const float2 *>(head + Order::template offset<D>(row, ch * 8 + 2 * k));
+    x = make_float4(v[0].x, v[0].y, v[1].x, v[1].y),
+    y = make_float4(v[2].x, v[2].y, v[3].x, v[3].y);
   }
   const float s = a.scale;
   uint4 out;
@@ -149,8 +152,8 @@ KernelDesc preprocess_desc(const std::string &prefix, const AttentionProblem &p,
 template <class T, int D, class Order = RowMajorOrder>
 KernelDesc convert_desc(const std::string &prefix, const AttentionProblem &p) {
   const dim3 g = row_grid<D>(p.seqlen_q, p.heads_q, p.batch);
-  return {prefix + "_convert", reinterpret_cast<const void *>(&bwd_convert<T, D, Order>), kRowThreads, 0,
-          int64_t(g.x) * g.y * g.z};
+  return {prefix + "_convert", reinterpret_cast<const void *>(&bwd_convert<T, D, Order>),
+          kRowThreads, 0, int64_t(g.x) * g.y * g.z};
 }
 
 } // namespace fb::kernels::bwd

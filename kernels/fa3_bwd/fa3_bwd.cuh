@@ -187,7 +187,8 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D> &s
 }
 
 // The accumulator tile of (batch, query head hq, row block mb): block_m x D fp32, in DqTileOrder.
-__device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, int hq, int mb, int d) {
+__device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, int hq, int mb,
+                                          int d) {
   return a.dq_acc + ((int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * kBlockM) * d;
 }
 
@@ -207,8 +208,8 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D> &sm
       if (a.deterministic) {
         ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
         const int before =
-            int(col_blocks_for(mb, kBlockM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0)) -
-            1 - w.col;
+            int(col_blocks_for(mb, kBlockM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0)) - 1 -
+            w.col;
         while (ld_acquire_gpu(ctr) != before)
           __nanosleep(32);
         fence_proxy_async_global(); // the earlier column blocks' adds before this one

@@ -66,7 +66,8 @@ inline std::optional<std::string> config_problem(const Params &c) {
   if (c.dq_add != kDqRed && c.dq_add != kDqBulk)
     return "dq_add must be red or bulk";
   if (c.deterministic && c.dq_add != kDqBulk)
-    return "deterministic orders the bulk dQ adds (one thread per CTA waits on the counters): use dq_add bulk";
+    return "deterministic orders the bulk dQ adds (one thread per CTA waits on the counters): use "
+           "dq_add bulk";
   if (c.deterministic && c.order != kOrderNatural)
     return "deterministic fixes the launch order (each (batch, head) from its last column block, "
            "the "
@@ -152,7 +153,8 @@ constexpr SmemMap smem_map(int64_t head_dim, int stages, int dq_add,
                            int64_t limit = kernels::kSmemOptinHopper) {
   constexpr int block_m = kBlockM;
   constexpr int64_t kRowsBytes = 2 * 4 * block_m; // LSE₂ and D of a row block
-  constexpr int64_t kTail = kRowsBuffers * kRowsBytes + 8 * kBarriers + 1024; // + the alignment slack
+  constexpr int64_t kTail =
+      kRowsBuffers * kRowsBytes + 8 * kBarriers + 1024; // + the alignment slack
   SmemMap m;
   const int64_t kv = int64_t(kBlockN) * head_dim * 2, qt = int64_t(block_m) * head_dim * 2;
   m.k = 0;

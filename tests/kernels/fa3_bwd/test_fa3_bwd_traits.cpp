@@ -155,40 +155,41 @@ TEST(Fa3BwdTraits, LptLaunchesEveryHeadsFirstColumnBeforeAnySecond) {
 TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
   constexpr int bm = fa3_bwd::kBlockM;
   for (int64_t d : {64, 128}) {
-    for (int stages : {1, 2}) for (int dq_add : {fa3_bwd::kDqRed, fa3_bwd::kDqBulk}) {
-      const fa3_bwd::SmemMap m = fa3_bwd::smem_map(d, stages, dq_add);
-      SCOPED_TRACE("d" + std::to_string(d) + " stages " + std::to_string(stages) + " dq_add " +
-                   std::to_string(dq_add));
-      // Every TMA / WGMMA tile at a 1024-byte boundary (the 128B swizzle's period), in each slot too.
-      for (int64_t off : {m.k, m.v, m.slots, m.slot_bytes, m.q, m.dout, m.ds, m.ds_bytes})
-        EXPECT_EQ(off % 1024, 0) << off;
-      // The mbarriers: 8-byte aligned.
-      EXPECT_EQ(m.bars % 8, 0);
-      // No overlap: K, V, the slots (Q, dO, LSE₂, D), the two dS buffers, the barriers.
-      const int64_t kv = fa3_bwd::kBlockN * d * 2, qt = int64_t(bm) * d * 2;
-      EXPECT_GE(m.v, m.k + kv);
-      EXPECT_GE(m.slots, m.v + kv);
-      EXPECT_GE(m.dout, m.q + qt);
-      EXPECT_LE(m.dout + qt, m.slot_bytes);
-      EXPECT_GE(m.ds, m.slots + stages * m.slot_bytes);
-      EXPECT_EQ(m.ds_bytes, int64_t(bm) * fa3_bwd::kBlockN * 2);
-      // The bulk reduce's source: 16-byte aligned, the whole fp32 tile; none with dq_add red.
-      EXPECT_GE(m.dq, m.ds + 2 * m.ds_bytes);
-      EXPECT_EQ(m.dq % 16, 0);
-      EXPECT_EQ(m.dq_bytes, dq_add == fa3_bwd::kDqBulk ? int64_t(bm) * d * 4 : 0);
-      // Two dQ buffers wherever they fit (so at head_dim 64 and 128 with two stages on a Hopper GPU).
-      EXPECT_EQ(m.dq_bufs, dq_add == fa3_bwd::kDqBulk ? 2 : 0);
-      EXPECT_GE(m.rows, m.dq + m.dq_bufs * m.dq_bytes);
-      EXPECT_EQ(m.rows % 16, 0);
-      EXPECT_EQ(m.rows_bytes, 8 * bm); // LSE₂ and D
-      EXPECT_GE(m.bars, m.rows + fa3_bwd::kRowsBuffers * m.rows_bytes);
-      EXPECT_GE(m.total, m.bars + 8 * fa3_bwd::kBarriers + 1023);
-      EXPECT_LE(m.total, 232448); // an H100's 227 KB per block
-      fa3_bwd::Params c;
-      c.stages = stages;
-      c.dq_add = dq_add;
-      EXPECT_EQ(fa3_bwd::smem_bytes(d, c), m.total);
-    }
+    for (int stages : {1, 2})
+      for (int dq_add : {fa3_bwd::kDqRed, fa3_bwd::kDqBulk}) {
+        const fa3_bwd::SmemMap m = fa3_bwd::smem_map(d, stages, dq_add);
+        SCOPED_TRACE("d" + std::to_string(d) + " stages " + std::to_string(stages) + " dq_add " +
+                     std::to_string(dq_add));
+        // Every TMA / WGMMA tile at a 1024-byte boundary (the 128B swizzle's period), in each slot too.
+        for (int64_t off : {m.k, m.v, m.slots, m.slot_bytes, m.q, m.dout, m.ds, m.ds_bytes})
+          EXPECT_EQ(off % 1024, 0) << off;
+        // The mbarriers: 8-byte aligned.
+        EXPECT_EQ(m.bars % 8, 0);
+        // No overlap: K, V, the slots (Q, dO, LSE₂, D), the two dS buffers, the barriers.
+        const int64_t kv = fa3_bwd::kBlockN * d * 2, qt = int64_t(bm) * d * 2;
+        EXPECT_GE(m.v, m.k + kv);
+        EXPECT_GE(m.slots, m.v + kv);
+        EXPECT_GE(m.dout, m.q + qt);
+        EXPECT_LE(m.dout + qt, m.slot_bytes);
+        EXPECT_GE(m.ds, m.slots + stages * m.slot_bytes);
+        EXPECT_EQ(m.ds_bytes, int64_t(bm) * fa3_bwd::kBlockN * 2);
+        // The bulk reduce's source: 16-byte aligned, the whole fp32 tile; none with dq_add red.
+        EXPECT_GE(m.dq, m.ds + 2 * m.ds_bytes);
+        EXPECT_EQ(m.dq % 16, 0);
+        EXPECT_EQ(m.dq_bytes, dq_add == fa3_bwd::kDqBulk ? int64_t(bm) * d * 4 : 0);
+        // Two dQ buffers wherever they fit (so at head_dim 64 and 128 with two stages on a Hopper GPU).
+        EXPECT_EQ(m.dq_bufs, dq_add == fa3_bwd::kDqBulk ? 2 : 0);
+        EXPECT_GE(m.rows, m.dq + m.dq_bufs * m.dq_bytes);
+        EXPECT_EQ(m.rows % 16, 0);
+        EXPECT_EQ(m.rows_bytes, 8 * bm); // LSE₂ and D
+        EXPECT_GE(m.bars, m.rows + fa3_bwd::kRowsBuffers * m.rows_bytes);
+        EXPECT_GE(m.total, m.bars + 8 * fa3_bwd::kBarriers + 1023);
+        EXPECT_LE(m.total, 232448); // an H100's 227 KB per block
+        fa3_bwd::Params c;
+        c.stages = stages;
+        c.dq_add = dq_add;
+        EXPECT_EQ(fa3_bwd::smem_bytes(d, c), m.total);
+      }
   }
 }
 
