@@ -153,10 +153,6 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D> &sm,
   }
 }
 
-__device__ __forceinline__ void sts_f2(uint32_t addr, float2 v) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v.x), "f"(v.y) : "memory");
-}
-
 // ---- one producer warp copies each row block's LSE₂ and D (two floats of each a lane) into buffer it % 2 and
 // meets both consumers at that buffer's named barrier (bar.sync on both sides), which they pass at the start of
 // row block it. Its write of row block it + 2 into the same buffer comes after the barrier of row block it + 1,
@@ -178,8 +174,8 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D> &s
       const int r = it % kRowsBuffers;
       const int64_t row =
           (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * kBlockM + 2 * lane;
-      sts_f2(sm.lse2(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.lse2 + row)));
-      sts_f2(sm.delta(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.delta + row)));
+      st_shared_f2(sm.lse2(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.lse2 + row)));
+      st_shared_f2(sm.delta(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.delta + row)));
       __syncwarp();
       named_sync(kBarRows0 + r, kRowThreads);
     }
@@ -231,12 +227,6 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D> &sm
     }
   }
   bulk_wait_all();
-}
-
-__device__ __forceinline__ float2 lds_f2(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
-  return v;
 }
 
 // ---- consumer pieces
@@ -375,7 +365,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
       const uint32_t lse_row = sm.lse2(r) + uint32_t(2 * (lane % 4)) * 4;
 #pragma unroll
       for (int i = 0; i < BM / 8; ++i) {
-        const float2 l = lds_f2(lse_row + uint32_t(8 * i) * 4);
+        const float2 l = ld_shared_f2(lse_row + uint32_t(8 * i) * 4);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float p =
@@ -399,7 +389,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
       const uint32_t delta_row = sm.delta(r) + uint32_t(2 * (lane % 4)) * 4;
 #pragma unroll
       for (int i = 0; i < BM / 8; ++i) {
-        const float2 dd = lds_f2(delta_row + uint32_t(8 * i) * 4);
+        const float2 dd = ld_shared_f2(delta_row + uint32_t(8 * i) * 4);
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           dpacc[4 * i + e] = sacc[4 * i + e] * (dpacc[4 * i + e] - (e % 2 ? dd.y : dd.x));

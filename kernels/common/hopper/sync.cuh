@@ -74,6 +74,16 @@ __device__ __forceinline__ int4 ld_shared_v4(uint32_t addr) {
                : "memory");
   return v;
 }
+// 8 bytes (two floats) in shared memory: per-row vectors written by one warp and read by others after a
+// barrier (the backward's LSE and D rows).
+__device__ __forceinline__ void st_shared_f2(uint32_t addr, float2 v) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(v.x), "f"(v.y) : "memory");
+}
+__device__ __forceinline__ float2 ld_shared_f2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
+}
 
 // ---- flags between CTAs
 // A flag raised with release semantics at GPU scope: a barrier before it orders the other threads'

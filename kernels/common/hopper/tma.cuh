@@ -86,15 +86,6 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, uint32_t src, ui
                "r"(src), "r"(bytes)
                : "memory");
 }
-// A 1-D bulk copy of `bytes` (a multiple of 16, both addresses 16-byte aligned) from global to shared memory,
-// completing `bytes` of transactions on `bar`: the per-row vectors of a row block (the backward's LSE and D).
-__device__ __forceinline__ void bulk_load_1d(uint32_t dst, const void *src, uint32_t bytes,
-                                             uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-               "[%3];" ::"r"(dst),
-               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
-               : "memory");
-}
 // Four 8x8 16-bit matrices to shared memory: register i holds this thread's (row lane/4, columns
 // 2 (lane%4), +1) of matrix i, and lane 8i + r gives the address of row r of matrix i.
 __device__ __forceinline__ void stmatrix_x4(uint32_t addr, uint32_t r0, uint32_t r1, uint32_t r2,
