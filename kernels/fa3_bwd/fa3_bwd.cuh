@@ -76,6 +76,13 @@ constexpr int kBarWg0 = 2;
 constexpr int kBarRows0 = kBarWg0 + kConsumers;
 constexpr int kRowThreads = kConsumerThreads + 32; // the consumers and the row loader's warp
 
+// The LSE₂/D buffer r's barrier. barrier.sync without .aligned: the row loader and the consumers reach it from
+// different instructions, which bar.sync (barrier.sync.aligned) does not allow: every thread of an aligned
+// barrier must execute the same instruction (PTX ISA), and synccheck reports the mix as divergent threads.
+__device__ __forceinline__ void rows_sync(int r) {
+  asm volatile("barrier.sync %0, %1;" ::"r"(kBarRows0 + r), "r"(kRowThreads) : "memory");
+}
+
 // The shared-memory map of a launch (traits.hpp smem_map), as 32-bit shared addresses.
 template <int D> struct Smem {
   static constexpr int dq_bufs = dq_buffers(D);
@@ -176,8 +183,7 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D> &s
           (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * kBlockM + 2 * lane;
       st_shared_f2(sm.lse2(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.lse2 + row)));
       st_shared_f2(sm.delta(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.delta + row)));
-      __syncwarp();
-      named_sync(kBarRows0 + r, kRowThreads);
+      rows_sync(r);
     }
   }
 }
@@ -360,8 +366,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
                              (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
       // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators).
       const int r = it % kRowsBuffers;
-      __syncwarp(); // bar.sync is warp-aligned: the lanes leave mbar_wait's spin loop apart
-      named_sync(kBarRows0 + r, kRowThreads); // this row block's LSE₂ and D are in buffer r
+      rows_sync(r); // this row block's LSE₂ and D are in buffer r
       const uint32_t lse_row = sm.lse2(r) + uint32_t(2 * (lane % 4)) * 4;
 #pragma unroll
       for (int i = 0; i < BM / 8; ++i) {
