@@ -37,6 +37,15 @@ def test_records_follow_the_schema(peers, tmp_path):
     assert r.points[0].median_us == 10.5 and r.points[0].key == ok["name"].split("/")[1]
 
 
+def test_record_samples_are_kept_to_the_nanosecond_and_subsampled(peers):
+    p = peers.normalize_problem({"seqlen_q": 64, "seqlen_kv": 64})
+    s = [10.0 + i * 1e-4 + 1.23456e-5 for i in range(3000)]
+    rec = peers.record("torch_flash", p, "ok", timing=dict(peers.summarize(s), samples_us=s))
+    assert len(rec["samples_us"]) == 1000 and rec["iterations"] == 3000
+    assert rec["samples_us"][1] == round(s[3], 3) and all(round(x, 3) == x for x in rec["samples_us"])
+    assert rec["median_us"] == peers.summarize(s)["median_us"]  # the statistics come from the unrounded samples
+
+
 def test_without_torch_prints_one_line_and_writes_nothing(tmp_path):
     try:
         import torch  # noqa: F401

@@ -41,9 +41,11 @@ def record(peer: str, p: dict, status: str, reason: str = "", timing: dict = Non
                     "kv_gbps": kv_bytes(p) / (med * 1e-6) / 1e9,
                     "bytes_min_gbps": bytes_min(p) / (med * 1e-6) / 1e9})
         rec.update(timing)
-        if len(rec["samples_us"]) > 1000:  # keep the file small: evenly spaced subsample
-            s = rec["samples_us"]
-            rec["samples_us"] = [s[int(i * len(s) / 1000)] for i in range(1000)]
+        s = rec["samples_us"]
+        if len(s) > 1000:  # keep the file small: evenly spaced subsample
+            s = [s[int(i * len(s) / 1000)] for i in range(1000)]
+        # to the nanosecond: CUDA events resolve about half a microsecond, so the digits below carry nothing
+        rec["samples_us"] = [round(x, 3) for x in s]
     else:
         rec.update({"error_occurred": True, "error_message": reason or status, "iterations": 0, "real_time": 0,
                     "cpu_time": 0, "tflops": None, "median_us": None, "samples_us": []})
