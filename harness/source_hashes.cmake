@@ -3,8 +3,11 @@
 # the variant each entry tuned, and `flashbench tune --check` compares it with this build's.
 #
 # A variant's hash covers the kernel sources (.cu .cuh .cpp .hpp .h; notes and CMake files do not change the code)
-# of its folder, of kernels/common, and of every file under a kernels/ folder that those include, transitively
-# ("kernels/x/y.hpp" includes: fa3_fp8 uses fa3_pipelined's Hopper wrappers). A variant's traffic.hpp (its traffic
+# of its folder and of every file under a kernels/ folder that those include, transitively ("kernels/x/y.hpp"
+# includes: kernels/common's shared code, and fa3_fp8 uses fa3_pipelined's Hopper wrappers), with the .cpp or .cu
+# beside an included header (kernels/common/hopper/tensor_map.cpp beside tensor_map.hpp): what is compiled into the
+# variant, so that a change to shared code it does not use (the backward's rows, say) leaves its tuned entries
+# fresh. A variant's traffic.hpp (its traffic
 # model: host arithmetic for the report that changes no timing) is left out, so a better model leaves tuned entries
 # fresh. kernels/catalog.* (the list of
 # variants) is not a variant's source. It is SHA-256 over "path sha256\n" lines, sorted by path relative to
@@ -21,7 +24,6 @@ function(sources_under dir out)
   set(${out} ${found} PARENT_SCOPE)
 endfunction()
 
-sources_under(common common_files)
 file(GLOB children RELATIVE ${KERNELS_DIR} ${KERNELS_DIR}/*)
 list(SORT children)
 set(entries "")
@@ -29,18 +31,24 @@ foreach(child ${children})
   if(NOT IS_DIRECTORY ${KERNELS_DIR}/${child} OR child STREQUAL "common")
     continue()
   endif()
-  sources_under(${child} own)
-  set(files ${own} ${common_files})
+  sources_under(${child} files)
   set(queue ${files})
   while(queue)
     list(POP_FRONT queue f)
     file(STRINGS ${KERNELS_DIR}/${f} includes REGEX "^[ \t]*#[ \t]*include[ \t]*\"kernels/[^/\"]+/[^\"]+\"")
     foreach(line ${includes})
       string(REGEX REPLACE "^[^\"]*\"kernels/([^\"]+)\".*$" "\\1" inc "${line}")
-      if(EXISTS ${KERNELS_DIR}/${inc} AND NOT inc IN_LIST files AND NOT inc MATCHES "${model_re}")
-        list(APPEND files ${inc})
-        list(APPEND queue ${inc})
+      if(NOT EXISTS ${KERNELS_DIR}/${inc} OR inc MATCHES "${model_re}")
+        continue()
       endif()
+      # the header and the implementation compiled beside it
+      string(REGEX REPLACE "\\.[^./]+$" "" stem "${inc}")
+      foreach(g ${inc} ${stem}.cpp ${stem}.cu)
+        if(EXISTS ${KERNELS_DIR}/${g} AND NOT g IN_LIST files)
+          list(APPEND files ${g})
+          list(APPEND queue ${g})
+        endif()
+      endforeach()
     endforeach()
   endwhile()
   list(SORT files)
