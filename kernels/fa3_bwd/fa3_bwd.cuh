@@ -38,7 +38,9 @@
 #include "kernels/common/hopper/warpgroup.cuh"
 #include "kernels/common/hopper/wgmma.cuh"
 #include "kernels/common/hopper/wgmma_f16.cuh"
+#include "kernels/common/l2_bytes.hpp"
 #include "kernels/common/mma.cuh"
+#include "kernels/common/sm_count.hpp"
 #include "kernels/fa3_bwd/traits.hpp"
 
 #include "flashbench/check.hpp"
@@ -66,6 +68,7 @@ struct KernelArgs {
   int n_row_blocks, n_col_blocks, bh_count; // bh_count = heads_kv x batch
   float scale, scale_log2;
   int stages, order, causal, deterministic, dq_add;
+  int sections; // order sections: runs of (batch, kv head) pairs (traits.hpp section_count)
 };
 
 // Named barriers (0 is __syncthreads): both consumers; each consumer's own (epilogue staging); per LSE₂/D buffer,
@@ -123,7 +126,7 @@ struct Work {
 };
 __device__ __forceinline__ Work work_of(const KernelArgs &a) {
   const GridSlot g =
-      grid_order(blockIdx.x, a.n_col_blocks, a.bh_count, a.order, a.deterministic != 0);
+      grid_order(blockIdx.x, a.n_col_blocks, a.bh_count, a.order, a.deterministic != 0, a.sections);
   const RowRange r =
       row_blocks_for(g.col, kBlockM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0);
   return {int(g.col), int(g.bh % a.heads_kv), int(g.bh / a.heads_kv), int(r.first), int(r.end)};
@@ -519,6 +522,8 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.causal = p.causal ? 1 : 0;
   a.deterministic = c.deterministic;
   a.dq_add = c.dq_add;
+  a.sections = static_cast<int>(
+      section_count(p, a.n_col_blocks, fb::kernels::sm_count(), fb::kernels::l2_bytes()));
 
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
   auto *kernel = fa3_bwd_main<T, D>;

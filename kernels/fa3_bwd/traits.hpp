@@ -10,6 +10,7 @@
 #include "kernels/common/bwd.hpp"
 #include "kernels/common/support.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@ constexpr int kConsumerRegs = 240;
 
 constexpr int kOrderNatural = 0;
 constexpr int kOrderLpt = 1;
+constexpr int kOrderSections = 2;
 
 // How a row block's dQ partial reaches the fp32 accumulator (both in the accumulator's tile order, dq_tile_offset):
 //  - red: each consumer thread adds its fragment with red.global.add.v4.f32, between its own WGMMAs;
@@ -59,8 +61,8 @@ constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128; }
 inline std::optional<std::string> config_problem(const Params &c) {
   if (c.stages < 1 || c.stages > kMaxStages)
     return "stages must be 1 or 2";
-  if (c.order != kOrderNatural && c.order != kOrderLpt)
-    return "order must be natural or lpt";
+  if (c.order != kOrderNatural && c.order != kOrderLpt && c.order != kOrderSections)
+    return "order must be natural, lpt or sections";
   if (c.deterministic != 0 && c.deterministic != 1)
     return "deterministic must be off or on";
   if (c.dq_add != kDqRed && c.dq_add != kDqBulk)
@@ -99,10 +101,11 @@ inline ConfigSpace make_space() {
             {},
             "Q/dO/LSE/D row blocks in the TMA ring (2: the next loads during this one)"},
        Axis{"order",
-            {kOrderNatural, kOrderLpt},
-            {"natural", "lpt"},
-            "launch order: natural (each head's column blocks together) or lpt (longest column "
-            "blocks of every head first; causal)"},
+            {kOrderNatural, kOrderLpt, kOrderSections},
+            {"natural", "lpt", "sections"},
+            "launch order: natural (each head's column blocks together), lpt (longest column "
+            "blocks of every head first; causal) or sections (lpt within sections of heads whose "
+            "rows fit half the L2)"},
        Axis{"deterministic",
             {0, 1},
             {"off", "on"},
@@ -205,15 +208,46 @@ struct DqTileOrder {
 //    row block first, so a CTA only waits on CTAs launched before it), from the first otherwise;
 //  - lpt: col = x / (heads_kv · batch), bh = x % (heads_kv · batch): every head's first column block, the longest
 //    under a causal mask, before any head's second (longest processing time first keeps the grid's tail short).
+//    The CTAs in flight then belong to every head at once: where the heads' Q, dO and dQ rows exceed the L2, each
+//    CTA streams them from DRAM, and every bulk dQ add is a read-modify-write in DRAM;
+//  - sections: the (batch, kv head) pairs cut into `sections` runs of consecutive pairs (sizes differing by at
+//    most one, the larger first), and lpt inside each run: its pairs' first column blocks, then their second, ...
+//    (section_count sizes the runs so that the CTAs in flight share their rows through L2).
 struct GridSlot {
   int64_t col, bh;
 };
 FB_HOST_DEVICE GridSlot grid_order(int64_t x, int64_t cols, int64_t bh_count, int order,
-                                   bool deterministic) {
+                                   bool deterministic, int64_t sections = 1) {
   if (order == kOrderLpt)
     return {x / bh_count, x % bh_count};
+  if (order == kOrderSections) {
+    const int64_t small = bh_count / sections, big = bh_count % sections;
+    const int64_t big_ctas = big * (small + 1) * cols;
+    const int64_t n = x < big_ctas ? small + 1 : small; // pairs in x's section
+    const int64_t u =
+        x < big_ctas ? x : x - big_ctas; // x counted from the first section of its size
+    const int64_t s = u / (n * cols),
+                  r = u - s * n * cols; // section (among its size) and place in it
+    const int64_t first = x < big_ctas ? s * (small + 1) : big * (small + 1) + s * small;
+    return {r / n, first + r % n};
+  }
   const int64_t c = x % cols;
   return {deterministic ? cols - 1 - c : c, x / cols};
+}
+
+// The sections of the `sections` order: as few as keep a section's rows within half the L2, and a section's CTAs
+// within two waves (two CTAs an SM; one CTA fits an SM), so that a head's column blocks run close together and
+// its Q, dO and dQ rows are read from DRAM about once. A (batch, kv head) pair's rows: Q and dO of its query
+// heads, 16-bit, and their fp32 dQ accumulator, 8 bytes per element.
+inline int64_t section_count(const AttentionProblem &p, int64_t cols, int64_t sms,
+                             int64_t l2_bytes) {
+  const int64_t pairs = p.batch * p.heads_kv;
+  const int64_t rows_bytes =
+      8 * kernels::bwd::padded_rows(p.seqlen_q, kBlockM) * p.head_dim * p.group_size();
+  int64_t per = std::max<int64_t>(1, (l2_bytes / 2) / std::max<int64_t>(1, rows_bytes));
+  per = std::min(per, std::max<int64_t>(1, 2 * sms / std::max<int64_t>(1, cols)));
+  per = std::min(per, pairs);
+  return (pairs + per - 1) / per;
 }
 
 using kernels::bwd::col_blocks_for;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 using namespace fb;
@@ -50,6 +51,7 @@ bool has(const std::string &s, const std::string &part) {
 
 constexpr int kOrders[][2] = {{fa3_bwd::kOrderNatural, 0}, // (order, deterministic)
                               {fa3_bwd::kOrderLpt, 0},
+                              {fa3_bwd::kOrderSections, 0},
                               {fa3_bwd::kOrderNatural, 1}};
 
 } // namespace
@@ -63,8 +65,12 @@ TEST(Fa3BwdTraits, ConfigProblemSaysWhy) {
   EXPECT_TRUE(has(why(c), "stages must be 1 or 2")) << why(c);
   c = ok, c.stages = 0;
   EXPECT_TRUE(has(why(c), "stages")) << why(c);
-  c = ok, c.order = 2;
-  EXPECT_TRUE(has(why(c), "order must be natural or lpt")) << why(c);
+  c = ok, c.order = 3;
+  EXPECT_TRUE(has(why(c), "order must be natural, lpt or sections")) << why(c);
+  c = ok, c.order = fa3_bwd::kOrderSections;
+  EXPECT_FALSE(fa3_bwd::config_problem(c));
+  c.deterministic = 1;
+  EXPECT_TRUE(has(why(c), "use order natural")) << why(c);
   c = ok, c.deterministic = 2;
   EXPECT_TRUE(has(why(c), "deterministic must be off or on")) << why(c);
   c = ok, c.deterministic = 1, c.order = fa3_bwd::kOrderLpt;
@@ -103,17 +109,76 @@ TEST(Fa3BwdTraits, DefaultFollowsTheMask) {
 TEST(Fa3BwdTraits, GridOrderIsABijection) {
   for (auto [cols, bhs] :
        {std::pair<int64_t, int64_t>{1, 1}, {1, 7}, {5, 1}, {3, 4}, {16, 12}, {7, 33}})
-    for (const auto &o : kOrders) {
-      std::vector<int> seen(static_cast<size_t>(cols * bhs), 0);
-      for (int64_t x = 0; x < cols * bhs; ++x) {
-        const fa3_bwd::GridSlot s = fa3_bwd::grid_order(x, cols, bhs, o[0], o[1] != 0);
-        ASSERT_TRUE(s.col >= 0 && s.col < cols && s.bh >= 0 && s.bh < bhs)
-            << "x " << x << " cols " << cols << " bh " << bhs << " order " << o[0];
-        ++seen[static_cast<size_t>(s.bh * cols + s.col)];
+    for (const auto &o : kOrders)
+      for (int64_t sections : {int64_t(1), int64_t(2), int64_t(5), bhs}) {
+        if (sections > bhs)
+          continue;
+        std::vector<int> seen(static_cast<size_t>(cols * bhs), 0);
+        for (int64_t x = 0; x < cols * bhs; ++x) {
+          const fa3_bwd::GridSlot s = fa3_bwd::grid_order(x, cols, bhs, o[0], o[1] != 0, sections);
+          ASSERT_TRUE(s.col >= 0 && s.col < cols && s.bh >= 0 && s.bh < bhs)
+              << "x " << x << " cols " << cols << " bh " << bhs << " order " << o[0];
+          ++seen[static_cast<size_t>(s.bh * cols + s.col)];
+        }
+        EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }))
+            << "cols " << cols << " bh " << bhs << " order " << o[0] << " det " << o[1]
+            << " sections " << sections;
       }
-      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }))
-          << "cols " << cols << " bh " << bhs << " order " << o[0] << " det " << o[1];
+}
+
+TEST(Fa3BwdTraits, SectionsRunLptInsideConsecutiveRunsOfHeads) {
+  // Each section is a run of consecutive (batch, kv head) pairs, the larger sections first and sizes differing by
+  // at most one; inside a section every pair's first column block comes before any pair's second.
+  for (auto [cols, bhs, sections] : {std::tuple<int64_t, int64_t, int64_t>{16, 128, 11},
+                                     {8, 256, 8},
+                                     {128, 16, 16},
+                                     {5, 7, 3},
+                                     {3, 10, 4},
+                                     {4, 6, 1}}) {
+    const int64_t small = bhs / sections, big = bhs % sections;
+    int64_t x = 0;
+    for (int64_t sec = 0; sec < sections; ++sec) {
+      const int64_t n = sec < big ? small + 1 : small;
+      const int64_t first = sec < big ? sec * (small + 1) : big * (small + 1) + (sec - big) * small;
+      for (int64_t col = 0; col < cols; ++col)
+        for (int64_t i = 0; i < n; ++i, ++x) {
+          const fa3_bwd::GridSlot s =
+              fa3_bwd::grid_order(x, cols, bhs, fa3_bwd::kOrderSections, false, sections);
+          EXPECT_EQ(s.col, col) << "x " << x << " cols " << cols << " bh " << bhs << " sections "
+                                << sections;
+          EXPECT_EQ(s.bh, first + i) << "x " << x << " cols " << cols << " bh " << bhs;
+        }
     }
+    EXPECT_EQ(x, cols * bhs);
+  }
+  // One section is lpt.
+  for (int64_t x = 0; x < 5 * 7; ++x) {
+    const fa3_bwd::GridSlot a = fa3_bwd::grid_order(x, 5, 7, fa3_bwd::kOrderSections, false, 1);
+    const fa3_bwd::GridSlot b = fa3_bwd::grid_order(x, 5, 7, fa3_bwd::kOrderLpt, false);
+    EXPECT_EQ(a.col, b.col);
+    EXPECT_EQ(a.bh, b.bh);
+  }
+}
+
+TEST(Fa3BwdTraits, SectionCountKeepsASectionsRowsInHalfTheL2AndTwoWaves) {
+  const auto prob = [](int64_t b, int64_t hq, int64_t hkv, int64_t n, int64_t d) {
+    AttentionProblem p;
+    p.batch = b, p.heads_q = hq, p.heads_kv = hkv, p.seqlen_q = p.seqlen_kv = n, p.head_dim = d;
+    p.causal = true;
+    return p;
+  };
+  constexpr int64_t sms = 132, l2 = 50 << 20;
+  // d128 N2048, 8 x 16 heads: 2 MiB of Q, dO and dQ rows a head, 12 of them in half the L2 (16 would fill two
+  // waves of 16 column blocks): 11 sections of 11-12 heads.
+  EXPECT_EQ(fa3_bwd::section_count(prob(8, 16, 16, 2048, 128), 16, sms, l2), 11);
+  // d128 N16384, 16 heads: 16 MiB a head, one head a section.
+  EXPECT_EQ(fa3_bwd::section_count(prob(1, 16, 16, 16384, 128), 128, sms, l2), 16);
+  // d64 N1024, 16 x 32 heads: 0.5 MiB a head, but two waves hold 33 heads' 8 column blocks: 16 sections.
+  EXPECT_EQ(fa3_bwd::section_count(prob(16, 32, 32, 1024, 64), 8, sms, l2), 16);
+  // GQA counts the group's query heads: 8 query heads a pair at d128 N4096 are 32 MiB, one pair a section.
+  EXPECT_EQ(fa3_bwd::section_count(prob(4, 64, 8, 4096, 128), 32, sms, l2), 32);
+  // Never more sections than pairs, never fewer than one.
+  EXPECT_EQ(fa3_bwd::section_count(prob(1, 1, 1, 1, 64), 1, sms, l2), 1);
 }
 
 TEST(Fa3BwdTraits, DeterministicOrderLaunchesEachHeadFromItsLastColumn) {
@@ -383,8 +448,8 @@ TEST(Fa3BwdVariant, TheDefaultSupportsEveryProblemThatAnyConfigSupports) {
   for (const auto &e : v.space().expand())
     if (!e.invalid_reason)
       valid.push_back(e.config);
-  // 2 stages x (natural, lpt with either dQ add; natural + deterministic with bulk adds)
-  EXPECT_EQ(valid.size(), 10u);
+  // 2 stages x (natural, lpt, sections with either dQ add; natural + deterministic with bulk adds)
+  EXPECT_EQ(valid.size(), 14u);
   int supported = 0;
   for (const DeviceInfo &dev : {h100(), a100(), nominal_device()})
     for (DType t : {DType::bf16, DType::f16, DType::f32})
