@@ -4,10 +4,12 @@
 #pragma once
 
 #include "flashbench/problem.hpp"
+#include "flashbench/variant.hpp"
 #include "kernels/common/host_device.hpp"
 #include "kernels/common/mask.hpp"
 
 #include <cstdint>
+#include <vector>
 
 namespace fb::kernels::bwd {
 
@@ -60,5 +62,14 @@ FB_HOST_DEVICE int64_t col_blocks_for(int64_t m, int64_t block_m, int64_t block_
   const int64_t visible = visible_keys(last_row, seqlen_q, seqlen_kv, causal);
   return (visible + block_n - 1) / block_n;
 }
+
+// A compiled instantiation of a backward variant with config parameters P, as its register.cpp finds it: the launch
+// (preprocess, main and convert kernels on a stream) and the kernels one launch queues, for the occupancy report.
+template <class P> struct Instance {
+  using LaunchFn = void (*)(const AttentionProblem &, const P &, const LaunchArgs &, cudaStream_t);
+  using KernelsFn = std::vector<KernelDesc> (*)(const AttentionProblem &, const P &);
+  LaunchFn launch = nullptr;
+  KernelsFn kernels = nullptr;
+};
 
 } // namespace fb::kernels::bwd

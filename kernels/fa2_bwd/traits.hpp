@@ -194,14 +194,7 @@ inline Config default_for(Config base, const AttentionProblem &p, const DeviceIn
   return base;
 }
 
-using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
-                          cudaStream_t);
-// The kernels one launch queues (preprocess, main, convert), for the occupancy report.
-using KernelsFn = std::vector<KernelDesc> (*)(const AttentionProblem &, const Params &);
-struct Instance {
-  LaunchFn launch = nullptr;
-  KernelsFn kernels = nullptr;
-};
+using Instance = kernels::bwd::Instance<Params>;
 
 // Enqueues preprocess, main and convert kernels on `stream` (register.cpp picks the compiled instantiation). The
 // caller has checked supports(); a shape that was not compiled throws std::invalid_argument.

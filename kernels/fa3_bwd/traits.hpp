@@ -259,13 +259,7 @@ inline Workspace workspace_layout(const AttentionProblem &p, const Params &) {
   return kernels::bwd::workspace_layout(p, kBlockM);
 }
 
-using LaunchFn = void (*)(const AttentionProblem &, const Params &, const LaunchArgs &,
-                          cudaStream_t);
-using KernelsFn = std::vector<KernelDesc> (*)(const AttentionProblem &, const Params &);
-struct Instance {
-  LaunchFn launch = nullptr;
-  KernelsFn kernels = nullptr;
-};
+using Instance = kernels::bwd::Instance<Params>;
 
 // Enqueues the preprocess, main and convert kernels on `stream`; the caller has checked supports(). A shape that
 // was not compiled throws std::invalid_argument.
