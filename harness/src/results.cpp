@@ -2,6 +2,7 @@
 
 #include "flashbench/errors.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -22,15 +23,16 @@ nlohmann::json num_or_null(double x) {
   return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr);
 }
 
-// Keeps at most kMaxStoredSamples, evenly spaced, so that files stay small and compare still sees the spread.
-std::vector<double> thin(const std::vector<double> &s) {
-  if (s.size() <= kMaxStoredSamples)
-    return s;
+// The samples a file keeps: at most kMaxStoredSamples, evenly spaced, so that files stay small and compare still
+// sees the spread; each to the nanosecond, since CUDA events resolve about half a microsecond (scripts/peers.py
+// writes its samples the same way). The recorded statistics come from the unrounded samples.
+std::vector<double> stored_samples(const std::vector<double> &s) {
+  const size_t n = std::min(s.size(), kMaxStoredSamples);
+  const double step = n ? static_cast<double>(s.size()) / static_cast<double>(n) : 1.0;
   std::vector<double> out;
-  out.reserve(kMaxStoredSamples);
-  const double step = static_cast<double>(s.size()) / kMaxStoredSamples;
-  for (size_t i = 0; i < kMaxStoredSamples; ++i)
-    out.push_back(s[static_cast<size_t>(i * step)]);
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i)
+    out.push_back(std::round(s[static_cast<size_t>(i * step)] * 1e3) / 1e3);
   return out;
 }
 } // namespace
@@ -115,7 +117,7 @@ nlohmann::json to_json(const Result &r) {
     j["noisy"] = t.noisy;
     j["stop_reason"] = t.stop_reason;
     j["samples"] = t.samples_us.size();
-    j["samples_us"] = thin(t.samples_us);
+    j["samples_us"] = stored_samples(t.samples_us);
     j["dropped_throttled"] = t.dropped_throttled;
     j["sm_clock_mhz"] = t.sm_clock_mhz;
     j["wall_s"] = t.wall_s;

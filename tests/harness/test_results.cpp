@@ -3,8 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 using namespace fb;
 
@@ -50,6 +52,24 @@ TEST(Results, RecordCarriesGoogleBenchmarkAndFlashbenchFields) {
   EXPECT_DOUBLE_EQ(j["real_time"].get<double>(), 11.0);
   EXPECT_EQ(j["time_unit"], "us");
   EXPECT_NEAR(j["tflops"].get<double>(), sample_ok().flops / 11e-6 / 1e12, 1e-9);
+}
+
+TEST(Results, StoredSamplesAreThinnedAndKeptToTheNanosecond) {
+  Result r = sample_ok();
+  std::vector<double> s;
+  for (int i = 0; i < 3000; ++i)
+    s.push_back(10.0 + i * 1e-4 + 1.23456e-5);
+  r.timing = summarize(s);
+  const nlohmann::json j = to_json(r);
+  const auto kept = j["samples_us"].get<std::vector<double>>();
+  ASSERT_EQ(kept.size(), 1000u);
+  EXPECT_EQ(j["samples"], 3000);
+  EXPECT_DOUBLE_EQ(kept[1], std::round(s[3] * 1e3) / 1e3);
+  for (double x : kept)
+    EXPECT_DOUBLE_EQ(x, std::round(x * 1e3) / 1e3);
+  EXPECT_DOUBLE_EQ(j["median_us"].get<double>(), r.timing->median_us); // from the unrounded samples
+  r.timing = summarize({10.0004, 11.0006});
+  EXPECT_EQ(to_json(r)["samples_us"], nlohmann::json::array({10.0, 11.001}));
 }
 
 TEST(Results, NotTimedPointsUseErrorConventionAndNullTimes) {
