@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <random>
@@ -68,8 +69,9 @@ int fp8_error(const Fp8ErrorArgs &a, const Globals &g) {
     std::fprintf(stderr, "flashbench: no CUDA device found; 'fp8-error' needs a GPU\n");
     return kExitNoDevice;
   }
-  const nlohmann::json doc = run_fp8_error(o, g.device, std::cout);
-  if (!a.output.empty()) {
+  // The file is rewritten after each row, so that a run cut short (a job's time limit, a lost machine) keeps its
+  // finished rows; "complete" says whether it got through.
+  const auto write = [&](const nlohmann::json &doc) {
     const std::string tmp = a.output + ".tmp";
     {
       std::ofstream os(tmp);
@@ -78,6 +80,13 @@ int fp8_error(const Fp8ErrorArgs &a, const Globals &g) {
         throw UserError("cannot write " + tmp + "; check the directory and the free space");
     }
     std::filesystem::rename(tmp, a.output);
+  };
+  std::function<void(const nlohmann::json &)> on_rows;
+  if (!a.output.empty())
+    on_rows = write;
+  const nlohmann::json doc = run_fp8_error(o, g.device, std::cout, on_rows);
+  if (!a.output.empty()) {
+    write(doc);
     std::printf("wrote %s\n", a.output.c_str());
   }
   return 0;

@@ -278,7 +278,20 @@ void measure_problem(const Variant &var, const Config &c, const AttentionProblem
 
 } // namespace
 
-nlohmann::json run_fp8_error(const Fp8ErrorOptions &o, int device, std::ostream &log) {
+nlohmann::json fp8_error_doc(const Fp8ErrorOptions &o, const nlohmann::json &context,
+                             const nlohmann::json &rows, size_t planned) {
+  nlohmann::json doc;
+  doc["context"] = context;
+  doc["outliers"] = to_json(o.outliers);
+  doc["timing_policy"] = o.timing;
+  doc["rows"] = rows;
+  doc["rows_planned"] = planned;
+  doc["complete"] = rows.size() == planned;
+  return doc;
+}
+
+nlohmann::json run_fp8_error(const Fp8ErrorOptions &o, int device, std::ostream &log,
+                             const std::function<void(const nlohmann::json &)> &on_rows) {
   const Variant &var = catalog().get(o.variant);
   validate(o.outliers);
   for (const AttentionProblem &p : o.problems) {
@@ -290,6 +303,10 @@ nlohmann::json run_fp8_error(const Fp8ErrorOptions &o, int device, std::ostream 
   const DeviceInfo dev = query_device(device);
   cudaStream_t stream;
   FB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const nlohmann::json context = {{"device", dev},        {"flashbench_version", version()},
+                                  {"git_sha", git_sha()}, {"build_options", build_options()},
+                                  {"toolkit", toolkit()}, {"variant", o.variant},
+                                  {"seed", o.seed}};
   nlohmann::json rows = nlohmann::json::array();
   {
     Timer timer(dev, stream);
@@ -315,18 +332,12 @@ nlohmann::json run_fp8_error(const Fp8ErrorOptions &o, int device, std::ostream 
       }
       log << fp8_error_line(row) << "\n" << std::flush;
       rows.push_back(to_json(row));
+      if (on_rows)
+        on_rows(fp8_error_doc(o, context, rows, o.problems.size()));
     }
   }
   FB_CUDA_CHECK(cudaStreamDestroy(stream));
-  nlohmann::json doc;
-  doc["context"] = {{"device", dev},        {"flashbench_version", version()},
-                    {"git_sha", git_sha()}, {"build_options", build_options()},
-                    {"toolkit", toolkit()}, {"variant", o.variant},
-                    {"seed", o.seed}};
-  doc["outliers"] = to_json(o.outliers);
-  doc["timing_policy"] = o.timing;
-  doc["rows"] = rows;
-  return doc;
+  return fp8_error_doc(o, context, rows, o.problems.size());
 }
 
 } // namespace fb

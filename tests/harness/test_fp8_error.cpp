@@ -103,3 +103,25 @@ TEST(Fp8Error, RowJsonCarriesRatiosAndTheRotationsShareOfTheAttention) {
   EXPECT_FALSE(k.contains("timing_us"));
   EXPECT_NE(fp8_error_line(s).find("skipped: fa3_fp8"), std::string::npos);
 }
+
+TEST(Fp8Error, DocumentSaysHowManyRowsOfThePlannedOnesItHolds) {
+  // The command rewrites its file after each row: a run cut short leaves a document with its finished rows,
+  // marked incomplete.
+  Fp8ErrorOptions o;
+  o.problems = default_fp8_error_problems();
+  ASSERT_GE(o.problems.size(), 2u);
+  const nlohmann::json context = {{"variant", o.variant}};
+  Fp8ErrorRow r;
+  r.problem = o.problems.front();
+  nlohmann::json rows = nlohmann::json::array({to_json(r)});
+  nlohmann::json doc = fp8_error_doc(o, context, rows, o.problems.size());
+  EXPECT_EQ(doc.at("rows").size(), 1u);
+  EXPECT_EQ(doc.at("rows_planned"), o.problems.size());
+  EXPECT_FALSE(doc.at("complete").get<bool>());
+  EXPECT_EQ(doc.at("context"), context);
+  EXPECT_EQ(doc.at("outliers"), to_json(o.outliers));
+  while (rows.size() < o.problems.size())
+    rows.push_back(to_json(r));
+  doc = fp8_error_doc(o, context, rows, o.problems.size());
+  EXPECT_TRUE(doc.at("complete").get<bool>());
+}

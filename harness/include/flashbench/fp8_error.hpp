@@ -16,6 +16,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -76,8 +77,15 @@ nlohmann::json to_json(const Fp8ErrorRow &r);
 std::string fp8_error_header();
 std::string fp8_error_line(const Fp8ErrorRow &r);
 
-// Runs the experiment on `device`, printing a line per problem to `log`; returns the whole document (context,
-// outliers, timing policy, rows). Throws UserError for an unknown variant or a problem that is not e4m3.
-nlohmann::json run_fp8_error(const Fp8ErrorOptions &o, int device, std::ostream &log);
+// The document of a run (context, outliers, timing policy, rows): `rows` so far of `planned` problems, with
+// "complete" saying whether every planned row is in (docs/fp8.md).
+nlohmann::json fp8_error_doc(const Fp8ErrorOptions &o, const nlohmann::json &context,
+                             const nlohmann::json &rows, size_t planned);
+
+// Runs the experiment on `device`, printing a line per problem to `log`; returns the whole document. After each
+// row, `on_rows` (if given) gets the document so far, so that a run cut short keeps its finished rows. Throws
+// UserError for an unknown variant or a problem that is not e4m3.
+nlohmann::json run_fp8_error(const Fp8ErrorOptions &o, int device, std::ostream &log,
+                             const std::function<void(const nlohmann::json &)> &on_rows = {});
 
 } // namespace fb
