@@ -26,6 +26,7 @@ struct TuneArgs {
   double budget = 0.3, point_timeout = -1;
   uint64_t seed = 0;
   bool no_cache = false, fake = false, check = false;
+  int fake_delay_ms = 1;
 };
 
 int tune(const TuneArgs &a, const Globals &g) {
@@ -45,6 +46,7 @@ int tune(const TuneArgs &a, const Globals &g) {
   if (t.gpus.empty())
     t.gpus = {g.device};
   t.fake_worker = a.fake;
+  t.fake_delay_ms = a.fake_delay_ms;
   std::vector<SweepSpec> specs; // every spec parsed before anything is measured
   for (const auto &path : a.specs) {
     specs.push_back(load_spec(path));
@@ -114,6 +116,9 @@ Command add_tune(CLI::App &app, const Globals &g) {
   sub->add_option("--gpus", a->gpus_csv, "one worker per GPU, e.g. --gpus 0,1");
   sub->add_option("--point-timeout", a->point_timeout, "per-measurement deadline in seconds");
   sub->add_flag("--fake-worker", a->fake, "workers simulate points without CUDA (tests)")
+      ->group("");
+  sub->add_option("--fake-delay-ms", a->fake_delay_ms,
+                  "fake workers: milliseconds a point takes (tests)")
       ->group("");
   return {sub, [a, &g] { return tune(*a, g); }};
 }

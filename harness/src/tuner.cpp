@@ -678,7 +678,7 @@ int run_tune(const SweepSpec &spec, const TuneOptions &o, std::ostream &os) {
   so.worker_args = [&](int, bool) {
     std::vector<std::string> a = {"--no-counters"};
     if (o.fake_worker)
-      a.insert(a.end(), {"--fake", "--fake-delay-ms", "1"});
+      a.insert(a.end(), {"--fake", "--fake-delay-ms", std::to_string(o.fake_delay_ms)});
     return a;
   };
   std::unique_ptr<Supervisor> supervisor; // started at the first measurement the cache cannot serve
@@ -855,6 +855,9 @@ int run_tune(const SweepSpec &spec, const TuneOptions &o, std::ostream &os) {
                               : "-";
         clock_flagged += e.clock_spread > kClockSpreadFlag;
         table.upsert(std::move(e));
+        // Saved after every entry: a tune cut short (a job's time limit, a lost machine) keeps what it finished,
+        // and its measurements are in the cache for the rerun.
+        save_tuning_table(out_path, table);
       } else {
         ++without_winner;
       }

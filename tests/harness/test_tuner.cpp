@@ -9,10 +9,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +22,7 @@
 #include <map>
 #include <random>
 #include <sstream>
+#include <thread>
 
 using namespace fb;
 namespace fs = std::filesystem;
@@ -337,6 +340,52 @@ Cli cli(const std::string &args, const fs::path &dir, const std::string &env = "
   return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, a.str(), b.str()};
 }
 } // namespace
+
+TEST(Tuner, ATuneCutShortKeepsTheEntriesItFinished) {
+  // The table is saved after every (variant, problem): stopped mid-run by SIGTERM, as a job's time limit stops it,
+  // the tune leaves a table that loads and holds the problems it finished (before, the table was written once, at
+  // the end).
+  const fs::path d = test_dir("cut");
+  fs::create_directories(d / "tuning");
+  std::ofstream(d / "t.yaml")
+      << "name: t\nproblems:\n  - {tokens: 16384, hidden: 2048, seqlen: [1024, 2048, 4096, "
+         "8192], head_dim: 128, causal: true}\nvariants: [fa2_q_outer]\n";
+  const fs::path table = d / "tuning" / (nominal_device().slug() + ".json");
+  const std::string cmd = "exec " + std::string(FLASHBENCH_BIN) + " tune " +
+                          (d / "t.yaml").string() +
+                          " --fake-worker --fake-delay-ms 25 --no-cache -o " + table.string() +
+                          " >" + (d / "o").string() + " 2>&1";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0); // its own group, so that its workers stop with it
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char *>(nullptr));
+    _exit(127);
+  }
+  size_t first_seen = 0;
+  int status = 0;
+  bool exited = false;
+  for (int i = 0; i < 6000 && first_seen == 0 && !exited; ++i) { // up to 60 s
+    if (fs::exists(table))
+      first_seen = load_tuning_table(table.string()).entries.size();
+    else if (waitpid(pid, &status, WNOHANG) == pid)
+      exited = true;
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (!exited) {
+    kill(-pid, SIGTERM);
+    waitpid(pid, &status, 0);
+  }
+  std::stringstream out;
+  out << std::ifstream(d / "o").rdbuf();
+  ASSERT_GT(first_seen, 0u) << (exited ? "the tune ended before writing a table:\n" : "")
+                            << out.str();
+  EXPECT_LT(first_seen, 4u) << "the first table seen already held every problem";
+  const TuningTable t = load_tuning_table(table.string());
+  EXPECT_GE(t.entries.size(), first_seen);
+  EXPECT_LE(t.entries.size(), 4u);
+}
 
 TEST(Tuner, CommandWritesTableCachesAndFeedsConfigsTuned) {
   const fs::path d = test_dir("cmd");

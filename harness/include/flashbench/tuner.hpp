@@ -196,6 +196,7 @@ struct TuneOptions {
   std::string cache_path;  // empty: no cache
   std::vector<int> gpus = {0};
   bool fake_worker = false;
+  int fake_delay_ms = 1; // fake workers: how long a simulated point takes
   bool verbose = false;
 };
 
