@@ -38,7 +38,6 @@
 #include "kernels/common/hopper/warpgroup.cuh"
 #include "kernels/common/hopper/wgmma.cuh"
 #include "kernels/common/hopper/wgmma_f16.cuh"
-#include "kernels/common/l2_bytes.hpp"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/sm_count.hpp"
 #include "kernels/fa3_bwd/traits.hpp"
@@ -164,7 +163,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D> &sm,
 }
 
 // ---- one producer warp copies each row block's LSE₂ and D (two floats of each a lane) into buffer it % 2 and
-// meets both consumers at that buffer's named barrier (bar.sync on both sides), which they pass at the start of
+// meets both consumers at that buffer's named barrier (rows_sync on both sides), which they pass at the start of
 // row block it. Its write of row block it + 2 into the same buffer comes after the barrier of row block it + 1,
 // which the consumers pass only when done with row block it: two buffers and one barrier each order both the
 // reads after the writes and the next writes after the reads. A named barrier rather than the stage's mbarriers

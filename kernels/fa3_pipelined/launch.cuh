@@ -49,21 +49,11 @@ const void *kernel_ptr(const AttentionProblem &p, int scheduler) {
   return reinterpret_cast<const void *>(kernel_fn<T, D, BN, OVERLAP, WIDE>(p, scheduler));
 }
 
-// The device's L2 size, read once per process (the section size of the work order).
-inline int64_t l2_bytes() {
-  static const int64_t bytes = [] {
-    int dev = 0, v = 0;
-    FB_CUDA_CHECK(cudaGetDevice(&dev));
-    FB_CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev));
-    return int64_t(v);
-  }();
-  return bytes;
-}
-
-// The device's SM count (kernels/common/sm_count.hpp, read once per process like l2_bytes), and the
+// The device's SM count and L2 size (kernels/common/sm_count.hpp, read once per process), and the
 // resident CTAs per SM of one instantiation at one shared-memory size, asked once per (kernel,
 // size): launch_tile needs both on every launch (the persistent grid, the work order's sections),
 // and a timed launch should not pay the driver's occupancy calculator each time.
+using fb::kernels::l2_bytes;
 using fb::kernels::sm_count;
 inline int resident_per_sm(const void *kernel, int threads, int64_t smem) {
   static std::mutex mu;
