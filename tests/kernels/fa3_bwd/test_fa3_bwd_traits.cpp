@@ -89,15 +89,18 @@ TEST(Fa3BwdTraits, DefaultFollowsTheMask) {
   const ConfigSpace &space = variant().space();
   EXPECT_EQ(space.axis("block_m"), nullptr); // one row-block height, kBlockM, at every head_dim
   for (int64_t d : {64, 128})
-    for (bool causal : {false, true}) {
-      const AttentionProblem p = bwd_problem(4096, 4096, d, causal);
-      const Config c = space.default_config(p, h100());
-      EXPECT_EQ(c.get("stages"), 2);
-      EXPECT_EQ(c.get("deterministic"), 0);
-      EXPECT_EQ(c.get("dq_add"), fa3_bwd::kDqBulk);
-      EXPECT_EQ(c.get("order"), causal ? fa3_bwd::kOrderLpt : fa3_bwd::kOrderNatural);
-      EXPECT_FALSE(space.check(c)) << space.to_string(c);
-    }
+    for (int64_t n : {1, 1024, 4096, 4097, 16384})
+      for (bool causal : {false, true}) {
+        const AttentionProblem p = bwd_problem(n, n, d, causal);
+        const Config c = space.default_config(p, h100());
+        EXPECT_EQ(c.get("stages"), 2);
+        EXPECT_EQ(c.get("deterministic"), 0);
+        EXPECT_EQ(c.get("dq_add"), fa3_bwd::kDqBulk);
+        // Causal: sections while the rows are few enough to stream from DRAM under lpt, lpt above.
+        const int causal_order = n <= 4096 ? fa3_bwd::kOrderSections : fa3_bwd::kOrderLpt;
+        EXPECT_EQ(c.get("order"), causal ? causal_order : fa3_bwd::kOrderNatural) << n;
+        EXPECT_FALSE(space.check(c)) << space.to_string(c);
+      }
   // Deterministic fixes the order: natural even under a causal mask.
   Config det = space.default_config();
   det.set("deterministic", 1);
