@@ -85,17 +85,13 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("dq_add", d.dq_add))};
 }
 
-// Up to this many query rows, a causal problem's default order is sections; above it, lpt. Measured on an H200
-// (sweeps/ablation/fa3-bwd-order.yaml, HISTORY.md): sections beat lpt by 4-28% at d128 N 1024-4096 (lpt streams
-// the rows of every head from DRAM), lpt beat sections by 4% at d128 N 8192 and tied at 16384 and at d64.
-constexpr int64_t kSectionsMaxRows = 4096;
-
 // The default of a problem: 2 stages; natural where column blocks have equal length (no causal mask) or the order
-// is fixed (deterministic); under a causal mask sections up to kSectionsMaxRows query rows, lpt above.
+// is fixed (deterministic); sections under a causal mask. Measured on an H100 and an H200
+// (sweeps/ablation/fa3-bwd-order.yaml, HISTORY.md): sections beat lpt by 3-68% at N 1024-4096 and by 0-10% at
+// 16384, and lost 5-9% to it at d128 N 8192 only.
 inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &) {
   const bool det = base.get_or("deterministic", 0) != 0;
-  const int causal_order = p.seqlen_q <= kSectionsMaxRows ? kOrderSections : kOrderLpt;
-  base.set("order", p.causal && !det ? causal_order : kOrderNatural);
+  base.set("order", p.causal && !det ? kOrderSections : kOrderNatural);
   return base;
 }
 

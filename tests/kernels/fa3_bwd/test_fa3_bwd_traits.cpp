@@ -96,9 +96,7 @@ TEST(Fa3BwdTraits, DefaultFollowsTheMask) {
         EXPECT_EQ(c.get("stages"), 2);
         EXPECT_EQ(c.get("deterministic"), 0);
         EXPECT_EQ(c.get("dq_add"), fa3_bwd::kDqBulk);
-        // Causal: sections while the rows are few enough to stream from DRAM under lpt, lpt above.
-        const int causal_order = n <= 4096 ? fa3_bwd::kOrderSections : fa3_bwd::kOrderLpt;
-        EXPECT_EQ(c.get("order"), causal ? causal_order : fa3_bwd::kOrderNatural) << n;
+        EXPECT_EQ(c.get("order"), causal ? fa3_bwd::kOrderSections : fa3_bwd::kOrderNatural) << n;
         EXPECT_FALSE(space.check(c)) << space.to_string(c);
       }
   // Deterministic fixes the order: natural even under a causal mask.
