@@ -9,6 +9,7 @@
 #include "flashbench/dispatch.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/variant.hpp"
+#include "flashbench/version.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -271,3 +272,11 @@ extern "C" int fb_capi_set_descales(fb_capi_launcher *l, const float *q_descale,
 extern "C" void fb_capi_destroy(fb_capi_launcher *l) { delete l; }
 
 extern "C" const char *fb_capi_last_error(void) { return last_error.c_str(); }
+
+extern "C" const char *fb_capi_build(void) {
+  static const std::string build = nlohmann::json{
+      {"source_sha", fb::git_sha()},
+      {"options", fb::build_options()},
+      {"toolkit", fb::toolkit()}}.dump();
+  return build.c_str();
+}

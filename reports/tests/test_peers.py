@@ -327,3 +327,16 @@ def test_a_skip_before_the_config_is_resolved_keeps_its_name():
          "dtype": "bf16", "layout": "bshd", "scale": 0.0}
     r = record("fa3_fp8", p, "skipped", "bf16 inputs: fa3_fp8 takes e4m3", config_str="default")
     assert r["status"] == "skipped" and r["config"] == {} and r["name"].startswith("fa3_fp8/default/")
+
+
+def test_ours_names_the_librarys_build_not_the_checkout():
+    """peers.py --ours records the build the C API library was made from (fb_capi_build): on a GPU runner the library
+    may come from another commit than the checkout peers.py runs in. The built library, where this tree has one."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(os.environ.get("FLASHBENCH_BUILD_DIR") or os.path.join(root, "build"), "libflashbench_capi.so")
+    if not os.path.exists(path):
+        pytest.skip("no built library at " + path)
+    from flashbench_reports.peers.capi import CapiLib
+    b = CapiLib(path).build
+    assert set(b) == {"source_sha", "options", "toolkit"}
+    assert b["source_sha"] and "cuda_arch=" in b["options"] and "nvcc" in b["toolkit"]

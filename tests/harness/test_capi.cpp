@@ -2,6 +2,7 @@
 // says what was wrong, nothing throws across the C boundary, and "auto" reports the dispatcher's choice.
 #include "flashbench/capi.h"
 #include "flashbench/tuner.hpp"
+#include "flashbench/version.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -260,4 +261,14 @@ TEST(Capi, ABackwardVariantServesBackwardProblemsOnly) {
   EXPECT_EQ(fb_capi_choose(bwd->name().c_str(), "", kProblem), nullptr);
   EXPECT_NE(std::string(fb_capi_last_error()).find("backward pass"), std::string::npos)
       << fb_capi_last_error();
+}
+
+// The library names its own build, the one the harness stamps results with, so that a caller (scripts/peers.py)
+// records the build it timed rather than its own checkout's HEAD.
+TEST(Capi, BuildNamesTheLibrarysSourceAndOptions) {
+  const nlohmann::json b = nlohmann::json::parse(fb_capi_build());
+  EXPECT_EQ(b.at("source_sha").get<std::string>(), fb::git_sha());
+  EXPECT_EQ(b.at("options").get<std::string>(), fb::build_options());
+  EXPECT_EQ(b.at("toolkit").get<std::string>(), fb::toolkit());
+  EXPECT_EQ(fb_capi_build(), fb_capi_build()); // static storage: the same pointer every call
 }

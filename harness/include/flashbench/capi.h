@@ -66,6 +66,10 @@ FB_CAPI int fb_capi_set_descales(fb_capi_launcher *l, const float *q_descale,
 FB_CAPI void fb_capi_destroy(fb_capi_launcher *l);
 /* The last error of this thread, one line; "" if none. */
 FB_CAPI const char *fb_capi_last_error(void);
+/* This library's build as a JSON object {"source_sha", "options", "toolkit"}: the commit it was built from (as
+ * flashbench's results stamp it: "-dirty" with uncommitted changes), its build options and CUDA toolkit, so that a
+ * caller's results name the build they timed rather than the caller's checkout. Static storage. */
+FB_CAPI const char *fb_capi_build(void);
 
 #ifdef __cplusplus
 }

@@ -41,6 +41,11 @@ class CapiLib:
         if self.has_choice:
             lib.fb_capi_variant.restype, lib.fb_capi_variant.argtypes = ctypes.c_char_p, [P]
             lib.fb_capi_choice.restype, lib.fb_capi_choice.argtypes = ctypes.c_char_p, [P]
+        # The build the library was made from (newer libraries only): results name it, not this checkout's HEAD.
+        self.build = None
+        if hasattr(lib, "fb_capi_build"):
+            lib.fb_capi_build.restype, lib.fb_capi_build.argtypes = ctypes.c_char_p, []
+            self.build = json.loads(lib.fb_capi_build().decode())
         self.lib = lib
 
     def error(self) -> str:

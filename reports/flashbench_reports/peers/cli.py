@@ -142,7 +142,7 @@ def main(argv=None) -> int:
            "device": dev, "ceilings": measure_ceilings(torch, args) if args.ceilings else None,
            "timing_policy": dict({f: getattr(args, n) for n, (f, _) in TIMING_FIELDS.items()}, timer="cuda_events"),
            "rounds": args.rounds, "interleave": args.interleave,
-           "ours": {"variant": args.ours, "lib": lib.path,
+           "ours": {"variant": args.ours, "lib": lib.path, "build": lib.build,
                     "configs": ("the library's choice per problem (tuning table, else heuristic)" if args.ours == "auto"
                                 else args.ours_config
                                 or "the {} fastest by min_us in {}".format(args.ours_top, args.ours_best))}
