@@ -118,33 +118,74 @@ struct KChunks {
   __device__ __forceinline__ uint32_t at(int kk) const { return (kk / 4) * 128 + off[kk % 4]; }
 };
 
+// c += one k-step: A fragments a[MT] (16 rows each) times B fragments b[NT / 2] (16 columns each, two n8 tiles).
+template <class T, int MT, int NT>
+__device__ __forceinline__ void mma_tile(float (&c)[MT][NT][4], const uint32_t (&a)[MT][4],
+                                         const uint32_t (&b)[NT / 2][4]) {
+#pragma unroll
+  for (int n2 = 0; n2 < NT / 2; ++n2)
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      Mma<T>::run(c[mt][2 * n2], a[mt], b[n2][0], b[n2][1]);
+      Mma<T>::run(c[mt][2 * n2 + 1], a[mt], b[n2][2], b[n2][3]);
+    }
+}
+
 // c += A·Bᵀ: A rows [a_row0, +16·MT) of a [·][KD] tile, B rows [b_row0, +8·NT) of a [·][KD] tile, depth KD.
 // (S = Q·Kᵀ and dP = dO·Vᵀ.)
-template <class T, int KD, int MT, int NT>
+template <class T, int KD, int MT, int NT, bool PF>
 __device__ __forceinline__ void gemm_abt(float (&c)[MT][NT][4], uint32_t sA, int a_row0,
                                          uint32_t sB, int b_row0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
   const KChunks ac(lane / 16, x), bc((lane / 8) % 2, x);
   uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
   uint32_t b_base = sB + (b_row0 + (lane / 16) * 8 + lane % 8) * KD * 2;
-  // Four k-steps (128 bytes of every row) per pass; the passes stay a loop, which bounds how many fragments
-  // the scheduler loads ahead next to the dK/dV accumulators.
-#pragma unroll 1
-  for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 128) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t af[MT][4];
+  if constexpr (PF) {
+    // Fragments one k-step ahead in two buffers, across the pass boundary too: the MMAs of step k issue while
+    // the ldmatrix of step k + 1 are in flight, and a new pass does not start on an empty pipeline.
+    uint32_t af[2][MT][4], bf[2][NT / 2][4];
+    auto load = [&](uint32_t(&a)[MT][4], uint32_t(&b)[NT / 2][4], uint32_t ab, uint32_t bb,
+                    int kk) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
-        ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.off[kk]);
+        ldmatrix_x4(a[mt], ab + mt * 16 * KD * 2 + ac.off[kk]);
 #pragma unroll
-      for (int n2 = 0; n2 < NT / 2; ++n2) {
-        uint32_t bf[4];
-        ldmatrix_x4(bf, b_base + n2 * 16 * KD * 2 + bc.off[kk]);
+      for (int n2 = 0; n2 < NT / 2; ++n2)
+        ldmatrix_x4(b[n2], bb + n2 * 16 * KD * 2 + bc.off[kk]);
+    };
+    load(af[0], bf[0], a_base, b_base, 0);
+#pragma unroll 1
+    for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 128) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
-          Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+      for (int kk = 0; kk < 4; ++kk) {
+        const int cur = kk & 1;
+        if (kk < 3)
+          load(af[cur ^ 1], bf[cur ^ 1], a_base, b_base, kk + 1);
+        else if (kb + 1 < KD / 64)
+          load(af[cur ^ 1], bf[cur ^ 1], a_base + 128, b_base + 128, 0);
+        mma_tile<T>(c, af[cur], bf[cur]);
+      }
+    }
+  } else {
+    // Four k-steps (128 bytes of every row) per pass; the passes stay a loop, which bounds how many fragments
+    // the scheduler loads ahead next to the dK/dV accumulators.
+#pragma unroll 1
+    for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 128) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.off[kk]);
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; ++n2) {
+          uint32_t bf[4];
+          ldmatrix_x4(bf, b_base + n2 * 16 * KD * 2 + bc.off[kk]);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
+            Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+          }
         }
       }
     }
@@ -153,31 +194,58 @@ __device__ __forceinline__ void gemm_abt(float (&c)[MT][NT][4], uint32_t sA, int
 
 // c += Xᵀ·Y: X a [KD][XC] tile read transposed (columns [x_col0, +16·MT) become the rows of A), Y a [KD][YC]
 // tile (columns [y_col0, +8·NT)), depth KD rows. (dV = Pᵀ·dO and dK = dSᵀ·Q.)
-template <class T, int KD, int XC, int YC, int MT, int NT>
+template <class T, int KD, int XC, int YC, int MT, int NT, bool PF>
 __device__ __forceinline__ void gemm_atb(float (&c)[MT][NT][4], uint32_t sX, int x_col0,
                                          uint32_t sY, int y_col0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
   uint32_t x_base = sX + ((lane / 16) * 8 + lane % 8) * XC * 2;
   uint32_t y_base = sY + (((lane / 8) % 2) * 8 + lane % 8) * YC * 2;
   const int xc = x_col0 / 8 + (lane / 8) % 2, yc = y_col0 / 8 + lane / 16;
-  // Two k-steps (32 rows) per pass, the passes a loop: each k-step's fragments are 4·(MT + NT/2) registers
-  // (24 at d128 and d256), and a deeper look-ahead than two k-steps spills next to the accumulators.
-#pragma unroll 1
-  for (int kb = 0; kb < KD / 32; ++kb, x_base += 32 * XC * 2, y_base += 32 * YC * 2) {
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      uint32_t af[MT][4];
+  if constexpr (PF) {
+    // One k-step ahead in two buffers, across pass boundaries (see gemm_abt).
+    uint32_t af[2][MT][4], bf[2][NT / 2][4];
+    auto load = [&](uint32_t(&a)[MT][4], uint32_t(&b)[NT / 2][4], uint32_t xb, uint32_t yb,
+                    int kk) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
-        ldmatrix_x4_trans(af[mt], x_base + kk * 16 * XC * 2 + (((xc + 2 * mt) ^ x) << 4));
+        ldmatrix_x4_trans(a[mt], xb + kk * 16 * XC * 2 + (((xc + 2 * mt) ^ x) << 4));
 #pragma unroll
-      for (int n2 = 0; n2 < NT / 2; ++n2) {
-        uint32_t bf[4];
-        ldmatrix_x4_trans(bf, y_base + kk * 16 * YC * 2 + (((yc + 2 * n2) ^ x) << 4));
+      for (int n2 = 0; n2 < NT / 2; ++n2)
+        ldmatrix_x4_trans(b[n2], yb + kk * 16 * YC * 2 + (((yc + 2 * n2) ^ x) << 4));
+    };
+    load(af[0], bf[0], x_base, y_base, 0);
+#pragma unroll 1
+    for (int kb = 0; kb < KD / 32; ++kb, x_base += 32 * XC * 2, y_base += 32 * YC * 2) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
-          Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+      for (int kk = 0; kk < 2; ++kk) {
+        const int cur = kk & 1;
+        if (kk < 1)
+          load(af[cur ^ 1], bf[cur ^ 1], x_base, y_base, kk + 1);
+        else if (kb + 1 < KD / 32)
+          load(af[cur ^ 1], bf[cur ^ 1], x_base + 32 * XC * 2, y_base + 32 * YC * 2, 0);
+        mma_tile<T>(c, af[cur], bf[cur]);
+      }
+    }
+  } else {
+    // Two k-steps (32 rows) per pass, the passes a loop: each k-step's fragments are 4·(MT + NT/2) registers
+    // (24 at d128 and d256), and a deeper look-ahead than two k-steps spills next to the accumulators.
+#pragma unroll 1
+    for (int kb = 0; kb < KD / 32; ++kb, x_base += 32 * XC * 2, y_base += 32 * YC * 2) {
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          ldmatrix_x4_trans(af[mt], x_base + kk * 16 * XC * 2 + (((xc + 2 * mt) ^ x) << 4));
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; ++n2) {
+          uint32_t bf[4];
+          ldmatrix_x4_trans(bf, y_base + kk * 16 * YC * 2 + (((yc + 2 * n2) ^ x) << 4));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
+            Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+          }
         }
       }
     }
@@ -186,7 +254,7 @@ __device__ __forceinline__ void gemm_atb(float (&c)[MT][NT][4], uint32_t sX, int
 
 // c += A·B: A rows [a_row0, +16·MT) of a [·][KD] tile, B a [KD][BC] tile (columns [b_col0, +8·NT)), depth KD.
 // (dQ = dS·K.)
-template <class T, int KD, int BC, int MT, int NT>
+template <class T, int KD, int BC, int MT, int NT, bool PF>
 __device__ __forceinline__ void gemm_ab(float (&c)[MT][NT][4], uint32_t sA, int a_row0, uint32_t sB,
                                         int b_col0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
@@ -194,22 +262,49 @@ __device__ __forceinline__ void gemm_ab(float (&c)[MT][NT][4], uint32_t sA, int 
   uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
   uint32_t b_base = sB + (((lane / 8) % 2) * 8 + lane % 8) * BC * 2;
   const int bc = b_col0 / 8 + lane / 16;
-#pragma unroll 1
-  for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 64 * BC * 2) {
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      uint32_t af[MT][4];
+  if constexpr (PF) {
+    // One k-step ahead in two buffers, across pass boundaries (see gemm_abt).
+    uint32_t af[2][MT][4], bf[2][NT / 2][4];
+    auto load = [&](uint32_t(&a)[MT][4], uint32_t(&b)[NT / 2][4], uint32_t ab, uint32_t bb,
+                    int kk) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
-        ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.off[kk]);
+        ldmatrix_x4(a[mt], ab + mt * 16 * KD * 2 + ac.off[kk]);
 #pragma unroll
-      for (int n2 = 0; n2 < NT / 2; ++n2) {
-        uint32_t bf[4];
-        ldmatrix_x4_trans(bf, b_base + kk * 16 * BC * 2 + (((bc + 2 * n2) ^ x) << 4));
+      for (int n2 = 0; n2 < NT / 2; ++n2)
+        ldmatrix_x4_trans(b[n2], bb + kk * 16 * BC * 2 + (((bc + 2 * n2) ^ x) << 4));
+    };
+    load(af[0], bf[0], a_base, b_base, 0);
+#pragma unroll 1
+    for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 64 * BC * 2) {
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-          Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
-          Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+      for (int kk = 0; kk < 4; ++kk) {
+        const int cur = kk & 1;
+        if (kk < 3)
+          load(af[cur ^ 1], bf[cur ^ 1], a_base, b_base, kk + 1);
+        else if (kb + 1 < KD / 64)
+          load(af[cur ^ 1], bf[cur ^ 1], a_base + 128, b_base + 64 * BC * 2, 0);
+        mma_tile<T>(c, af[cur], bf[cur]);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 64 * BC * 2) {
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.off[kk]);
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; ++n2) {
+          uint32_t bf[4];
+          ldmatrix_x4_trans(bf, b_base + kk * 16 * BC * 2 + (((bc + 2 * n2) ^ x) << 4));
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
+            Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+          }
         }
       }
     }
@@ -313,19 +408,23 @@ __device__ __forceinline__ void add_dq(float *acc, const float (&c)[MT][NT][4], 
 #endif
 }
 
-template <class T, int D, int BM, int BN, int W, int WM>
+template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
 __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   constexpr int kThreads = W * 32;
   // S and dP: warp tile SR x SC; dQ: SR x QC; dK and dV: KR x KC.
   constexpr int WN = W / WM, SR = BM / WM, SC = BN / WN, MT = SR / 16, NT = SC / 8;
   // dQ is computed and added in column chunks of QCH: at head_dim 256 a whole slice would be 64 more registers
   // next to the 128 of dK and dV.
-  constexpr int QC = D / WN, QCH = D >= 256 ? 32 : QC;
+  // dQ has its own row warps (dq_layout): WMQ along the rows, WNQ along head_dim, QR x QC a warp.
+  constexpr int WNQ = W / WMQ, QR = BM / WMQ, MQ = QR / 16, QC = D / WNQ, QCH = D >= 256 ? 32 : QC;
   constexpr int WK = kv_warps_n(BN, W), WKD = W / WK, KR = BN / WK, KC = D / WKD, MK = KR / 16,
                 NK = KC / 8;
-  static_assert(SR % 16 == 0 && SC % 16 == 0 && QC % 16 == 0 && KR % 16 == 0 && KC % 16 == 0,
+  static_assert(SR % 16 == 0 && SC % 16 == 0 && QR % 16 == 0 && QC % 16 == 0 && KR % 16 == 0 &&
+                    KC % 16 == 0,
                 "warp slices must be multiples of 16");
   static_assert(2 * BM <= 4 * kThreads, "LSE and D need BM / 2 copy threads");
+  // frag_prefetch: the products that load their fragments one k-step ahead (traits.hpp, prefetch_products).
+  constexpr int kPf = PF ? prefetch_products(D, BM, BN, W, WM) : 0;
 
   // Shared memory: K, V, P, dS, then `stages` slots of (Q, dO, LSE₂, D).
   constexpr uint32_t kKV = BN * D * 2, kPS = BM * BN * 2, kQ = BM * D * 2,
@@ -417,7 +516,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     // S = Q·Kᵀ -> P.
     float p[MT][NT][4];
     zero(p);
-    gemm_abt<T, D, MT, NT>(p, sbase + oQ, s_row0, sbase + oK, s_col0);
+    gemm_abt<T, D, MT, NT, (kPf & kPfS) != 0>(p, sbase + oQ, s_row0, sbase + oK, s_col0);
     // P = exp2(S·scale·log2e − LSE₂), masked to 0, packed to T pair by pair as it is computed, so that the fp32
     // scores die one by one; the packed P costs half the registers while dP is computed, and dS = P∘(dP − D)
     // is rounded to T right after anyway.
@@ -453,7 +552,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     {
       float dp[MT][NT][4];
       zero(dp);
-      gemm_abt<T, D, MT, NT>(dp, sbase + oDO, s_row0, sbase + oV, s_col0);
+      gemm_abt<T, D, MT, NT, (kPf & kPfDP) != 0>(dp, sbase + oDO, s_row0, sbase + oV, s_col0);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -473,22 +572,25 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     {
       const int w2 = int(fresh_tid() / 32);
       const int k_row0 = (w2 / WKD) * KR, k_col0 = (w2 % WKD) * KC;
-      gemm_atb<T, BM, BN, D, MK, NK>(dv, sbase + oP, k_row0, sbase + oDO, k_col0);
-      gemm_atb<T, BM, BN, D, MK, NK>(dk, sbase + oDS, k_row0, sbase + oQ, k_col0);
+      gemm_atb<T, BM, BN, D, MK, NK, (kPf & kPfKV) != 0>(dv, sbase + oP, k_row0, sbase + oDO,
+                                                         k_col0);
+      gemm_atb<T, BM, BN, D, MK, NK, (kPf & kPfKV) != 0>(dk, sbase + oDS, k_row0, sbase + oQ,
+                                                         k_col0);
     }
 
     {
       const unsigned t3 = fresh_tid();
       const int w3 = int(t3 / 32), l3 = int(t3 % 32);
-      const int q_row0 = (w3 / WN) * SR, q_col0 = (w3 % WN) * QC;
+      const int q_row0 = (w3 / WNQ) * QR, q_col0 = (w3 % WNQ) * QC;
       const int h = fresh_ctaid<1>() * a.group + g, b = fresh_ctaid<2>();
       float *acc = a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM) * D;
       int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
 #pragma unroll
       for (int ch = 0; ch < QC / QCH; ++ch) {
-        float dq[MT][QCH / 8][4];
+        float dq[MQ][QCH / 8][4];
         zero(dq);
-        gemm_ab<T, BN, D, MT, QCH / 8>(dq, sbase + oDS, q_row0, sbase + oK, q_col0 + ch * QCH);
+        gemm_ab<T, BN, D, MQ, QCH / 8, (kPf & kPfDQ) != 0>(dq, sbase + oDS, q_row0, sbase + oK,
+                                                           q_col0 + ch * QCH);
         if (a.deterministic && ch == 0) {
           // Column blocks right of this one that visit row block m add first.
           const int before =
@@ -544,7 +646,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   }
 }
 
-template <class T, int D, int BM, int BN, int W, int WM>
+template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
 void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
                  cudaStream_t stream) {
   const Workspace ws = workspace_layout(p, c);
@@ -581,7 +683,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   const kernels::bwd::RowArgs<T> rows = kernels::bwd::row_args<T>(p, args, c.block_m);
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
 
-  auto *kernel = fa2_bwd_main<T, D, BM, BN, W, WM>;
+  auto *kernel = fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ>;
   const int64_t smem = smem_bytes(D, c);
   if (smem > 48 * 1024)
     FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -594,10 +696,10 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   kernels::bwd::launch_convert<T, D>(rows, p.batch, stream);
 }
 
-template <class T, int D, int BM, int BN, int W, int WM>
+template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
 std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {
   return {kernels::bwd::preprocess_desc<T, D>("fa2_bwd", p, c.block_m),
-          {"fa2_bwd_main", reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM>),
+          {"fa2_bwd_main", reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ>),
            W * 32, static_cast<size_t>(smem_bytes(D, c)),
            num_col_blocks(p, c) * p.heads_kv * p.batch},
           kernels::bwd::convert_desc<T, D>("fa2_bwd", p)};
@@ -608,20 +710,33 @@ std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c
 // The launch and kernel-list functions of the compiled instantiation for (T, D, tile shape), or nulls when that
 // shape is not compiled (tile_compiled() false). One instantiation file compiles one (T, D) slice.
 template <class T, int D> Instance pick_tile(const Params &c) {
-#define FB_FA2_BWD_TILE(BM, BN, W, WM)                                                             \
-  if constexpr (tile_compiled(D, BM, BN, W, WM))                                                   \
-    if (c.block_m == BM && c.block_n == BN && c.warps == W && c.warp_m == WM)                      \
-      return {&detail::launch_tile<T, D, BM, BN, W, WM>,                                           \
-              &detail::describe_tile<T, D, BM, BN, W, WM>};
-  FB_FA2_BWD_TILE(64, 64, 4, 2)
-  FB_FA2_BWD_TILE(64, 64, 8, 2)
-  FB_FA2_BWD_TILE(64, 64, 8, 4)
-  FB_FA2_BWD_TILE(64, 128, 8, 2)
-  FB_FA2_BWD_TILE(64, 128, 8, 4)
-  FB_FA2_BWD_TILE(128, 64, 8, 2)
-  FB_FA2_BWD_TILE(128, 64, 8, 4)
-  FB_FA2_BWD_TILE(128, 128, 8, 2)
-  FB_FA2_BWD_TILE(128, 128, 8, 4)
+#define FB_FA2_BWD_TILE(BM, BN, W, WM, PF, WMQ)                                                    \
+  if constexpr (tile_compiled(D, BM, BN, W, WM, PF, WMQ))                                          \
+    if (c.block_m == BM && c.block_n == BN && c.warps == W && c.warp_m == WM &&                    \
+        c.frag_prefetch == PF && dq_row_warps(c) == WMQ)                                           \
+      return {&detail::launch_tile<T, D, BM, BN, W, WM, PF, WMQ>,                                  \
+              &detail::describe_tile<T, D, BM, BN, W, WM, PF, WMQ>};
+  FB_FA2_BWD_TILE(64, 64, 4, 2, false, 2)
+  FB_FA2_BWD_TILE(64, 64, 4, 2, true, 2)
+  FB_FA2_BWD_TILE(64, 64, 8, 2, false, 2)
+  FB_FA2_BWD_TILE(64, 64, 8, 2, true, 2)
+  FB_FA2_BWD_TILE(64, 64, 8, 4, false, 4)
+  FB_FA2_BWD_TILE(64, 64, 8, 4, true, 4)
+  FB_FA2_BWD_TILE(64, 128, 8, 2, false, 2)
+  FB_FA2_BWD_TILE(64, 128, 8, 2, true, 2)
+  FB_FA2_BWD_TILE(64, 128, 8, 4, false, 4)
+  FB_FA2_BWD_TILE(64, 128, 8, 4, true, 4)
+  FB_FA2_BWD_TILE(128, 64, 8, 2, false, 2)
+  FB_FA2_BWD_TILE(128, 64, 8, 2, true, 2)
+  FB_FA2_BWD_TILE(128, 64, 8, 4, false, 4)
+  FB_FA2_BWD_TILE(128, 64, 8, 4, true, 4)
+  FB_FA2_BWD_TILE(128, 128, 8, 2, false, 2)
+  FB_FA2_BWD_TILE(128, 128, 8, 2, true, 2)
+  FB_FA2_BWD_TILE(128, 128, 8, 4, false, 4)
+  FB_FA2_BWD_TILE(128, 128, 8, 4, true, 4)
+  // dQ with 4 row warps where S and dP have 2 (dq_layout m4).
+  FB_FA2_BWD_TILE(128, 128, 8, 2, false, 4)
+  FB_FA2_BWD_TILE(128, 128, 8, 2, true, 4)
 #undef FB_FA2_BWD_TILE
   return {};
 }

@@ -32,7 +32,10 @@ Instance find_instance(DType t, int64_t head_dim, const Params &c) {
 
 std::string tile_name(const Params &c) {
   return std::to_string(c.block_m) + "x" + std::to_string(c.block_n) + ", " +
-         std::to_string(c.warps) + " warps, warp_layout m" + std::to_string(c.warp_m);
+         std::to_string(c.warps) + " warps, warp_layout m" + std::to_string(c.warp_m) +
+         (c.frag_prefetch ? ", frag_prefetch on" : "") +
+         (dq_row_warps(c) != c.warp_m ? ", dq_layout m" + std::to_string(dq_row_warps(c))
+                                      : std::string());
 }
 
 } // namespace
@@ -86,11 +89,16 @@ public:
     if (auto why = fa2_bwd::head_dim_problem(p.head_dim, params))
       return Support::no("head_dim " + std::to_string(p.head_dim) + ": " + *why);
     if (!fa2_bwd::tile_compiled(static_cast<int>(p.head_dim), params.block_m, params.block_n,
-                                params.warps, params.warp_m))
+                                params.warps, params.warp_m, params.frag_prefetch != 0,
+                                fa2_bwd::dq_row_warps(params)))
       return Support::no("head_dim " + std::to_string(p.head_dim) + " with tile " +
                          std::to_string(params.block_m) + "x" + std::to_string(params.block_n) +
                          ", " + std::to_string(params.warps) + " warps, warp_layout m" +
                          std::to_string(params.warp_m) +
+                         (params.frag_prefetch ? ", frag_prefetch on" : "") +
+                         (fa2_bwd::dq_row_warps(params) != params.warp_m
+                              ? ", dq_layout m" + std::to_string(fa2_bwd::dq_row_warps(params))
+                              : std::string()) +
                          " is not compiled (it spills registers, or is not among the "
                          "instantiated tiles: kernels/fa2_bwd/traits.hpp, tile_compiled)");
     const int64_t smem = fa2_bwd::smem_bytes(p.head_dim, params);

@@ -30,7 +30,12 @@ struct Params {
   int warp_m = 2; // warp_layout: warps along the query rows in S = QKᵀ, dP = dO·Vᵀ and dQ = dS·K
   int deterministic =
       0; // 1: the column blocks add their dQ partials in a fixed order (bit-identical runs)
+  int frag_prefetch = 0; // 1: every product loads the next k-step's ldmatrix fragments ahead
+  int dq_warp_m = 0;     // dq_layout: warps along the query rows of dQ = dS·K (0: warp_m)
 };
+
+// Warps along the rows of dQ: dq_layout, or warp_layout when dq_layout is "same".
+constexpr int dq_row_warps(const Params &c) { return c.dq_warp_m ? c.dq_warp_m : c.warp_m; }
 
 // The three warp partitions of one CTA (kernel, smem staging and register estimate share them):
 //  - S and dP (block_m x block_n, depth head_dim): warp_m warps along the rows, warps / warp_m along the keys;
@@ -52,12 +57,22 @@ inline std::optional<std::string> config_problem(const Params &c) {
     return "stages must be 1 or 2";
   if (c.deterministic != 0 && c.deterministic != 1)
     return "deterministic must be off or on";
+  if (c.frag_prefetch != 0 && c.frag_prefetch != 1)
+    return "frag_prefetch must be off or on";
   if (c.warp_m < 1 || c.warps % c.warp_m)
     return "warp_layout: warps must be a multiple of the warps along the rows";
   if (c.block_m % (c.warp_m * kMma))
     return "warp_layout gives each warp " + std::to_string(c.block_m / c.warp_m) +
            " query rows of S; an MMA row tile needs a multiple of 16 (more block_m or fewer row "
            "warps)";
+  if (c.dq_warp_m != 0 && c.dq_warp_m != 4)
+    return "dq_layout must be same or m4";
+  const int wmq = dq_row_warps(c);
+  if (c.warps % wmq)
+    return "dq_layout: warps must be a multiple of the warps along the rows of dQ";
+  if (c.block_m % (wmq * kMma))
+    return "dq_layout gives each warp " + std::to_string(c.block_m / wmq) +
+           " query rows of dQ; an MMA row tile needs a multiple of 16";
   const int wn = c.warps / c.warp_m;
   if (c.block_n % (wn * kMma))
     return "warp_layout gives each warp " + std::to_string(c.block_n / wn) +
@@ -67,7 +82,7 @@ inline std::optional<std::string> config_problem(const Params &c) {
 
 // head_dim-dependent limits of the same kind: the dQ and dK/dV warp slices along head_dim.
 inline std::optional<std::string> head_dim_problem(int64_t d, const Params &c) {
-  const int64_t wn = c.warps / c.warp_m;
+  const int64_t wn = c.warps / dq_row_warps(c);
   if (d % (wn * kMma))
     return "warp_layout gives each warp " + std::to_string(d / wn) +
            " head_dim columns of dQ; a multiple of 16 is needed";
@@ -85,7 +100,9 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("warps", d.warps)),
                 static_cast<int>(c.get_or("stages", d.stages)),
                 static_cast<int>(c.get_or("warp_layout", d.warp_m)),
-                static_cast<int>(c.get_or("deterministic", d.deterministic))};
+                static_cast<int>(c.get_or("deterministic", d.deterministic)),
+                static_cast<int>(c.get_or("frag_prefetch", d.frag_prefetch)),
+                static_cast<int>(c.get_or("dq_layout", d.dq_warp_m))};
 }
 
 Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev);
@@ -110,13 +127,25 @@ inline ConfigSpace make_space() {
             {0, 1},
             {"off", "on"},
             "on: column blocks add dQ in a fixed order (per-warp counters), bit-identical run to "
-            "run"}},
+            "run"},
+       Axis{"frag_prefetch",
+            {0, 1},
+            {"off", "on"},
+            "on: each product loads the ldmatrix fragments of its next k-step (also across its "
+            "rolled passes) while the MMAs of this one issue, in two fragment buffers"},
+       Axis{"dq_layout",
+            {0, 4},
+            {"same", "m4"},
+            "warps along the query rows of dQ = dS·K (same: warp_layout's; the rest split "
+            "head_dim)"}},
       Config({{"block_m", d.block_m},
               {"block_n", d.block_n},
               {"warps", d.warps},
               {"stages", d.stages},
               {"warp_layout", d.warp_m},
-              {"deterministic", d.deterministic}}),
+              {"deterministic", d.deterministic},
+              {"frag_prefetch", d.frag_prefetch},
+              {"dq_layout", d.dq_warp_m}}),
       [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
@@ -127,8 +156,17 @@ constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; 
 // accumulators alone are 2·block_n·head_dim / (32·warps) registers a thread and S and dP another
 // 2·block_m·block_n / (32·warps), so the shapes are those whose sum stays near 192. Left out because they spill:
 // d64 128x128x8 m4 (24 B, bf16 on sm_90); d128 128x128 and d256 with block_m or block_n 128 (256 or more
-// accumulator registers). HISTORY.md lists the ptxas register counts.
-constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm) {
+// accumulator registers). HISTORY.md lists the ptxas register counts. frag_prefetch (pf) on doubles the live
+// fragments of each product, so it is compiled only for the default tiles of head_dim 64 and 128, the ones the
+// acceptance sweep compares with it off.
+constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm, bool pf = false, int wmq = 0) {
+  // dQ with its own row warps: 4 under S's 2 at d64 128x128 (32 x 32 dQ slices, 4 ldmatrix per 8 MMAs where
+  // 64 x 16 slices take 5), with frag_prefetch off and on.
+  if (wmq != 0 && wmq != wm)
+    return d == 64 && bm == 128 && bn == 128 && w == 8 && wm == 2 && wmq == 4;
+  if (pf)
+    return (d == 64 && bm == 128 && bn == 128 && w == 8 && wm == 2) ||
+           (d == 128 && bm == 64 && bn == 128 && w == 8 && wm == 2);
   if (d == 64)
     return (bm == 128 && bn == 128 && w == 8 && wm == 2) ||
            (bm == 64 && bn == 128 && w == 8 && (wm == 2 || wm == 4)) ||
@@ -140,6 +178,17 @@ constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm) {
   if (d == 256)
     return bm == 64 && bn == 64 && w == 8 && (wm == 2 || wm == 4);
   return false;
+}
+
+// frag_prefetch on: which products load their ldmatrix fragments one k-step ahead (a mask of the kPf bits).
+// Each prefetching product holds one more k-step of fragments live; where that spills next to the dK/dV
+// accumulators, the product keeps the plain pass loop. d128 64x128x8 m2 sits at 255 registers: prefetch in dP
+// (the packed P is live there too) spills 26-40 B with any other product prefetching, so dP stays plain there.
+constexpr int kPfS = 1, kPfKV = 2, kPfDQ = 4, kPfDP = 8;
+constexpr int prefetch_products(int d, int bm, int bn, int w, int wm) {
+  if (d == 128 && bm == 64 && bn == 128 && w == 8 && wm == 2)
+    return kPfS | kPfKV | kPfDQ;
+  return kPfS | kPfKV | kPfDQ | kPfDP;
 }
 
 // The padded row buffers of the workspace (dQ accumulator, base-2 LSE, D) and the row/column block ranges are

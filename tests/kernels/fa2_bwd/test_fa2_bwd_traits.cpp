@@ -117,6 +117,28 @@ TEST(Fa2BwdVariant, SupportsSaysWhy) {
   big.set("block_n", 128);
   EXPECT_NE(v.supports(p, big, h100).reason.find("not compiled"), std::string::npos);
 
+  // frag_prefetch on is compiled for the default tiles of head_dim 64 and 128 only.
+  Config pf = def;
+  pf.set("frag_prefetch", 1);
+  EXPECT_TRUE(support_for(v, p, pf, h100).ok) << support_for(v, p, pf, h100).reason;
+  pf.set("warp_layout", 4);
+  EXPECT_NE(v.supports(p, pf, h100).reason.find("frag_prefetch on is not compiled"),
+            std::string::npos)
+      << v.supports(p, pf, h100).reason;
+
+  // dQ with 4 row warps under warp_layout m2 is compiled for the d64 default tile only.
+  Config dq = def;
+  dq.set("dq_layout", 4);
+  EXPECT_NE(v.supports(p, dq, h100).reason.find("dq_layout m4 is not compiled"), std::string::npos)
+      << v.supports(p, dq, h100).reason;
+  AttentionProblem d64 = p;
+  d64.head_dim = 64;
+  Config dq64 = v.space().default_config(d64, h100);
+  dq64.set("dq_layout", 4);
+  EXPECT_TRUE(support_for(v, d64, dq64, h100).ok) << support_for(v, d64, dq64, h100).reason;
+  dq64.set("frag_prefetch", 1);
+  EXPECT_TRUE(support_for(v, d64, dq64, h100).ok) << support_for(v, d64, dq64, h100).reason;
+
   // d256 at two stages needs 209 KB: more than an A100 allows; its default takes one stage.
   DeviceInfo a100 = h100;
   a100.present = true;
@@ -140,6 +162,8 @@ TEST(Fa2BwdVariant, DefaultsAreFa2Tiles) {
   EXPECT_EQ(c.get("block_m"), 128);
   EXPECT_EQ(c.get("block_n"), 128);
   EXPECT_EQ(c.get("deterministic"), 0);
+  EXPECT_EQ(c.get("frag_prefetch"), 0);
+  EXPECT_EQ(c.get("dq_layout"), 0);
   p.head_dim = 128;
   c = v.space().default_config(p, h100);
   EXPECT_EQ(c.get("block_m"), 64);
