@@ -699,9 +699,9 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
 template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
 std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {
   return {kernels::bwd::preprocess_desc<T, D>("fa2_bwd", p, c.block_m),
-          {"fa2_bwd_main", reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ>),
-           W * 32, static_cast<size_t>(smem_bytes(D, c)),
-           num_col_blocks(p, c) * p.heads_kv * p.batch},
+          {"fa2_bwd_main",
+           reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ>), W * 32,
+           static_cast<size_t>(smem_bytes(D, c)), num_col_blocks(p, c) * p.heads_kv * p.batch},
           kernels::bwd::convert_desc<T, D>("fa2_bwd", p)};
 }
 
