@@ -163,10 +163,19 @@ TEST(Fa2BwdVariant, DefaultsAreFa2Tiles) {
   EXPECT_EQ(c.get("block_n"), 128);
   EXPECT_EQ(c.get("deterministic"), 0);
   EXPECT_EQ(c.get("frag_prefetch"), 0);
-  EXPECT_EQ(c.get("dq_layout"), 0);
+  EXPECT_EQ(c.get("dq_layout"), 4);
+  EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
   p.head_dim = 128;
   c = v.space().default_config(p, h100);
   EXPECT_EQ(c.get("block_m"), 64);
   EXPECT_EQ(c.get("block_n"), 128);
   EXPECT_EQ(c.get("warps"), 8);
+  EXPECT_EQ(c.get("frag_prefetch"), 1);
+  EXPECT_EQ(c.get("dq_layout"), 0);
+  EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
+  p.head_dim = 256;
+  c = v.space().default_config(p, h100);
+  EXPECT_EQ(c.get("frag_prefetch"), 0);
+  EXPECT_EQ(c.get("dq_layout"), 0);
+  EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
 }
