@@ -30,12 +30,18 @@ from flashbench_reports.problem import normalize_dtype, problem_key  # noqa: E40
 
 
 def label_of(p: dict) -> str:
-    """A problem's row label: head dim, sequence length, causal, then whatever else sets it apart (layout, scale,
-    kv_lens, page size), as the key spells it."""
+    """A problem's row label: head dim, sequence length (batch, heads and both lengths where seqlen_q != seqlen_kv),
+    causal, then whatever else sets it apart (layout, scale, kv_lens, page size), as the key spells it."""
     base = problem_key({k: v for k, v in p.items() if k in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_kv",
                                                              "head_dim", "causal", "dtype")})
     rest = problem_key(p)[len(base):].replace("_", " ")
-    return f"d{p.get('head_dim')} N{p.get('seqlen_q')}{' causal' if p.get('causal') else ''}{rest}"
+    causal = " causal" if p.get("causal") else ""
+    if p.get("seqlen_q") == p.get("seqlen_kv"):
+        return f"d{p.get('head_dim')} N{p.get('seqlen_q')}{causal}{rest}"
+    # Decode and other seqlen_q != seqlen_kv rows differ in batch, heads and cache length, so all of them show.
+    hq, hkv = p.get("heads_q"), p.get("heads_kv")
+    heads = f"{hq}" if hq == hkv else f"{hq}/{hkv}"
+    return f"d{p.get('head_dim')} B{p.get('batch')} H{heads} q{p.get('seqlen_q')} kv{p.get('seqlen_kv')}{causal}{rest}"
 
 
 def choose_on_round0(best: dict, mine_all: dict, peer_of) -> str:
@@ -119,13 +125,14 @@ def main():
     mhz_ratio = lambda r, q: (q["sm_clock_mhz"] / r["sm_clock_mhz"]
                               if r.get("sm_clock_mhz") and q.get("sm_clock_mhz") else float("nan"))
     rounds = max(k[1] for k in best) + 1
-    print(f"{'problem':17s} {'ours':>7s} " + " ".join(f"{n:>12s}" for n in names) + f" {'ours/' + a.peer:>18s}"
-          + (f" {'range':>13s}" if rounds > 1 else "") +
-          f" {'per MHz':>7s}  {'MHz busy    W':>15s} {'(ours | peer)':>15s}  config")
     def order(k):
         p = problem_of[k]
         return (p.get("head_dim") or 0, bool(p.get("causal")), p.get("seqlen_q") or 0, p.get("batch") or 0, k)
     problems = sorted({k[0] for k in best}, key=order)
+    w = max([17] + [len(label_of(problem_of[k])) for k in problems])
+    print(f"{'problem':{w}s} {'ours':>7s} " + " ".join(f"{n:>12s}" for n in names) + f" {'ours/' + a.peer:>18s}"
+          + (f" {'range':>13s}" if rounds > 1 else "") +
+          f" {'per MHz':>7s}  {'MHz busy    W':>15s} {'(ours | peer)':>15s}  config")
     for k in problems:
         label = label_of(problem_of[k])
         mine = [(i, best[(k, i)]) for i in range(rounds) if (k, i) in best]
@@ -141,7 +148,7 @@ def main():
                 per_mhz.append(t / q["tflops"] * mhz_ratio(rec, q))
         med = lambda xs: statistics.median(xs) if xs else float("nan")
         t, cfg, rec = mine[0][1]
-        print(f"{label:17s} {med([m[1][0] for m in mine]):7.1f} " +
+        print(f"{label:{w}s} {med([m[1][0] for m in mine]):7.1f} " +
               " ".join(f"{med(cols[n]):12.1f}" for n in names) + f" {med(ratios):18.3f}" +
               (f" {min(ratios):6.3f}-{max(ratios):6.3f}" if rounds > 1 and ratios else
                f" {'':13s}" if rounds > 1 else "") +

@@ -315,9 +315,9 @@ def test_peer_table_keeps_paged_and_unpaged_decode_apart(peers, tmp_path):
     assert r.returncode == 0, r.stderr
     rows = [x.split() for x in r.stdout.splitlines()[1:]]
     # unpaged ours 10 us vs cuDNN 20 us -> 2.0; paged 40 us vs the same cuDNN 20 us -> 0.5 (was one row)
-    assert [x[:5] for x in rows] == [["d128", "N1", "53.7", "26.8", "2.000"],
-                                     ["d128", "N1", "page16", "13.4", "26.8"]]
-    assert rows[1][5] == "0.500"
+    assert [x[:8] for x in rows] == [["d128", "B4", "H32/8", "q1", "kv8192", "53.7", "26.8", "2.000"],
+                                     ["d128", "B4", "H32/8", "q1", "kv8192", "page16", "13.4", "26.8"]]
+    assert rows[1][8] == "0.500"
 
 
 def test_a_skip_before_the_config_is_resolved_keeps_its_name():
