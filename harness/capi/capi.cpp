@@ -94,11 +94,14 @@ Choice resolve(const char *variant, const char *config, const fb::AttentionProbl
   } else {
     c.variant = &fb::catalog().get(name);
     const fb::ConfigSpace &space = c.variant->space();
-    const fb::Config base = space.default_config(p, dev);
     const bool given = !text.empty() && text != "default";
-    c.config = given ? space.make(parse_config(text), base) : base;
-    c.source = given ? "given (unnamed axes from the default for the problem)"
-                     : "the default for the problem";
+    if (given) {
+      c.config = fb::complete_config(*c.variant, parse_config(text), p, dev, &c.source);
+      c.source = "given (" + c.source + ")";
+    } else {
+      c.config = space.default_config(p, dev);
+      c.source = "the default for the problem";
+    }
   }
   const fb::ConfigSpace &space = c.variant->space();
   if (const auto why = space.check(c.config))

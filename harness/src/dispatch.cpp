@@ -30,6 +30,28 @@ std::optional<Config> supported_config(const Variant &v, const AttentionProblem 
   return std::nullopt;
 }
 
+} // namespace
+
+Config complete_config(const Variant &v, const std::map<std::string, std::string> &given,
+                       const AttentionProblem &p, const DeviceInfo &dev, std::string *source) {
+  const ConfigSpace &space = v.space();
+  Config c = space.make(given, space.default_config(p, dev));
+  if (source)
+    *source = "unnamed axes from the default for the problem";
+  if (!space.check(c) && support_for(v, p, c, dev))
+    return c;
+  Config base = space.make(given);
+  if (base != c && !space.check(base) && support_for(v, p, base, dev)) {
+    if (source)
+      *source = "unnamed axes from the variant's base default (the problem's default does "
+                "not combine with the named axes)";
+    return base;
+  }
+  return c;
+}
+
+namespace {
+
 std::vector<std::string> preference(const AttentionProblem &p) {
   std::vector<std::string> order;
   // The backward's variants; names the catalog lacks are passed over, and support_for() keeps every

@@ -1,5 +1,6 @@
 #include "flashbench/spec.hpp"
 
+#include "flashbench/dispatch.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/traffic.hpp"
 #include "flashbench/tuner.hpp"
@@ -736,10 +737,11 @@ std::vector<PlannedPoint> plan(const SweepSpec &spec, const Registry &registry,
     case VariantSelection::Mode::tuned:
       break;
     case VariantSelection::Mode::list:
+      // Names and values are checked once here; each problem completes the maps below (complete_config: the axes
+      // a map leaves out from the problem's default), as the C API does.
       for (const auto &m : sel.configs) {
         try {
-          Config cfg = v->space().make(m);
-          configs.emplace_back(cfg, v->space().check(cfg));
+          (void)v->space().make(m);
         } catch (const UserError &e) {
           throw UserError(sel.where + ": " + sel.variant + ": " + e.what());
         }
@@ -760,6 +762,13 @@ std::vector<PlannedPoint> plan(const SweepSpec &spec, const Registry &registry,
       } else if (sel.mode == VariantSelection::Mode::default_config) {
         configs.assign(1, {v->space().default_config(p, dev),
                            std::nullopt}); // depends on head_dim, dtype, ...
+      } else if (sel.mode == VariantSelection::Mode::list) {
+        configs.clear();
+        for (const auto &m : sel.configs) {
+          Config cfg = complete_config(*v, m, p, dev);
+          std::optional<std::string> invalid = v->space().check(cfg);
+          configs.emplace_back(std::move(cfg), std::move(invalid));
+        }
       }
       for (const auto &[cfg, invalid] : configs) {
         const TrafficModel traffic = traffic_model(*v, p, cfg, dev);

@@ -1,5 +1,6 @@
 #include "flashbench/tuner.hpp"
 
+#include "flashbench/dispatch.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/machine.hpp"
 #include "flashbench/options.hpp"
@@ -706,10 +707,11 @@ int run_tune(const SweepSpec &spec, const TuneOptions &o, std::ostream &os) {
       }
     }
     std::vector<Config> space_configs;
-    if (sel.mode == VariantSelection::Mode::list) {
-      for (const auto &m : sel.configs) {
+    const bool listed = sel.mode == VariantSelection::Mode::list;
+    if (listed) {
+      for (const auto &m : sel.configs) { // checked here, completed per problem below
         try {
-          space_configs.push_back(v->space().make(m));
+          (void)v->space().make(m);
         } catch (const UserError &e) {
           throw UserError(sel.where + ": " + sel.variant + ": " + e.what());
         }
@@ -729,6 +731,14 @@ int run_tune(const SweepSpec &spec, const TuneOptions &o, std::ostream &os) {
       }
       std::vector<Config> candidates;
       nlohmann::json rejected = nlohmann::json::array();
+      if (listed) { // a spec's maps, completed for this problem as a run's plan completes them
+        space_configs.clear();
+        for (const auto &m : sel.configs) {
+          Config c = complete_config(*v, m, p, dev);
+          if (std::find(space_configs.begin(), space_configs.end(), c) == space_configs.end())
+            space_configs.push_back(std::move(c));
+        }
+      }
       for (const auto &c : space_configs) {
         std::string why;
         if (auto bad = v->space().check(c))

@@ -1,3 +1,4 @@
+#include "flashbench/dispatch.hpp"
 #include "flashbench/errors.hpp"
 #include "flashbench/spec.hpp"
 
@@ -5,8 +6,10 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <regex>
+#include <set>
 #include <vector>
 
 using namespace fb;
@@ -435,4 +438,53 @@ variants: [fa3_fp8]
       "quant: block_hadamard}\nvariants: [naive]\n",
       R"(^t\.yaml:2:\d+: impossible problem .*_bf16_hadamard: quant block_hadamard quantizes e4m3 )"
       R"(inputs, but dtype is bf16; use dtype e4m3 or drop quant$)");
+}
+
+// A config map's unnamed axes come from each problem's default (as the C API's config strings), falling back to the
+// variant's base default where the problem's default does not combine with the named axes.
+TEST(Spec, ConfigMapsCompleteFromEachProblemsDefault) {
+  const DeviceInfo dev = nominal_device();
+  const Variant &bwd = catalog().get("fa2_bwd");
+  AttentionProblem p;
+  p.batch = 1, p.heads_q = p.heads_kv = 4, p.seqlen_q = p.seqlen_kv = 512, p.head_dim = 128;
+  p.pass = Pass::bwd;
+  std::string source;
+  EXPECT_EQ(complete_config(bwd, {}, p, dev, &source), bwd.space().default_config(p, dev));
+  EXPECT_EQ(bwd.space().default_config(p, dev).get("frag_prefetch"), 1);
+  EXPECT_NE(source.find("default for the problem"), std::string::npos) << source;
+  // frag_prefetch is compiled for d128's default tile only: a map naming another tile keeps it off.
+  const Config other =
+      complete_config(bwd, {{"block_m", "128"}, {"block_n", "64"}}, p, dev, &source);
+  EXPECT_EQ(other.get("block_m"), 128);
+  EXPECT_EQ(other.get("frag_prefetch"), 0);
+  EXPECT_TRUE(support_for(bwd, p, other, dev)) << support_for(bwd, p, other, dev).reason;
+  EXPECT_NE(source.find("base default"), std::string::npos) << source;
+  AttentionProblem d64 = p;
+  d64.head_dim = 64;
+  const Config det = complete_config(bwd, {{"deterministic", "on"}}, d64, dev);
+  EXPECT_EQ(det.get("block_m"), 128);
+  EXPECT_EQ(det.get("dq_layout"), 4);
+  EXPECT_EQ(det.get("deterministic"), 1);
+  EXPECT_THROW(complete_config(bwd, {{"no_such_axis", "1"}}, p, dev), UserError);
+
+  // The plan: one map, a config per problem.
+  const SweepSpec s = parse_spec(R"(
+problems:
+  - {batch: 1, heads: 4, seqlen: 512, head_dim: [64, 128], pass: bwd}
+variants:
+  fa2_bwd:
+    configs:
+      - {}
+      - {deterministic: on}
+)",
+                                 "t.yaml");
+  std::map<int64_t, std::set<std::string>> by_d;
+  for (const auto &pt : plan(s, catalog(), dev)) {
+    EXPECT_FALSE(pt.skip_reason) << (pt.skip_reason ? *pt.skip_reason : "");
+    by_d[pt.problem.head_dim].insert(bwd.space().to_string(pt.config));
+  }
+  EXPECT_TRUE(by_d[64].count(bwd.space().to_string(bwd.space().default_config(d64, dev))));
+  EXPECT_TRUE(by_d[128].count(bwd.space().to_string(bwd.space().default_config(p, dev))));
+  EXPECT_EQ(by_d[64].size(), 2u);
+  EXPECT_EQ(by_d[128].size(), 2u);
 }

@@ -44,6 +44,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <string>
 
 namespace fb {
@@ -53,6 +54,15 @@ struct KernelChoice {
   Config config;
   std::string source; // "table <path> ..." or "heuristic: ..."
 };
+
+// A config named in part (a spec's config map, a C API config string) completed for one problem: the axes it leaves
+// out take the problem's default (default_config(p, dev)), as `default` and the C API do. Where that combination
+// is invalid or unsupported (a default that depends on the default tile, such as fa2_bwd's frag_prefetch at d128,
+// next to a tile the map names) and the variant's base default (`flashbench list`) gives a valid, supported one,
+// that one; `source` says which. Throws UserError for an unknown axis or value.
+Config complete_config(const Variant &v, const std::map<std::string, std::string> &given,
+                       const AttentionProblem &p, const DeviceInfo &dev,
+                       std::string *source = nullptr);
 
 // Throws UserError when nothing in the catalog supports the problem (or the named variant does not exist or
 // supports it with no config). `table` null: no table (heuristic only).
