@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <string>
 
 using namespace fb;
@@ -157,25 +159,18 @@ TEST(Fa2BwdVariant, SupportsSaysWhy) {
 TEST(Fa2BwdVariant, DefaultsAreFa2Tiles) {
   const Variant &v = catalog().get("fa2_bwd");
   const DeviceInfo h100 = nominal_device();
-  AttentionProblem p = bwd_problem(4096, 4096, 64, false, 32, 32);
-  Config c = v.space().default_config(p, h100);
-  EXPECT_EQ(c.get("block_m"), 128);
-  EXPECT_EQ(c.get("block_n"), 128);
-  EXPECT_EQ(c.get("deterministic"), 0);
-  EXPECT_EQ(c.get("frag_prefetch"), 0);
-  EXPECT_EQ(c.get("dq_layout"), 4);
-  EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
-  p.head_dim = 128;
-  c = v.space().default_config(p, h100);
-  EXPECT_EQ(c.get("block_m"), 64);
-  EXPECT_EQ(c.get("block_n"), 128);
-  EXPECT_EQ(c.get("warps"), 8);
-  EXPECT_EQ(c.get("frag_prefetch"), 1);
-  EXPECT_EQ(c.get("dq_layout"), 0);
-  EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
-  p.head_dim = 256;
-  c = v.space().default_config(p, h100);
-  EXPECT_EQ(c.get("frag_prefetch"), 0);
-  EXPECT_EQ(c.get("dq_layout"), 0);
-  EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
+  // head_dim -> block_m, block_n, frag_prefetch, dq_layout of the default; 8 warps, deterministic off everywhere.
+  const std::map<int64_t, std::array<int64_t, 4>> want = {
+      {64, {128, 128, 0, 4}}, {128, {64, 128, 1, 0}}, {256, {64, 64, 0, 0}}};
+  for (const auto &[d, w] : want) {
+    const AttentionProblem p = bwd_problem(4096, 4096, d, false, 32, 32);
+    const Config c = v.space().default_config(p, h100);
+    EXPECT_EQ(c.get("block_m"), w[0]) << d;
+    EXPECT_EQ(c.get("block_n"), w[1]) << d;
+    EXPECT_EQ(c.get("frag_prefetch"), w[2]) << d;
+    EXPECT_EQ(c.get("dq_layout"), w[3]) << d;
+    EXPECT_EQ(c.get("warps"), 8) << d;
+    EXPECT_EQ(c.get("deterministic"), 0) << d;
+    EXPECT_TRUE(support_for(v, p, c, h100).ok) << d << ": " << support_for(v, p, c, h100).reason;
+  }
 }
