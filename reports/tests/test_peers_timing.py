@@ -311,6 +311,31 @@ def test_git_sha_of_a_snapshot_inside_another_checkout_is_unknown(peers, monkeyp
     assert sha == "''"
 
 
+def test_git_sha_marks_a_tree_that_differs_from_head_dirty(peers, monkeypatch, tmp_path):
+    # As CMakeLists.txt stamps the harness: HEAD, and HEAD-dirty once a tracked file differs from it.
+    import shutil
+    import subprocess
+    monkeypatch.delenv("FLASHBENCH_SOURCE_SHA", raising=False)
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    shutil.copy(PEERS, repo / "scripts" / "peers.py")
+    shutil.copytree(os.path.dirname(os.path.dirname(peers.__file__)), repo / "reports" / "flashbench_reports",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(git + ["add", "-A"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "x"], check=True)
+    head = subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    run = lambda: subprocess.run([sys.executable, "-c", "import runpy, sys; sys.argv = [sys.argv[1]]; "
+                                  "g = runpy.run_path(sys.argv[0]); from flashbench_reports.peers import records; "
+                                  "print(records.git_sha())", str(repo / "scripts" / "peers.py")],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+    assert run() == head
+    with open(repo / "scripts" / "peers.py", "a") as f:
+        f.write("\n# changed\n")
+    assert run() == head + "-dirty"
+
+
 def test_timing_args_fill_what_is_not_given_from_the_plan_then_the_defaults(peers):
     a = peers.timing_args({"min_samples": 7, "queue": "back_to_back"}, timeout=2.0)
     assert (a.min_samples, a.queue, a.timeout, a.max_noise, a.warmup) == (7, "back_to_back", 2.0, 0.005, 10)

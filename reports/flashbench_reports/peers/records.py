@@ -120,8 +120,9 @@ def plan_problems(plan, path: str) -> list:
 
 def git_sha() -> str:
     """The source tree's commit, as CMakeLists.txt stamps the harness's results: FLASHBENCH_SOURCE_SHA wins; else git's
-    HEAD, but only where this checkout is the repository itself. A snapshot extracted inside another checkout (a GPU
-    runner's copy) would otherwise be stamped with the enclosing repository's HEAD: unknown then ("")."""
+    HEAD, with "-dirty" where tracked files differ from it, but only where this checkout is the repository itself. A
+    snapshot extracted inside another checkout (a GPU runner's copy) would otherwise be stamped with the enclosing
+    repository's HEAD: unknown then (""). A copy of the working tree over an older .git is HEAD-dirty, not HEAD."""
     if os.environ.get("FLASHBENCH_SOURCE_SHA"):
         return os.environ["FLASHBENCH_SOURCE_SHA"].strip()
     root = repo_root()
@@ -131,6 +132,8 @@ def git_sha() -> str:
         out = r.stdout.split()
         if r.returncode != 0 or len(out) != 2 or os.path.realpath(out[0]) != os.path.realpath(root):
             return ""
-        return out[1]
+        st = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                            text=True, timeout=30, cwd=root)
+        return out[1] + ("-dirty" if st.returncode == 0 and st.stdout.strip() else "")
     except Exception:
         return ""
