@@ -129,12 +129,13 @@ def main():
         p = problem_of[k]
         return (p.get("head_dim") or 0, bool(p.get("causal")), p.get("seqlen_q") or 0, p.get("batch") or 0, k)
     problems = sorted({k[0] for k in best}, key=order)
-    w = max([17] + [len(label_of(problem_of[k])) for k in problems])
+    labels = {k: label_of(problem_of[k]) for k in problems}
+    w = max([17] + [len(x) for x in labels.values()])
     print(f"{'problem':{w}s} {'ours':>7s} " + " ".join(f"{n:>12s}" for n in names) + f" {'ours/' + a.peer:>18s}"
           + (f" {'range':>13s}" if rounds > 1 else "") +
           f" {'per MHz':>7s}  {'MHz busy    W':>15s} {'(ours | peer)':>15s}  config")
     for k in problems:
-        label = label_of(problem_of[k])
+        label = labels[k]
         mine = [(i, best[(k, i)]) for i in range(rounds) if (k, i) in best]
         ratios, per_mhz, cols = [], [], {n: [] for n in names}
         for i, (t, cfg, rec) in mine:

@@ -92,13 +92,7 @@ public:
                                 params.warps, params.warp_m, params.frag_prefetch != 0,
                                 fa2_bwd::dq_row_warps(params)))
       return Support::no("head_dim " + std::to_string(p.head_dim) + " with tile " +
-                         std::to_string(params.block_m) + "x" + std::to_string(params.block_n) +
-                         ", " + std::to_string(params.warps) + " warps, warp_layout m" +
-                         std::to_string(params.warp_m) +
-                         (params.frag_prefetch ? ", frag_prefetch on" : "") +
-                         (fa2_bwd::dq_row_warps(params) != params.warp_m
-                              ? ", dq_layout m" + std::to_string(fa2_bwd::dq_row_warps(params))
-                              : std::string()) +
+                         fa2_bwd::tile_name(params) +
                          " is not compiled (it spills registers, or is not among the "
                          "instantiated tiles: kernels/fa2_bwd/traits.hpp, tile_compiled)");
     const int64_t smem = fa2_bwd::smem_bytes(p.head_dim, params);
