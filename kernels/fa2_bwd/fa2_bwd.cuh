@@ -342,20 +342,37 @@ template <int MT, int NT> __device__ __forceinline__ void zero(float (&c)[MT][NT
         c[mt][nt][e] = 0.f;
 }
 
+// Where an accumulator-layout tile's pairs go in a swizzled [·][COLS] tile (columns [col0, +8·NT), col0 a multiple
+// of 8): row row0 + 16·mt + 8·hh + lane/4 has the same row % 8 for every mt and hh, so each column block's
+// swizzled chunk is computed once a call (NT xors) and the rows are immediates; written per store, ptxas had
+// recomputed the xor for every (row, chunk), ~45 integer instructions a tile at d128.
+template <int COLS, int NT> struct AccStores {
+  uint32_t at_nt[NT]; // byte offset of (mt 0, hh 0, column block nt) for this lane
+  __device__ __forceinline__ AccStores(int row0, int col0, int lane) {
+    const int r = row0 + lane / 4, x = r & 7;
+    const uint32_t base = static_cast<uint32_t>(r * (COLS / 8) * 16 + (lane % 4) * 4);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      at_nt[nt] = base + static_cast<uint32_t>(((col0 / 8 + nt) ^ x) * 16);
+  }
+  __device__ __forceinline__ uint32_t at(int mt, int nt, int hh) const {
+    return at_nt[nt] + (16 * mt + 8 * hh) * COLS * 2;
+  }
+};
+
 // An accumulator tile (rows [row0, +16·MT), columns [col0, +8·NT)) times `mul` into a swizzled [·][COLS] tile of T.
 template <class T, int COLS, int MT, int NT>
 __device__ __forceinline__ void store_tile(unsigned char *tile, const float (&c)[MT][NT][4],
                                            int row0, int col0, int lane, float mul = 1.f) {
+  const AccStores<COLS, NT> st(row0, col0, lane);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = row0 + mt * 16 + lane / 4 + 8 * hh;
-        *reinterpret_cast<uint32_t *>(tile + swz<COLS>(r, (col0 + nt * 8) / 8) + (lane % 4) * 4) =
+      for (int hh = 0; hh < 2; ++hh)
+        *reinterpret_cast<uint32_t *>(tile + st.at(mt, nt, hh)) =
             Mma<T>::pack(c[mt][nt][2 * hh] * mul, c[mt][nt][2 * hh + 1] * mul);
-      }
 }
 
 // Two packed T back to fp32 (the inverse of Mma<T>::pack).
@@ -376,16 +393,14 @@ template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t x)
 template <int COLS, int MT, int NT>
 __device__ __forceinline__ void store_packed(unsigned char *tile, const uint32_t (&c)[MT][NT][2],
                                              int row0, int col0, int lane) {
+  const AccStores<COLS, NT> st(row0, col0, lane);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = row0 + mt * 16 + lane / 4 + 8 * hh;
-        *reinterpret_cast<uint32_t *>(tile + swz<COLS>(r, (col0 + nt * 8) / 8) + (lane % 4) * 4) =
-            c[mt][nt][hh];
-      }
+      for (int hh = 0; hh < 2; ++hh)
+        *reinterpret_cast<uint32_t *>(tile + st.at(mt, nt, hh)) = c[mt][nt][hh];
 }
 
 __device__ __forceinline__ int ld_acquire(const int *p) {
