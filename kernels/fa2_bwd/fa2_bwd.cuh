@@ -564,7 +564,8 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     uint32_t pp[MT][NT][2];
     // Two copies of the loop, chosen per tile: with the mask where the tile holds the sequence end or the
     // diagonal, without it elsewhere. One loop under `need_mask` compiled to a select and three predicate
-    // instructions per score on every tile (ncu, d128 N4096: FSEL, ISETP and PLOP3 12% of all instructions).
+    // instructions per score on every tile (ncu, d128 N4096: FSEL, ISETP and PLOP3, with the dQ lane pairing,
+    // 12% of all instructions).
     auto to_p = [&](auto masked) {
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
