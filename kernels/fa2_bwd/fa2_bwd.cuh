@@ -152,184 +152,122 @@ __device__ __forceinline__ void mma_tile(float (&c)[MT][NT][4], const uint32_t (
     }
 }
 
+// The k-loop of every product: PASSES passes (a rolled loop, which bounds how many fragments the scheduler loads
+// ahead next to the dK/dV accumulators) of KK unrolled k-steps; a pass moves the A and B bases by A_STEP and
+// B_STEP bytes. load_a(frag, base, mt, kk) and load_b(frag, base, n2, kk) issue one ldmatrix.x4 each.
+// PF: fragments one k-step ahead in two buffers, across the pass boundary too, so the MMAs of step k issue while
+// the ldmatrix of step k + 1 are in flight and a new pass does not start on an empty pipeline.
+template <class T, int MT, int NT, bool PF, int PASSES, int KK, uint32_t A_STEP, uint32_t B_STEP,
+          class LA, class LB>
+__device__ __forceinline__ void k_loop(float (&c)[MT][NT][4], uint32_t a_base, uint32_t b_base,
+                                       const LA &load_a, const LB &load_b) {
+  static_assert(KK % 2 == 0, "the two fragment buffers alternate across passes");
+  if constexpr (PF) {
+    uint32_t af[2][MT][4], bf[2][NT / 2][4];
+    auto load = [&](uint32_t(&a)[MT][4], uint32_t(&b)[NT / 2][4], uint32_t ab, uint32_t bb,
+                    int kk) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+        load_a(a[mt], ab, mt, kk);
+#pragma unroll
+      for (int n2 = 0; n2 < NT / 2; ++n2)
+        load_b(b[n2], bb, n2, kk);
+    };
+    load(af[0], bf[0], a_base, b_base, 0);
+#pragma unroll 1
+    for (int kb = 0; kb < PASSES; ++kb, a_base += A_STEP, b_base += B_STEP) {
+#pragma unroll
+      for (int kk = 0; kk < KK; ++kk) {
+        const int cur = kk & 1;
+        if (kk < KK - 1)
+          load(af[cur ^ 1], bf[cur ^ 1], a_base, b_base, kk + 1);
+        else if (kb + 1 < PASSES)
+          load(af[cur ^ 1], bf[cur ^ 1], a_base + A_STEP, b_base + B_STEP, 0);
+        mma_tile<T>(c, af[cur], bf[cur]);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int kb = 0; kb < PASSES; ++kb, a_base += A_STEP, b_base += B_STEP) {
+#pragma unroll
+      for (int kk = 0; kk < KK; ++kk) {
+        uint32_t af[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+          load_a(af[mt], a_base, mt, kk);
+#pragma unroll
+        for (int n2 = 0; n2 < NT / 2; ++n2) {
+          uint32_t bf[4];
+          load_b(bf, b_base, n2, kk);
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt) {
+            Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
+            Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
+          }
+        }
+      }
+    }
+  }
+}
+
 // c += A·Bᵀ: A rows [a_row0, +16·MT) of a [·][KD] tile, B rows [b_row0, +8·NT) of a [·][KD] tile, depth KD.
-// (S = Q·Kᵀ and dP = dO·Vᵀ.)
+// (S = Q·Kᵀ and dP = dO·Vᵀ.) Four k-steps (128 bytes of every row) a pass.
 template <class T, int KD, int MT, int NT, bool PF>
 __device__ __forceinline__ void gemm_abt(float (&c)[MT][NT][4], uint32_t sA, int a_row0,
                                          uint32_t sB, int b_row0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
   const KChunks ac(lane / 16, x), bc((lane / 8) % 2, x);
-  uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
-  uint32_t b_base = sB + (b_row0 + (lane / 16) * 8 + lane % 8) * KD * 2;
-  if constexpr (PF) {
-    // Fragments one k-step ahead in two buffers, across the pass boundary too: the MMAs of step k issue while
-    // the ldmatrix of step k + 1 are in flight, and a new pass does not start on an empty pipeline.
-    uint32_t af[2][MT][4], bf[2][NT / 2][4];
-    auto load = [&](uint32_t(&a)[MT][4], uint32_t(&b)[NT / 2][4], uint32_t ab, uint32_t bb,
-                    int kk) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        ldmatrix_x4(a[mt], ab + mt * 16 * KD * 2 + ac.off[kk]);
-#pragma unroll
-      for (int n2 = 0; n2 < NT / 2; ++n2)
-        ldmatrix_x4(b[n2], bb + n2 * 16 * KD * 2 + bc.off[kk]);
-    };
-    load(af[0], bf[0], a_base, b_base, 0);
-#pragma unroll 1
-    for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 128) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const int cur = kk & 1;
-        if (kk < 3)
-          load(af[cur ^ 1], bf[cur ^ 1], a_base, b_base, kk + 1);
-        else if (kb + 1 < KD / 64)
-          load(af[cur ^ 1], bf[cur ^ 1], a_base + 128, b_base + 128, 0);
-        mma_tile<T>(c, af[cur], bf[cur]);
-      }
-    }
-  } else {
-    // Four k-steps (128 bytes of every row) per pass; the passes stay a loop, which bounds how many fragments
-    // the scheduler loads ahead next to the dK/dV accumulators.
-#pragma unroll 1
-    for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 128) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        uint32_t af[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.off[kk]);
-#pragma unroll
-        for (int n2 = 0; n2 < NT / 2; ++n2) {
-          uint32_t bf[4];
-          ldmatrix_x4(bf, b_base + n2 * 16 * KD * 2 + bc.off[kk]);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
-            Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
-          }
-        }
-      }
-    }
-  }
+  const uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
+  const uint32_t b_base = sB + (b_row0 + (lane / 16) * 8 + lane % 8) * KD * 2;
+  k_loop<T, MT, NT, PF, KD / 64, 4, 128, 128>(
+      c, a_base, b_base,
+      [&](uint32_t(&f)[4], uint32_t base, int mt, int kk) {
+        ldmatrix_x4(f, base + mt * 16 * KD * 2 + ac.off[kk]);
+      },
+      [&](uint32_t(&f)[4], uint32_t base, int n2, int kk) {
+        ldmatrix_x4(f, base + n2 * 16 * KD * 2 + bc.off[kk]);
+      });
 }
 
 // c += Xᵀ·Y: X a [KD][XC] tile read transposed (columns [x_col0, +16·MT) become the rows of A), Y a [KD][YC]
-// tile (columns [y_col0, +8·NT)), depth KD rows. (dV = Pᵀ·dO and dK = dSᵀ·Q.)
+// tile (columns [y_col0, +8·NT)), depth KD rows. (dV = Pᵀ·dO and dK = dSᵀ·Q.) Two k-steps (32 rows) a pass: each
+// k-step's fragments are 4·(MT + NT/2) registers (24 at d128 and d256), and a deeper look-ahead than two k-steps
+// spills next to the accumulators.
 template <class T, int KD, int XC, int YC, int MT, int NT, bool PF>
 __device__ __forceinline__ void gemm_atb(float (&c)[MT][NT][4], uint32_t sX, int x_col0,
                                          uint32_t sY, int y_col0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
-  uint32_t x_base = sX + ((lane / 16) * 8 + lane % 8) * XC * 2;
-  uint32_t y_base = sY + (((lane / 8) % 2) * 8 + lane % 8) * YC * 2;
+  const uint32_t x_base = sX + ((lane / 16) * 8 + lane % 8) * XC * 2;
+  const uint32_t y_base = sY + (((lane / 8) % 2) * 8 + lane % 8) * YC * 2;
   const int xc = x_col0 / 8 + (lane / 8) % 2, yc = y_col0 / 8 + lane / 16;
-  if constexpr (PF) {
-    // One k-step ahead in two buffers, across pass boundaries (see gemm_abt).
-    uint32_t af[2][MT][4], bf[2][NT / 2][4];
-    auto load = [&](uint32_t(&a)[MT][4], uint32_t(&b)[NT / 2][4], uint32_t xb, uint32_t yb,
-                    int kk) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        ldmatrix_x4_trans(a[mt], xb + kk * 16 * XC * 2 + (((xc + 2 * mt) ^ x) << 4));
-#pragma unroll
-      for (int n2 = 0; n2 < NT / 2; ++n2)
-        ldmatrix_x4_trans(b[n2], yb + kk * 16 * YC * 2 + (((yc + 2 * n2) ^ x) << 4));
-    };
-    load(af[0], bf[0], x_base, y_base, 0);
-#pragma unroll 1
-    for (int kb = 0; kb < KD / 32; ++kb, x_base += 32 * XC * 2, y_base += 32 * YC * 2) {
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        const int cur = kk & 1;
-        if (kk < 1)
-          load(af[cur ^ 1], bf[cur ^ 1], x_base, y_base, kk + 1);
-        else if (kb + 1 < KD / 32)
-          load(af[cur ^ 1], bf[cur ^ 1], x_base + 32 * XC * 2, y_base + 32 * YC * 2, 0);
-        mma_tile<T>(c, af[cur], bf[cur]);
-      }
-    }
-  } else {
-    // Two k-steps (32 rows) per pass, the passes a loop: each k-step's fragments are 4·(MT + NT/2) registers
-    // (24 at d128 and d256), and a deeper look-ahead than two k-steps spills next to the accumulators.
-#pragma unroll 1
-    for (int kb = 0; kb < KD / 32; ++kb, x_base += 32 * XC * 2, y_base += 32 * YC * 2) {
-#pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        uint32_t af[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          ldmatrix_x4_trans(af[mt], x_base + kk * 16 * XC * 2 + (((xc + 2 * mt) ^ x) << 4));
-#pragma unroll
-        for (int n2 = 0; n2 < NT / 2; ++n2) {
-          uint32_t bf[4];
-          ldmatrix_x4_trans(bf, y_base + kk * 16 * YC * 2 + (((yc + 2 * n2) ^ x) << 4));
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
-            Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
-          }
-        }
-      }
-    }
-  }
+  k_loop<T, MT, NT, PF, KD / 32, 2, 32 * XC * 2, 32 * YC * 2>(
+      c, x_base, y_base,
+      [&](uint32_t(&f)[4], uint32_t base, int mt, int kk) {
+        ldmatrix_x4_trans(f, base + kk * 16 * XC * 2 + (((xc + 2 * mt) ^ x) << 4));
+      },
+      [&](uint32_t(&f)[4], uint32_t base, int n2, int kk) {
+        ldmatrix_x4_trans(f, base + kk * 16 * YC * 2 + (((yc + 2 * n2) ^ x) << 4));
+      });
 }
 
 // c += A·B: A rows [a_row0, +16·MT) of a [·][KD] tile, B a [KD][BC] tile (columns [b_col0, +8·NT)), depth KD.
-// (dQ = dS·K.)
+// (dQ = dS·K.) Four k-steps a pass.
 template <class T, int KD, int BC, int MT, int NT, bool PF>
 __device__ __forceinline__ void gemm_ab(float (&c)[MT][NT][4], uint32_t sA, int a_row0, uint32_t sB,
                                         int b_col0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
   const KChunks ac(lane / 16, x);
-  uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
-  uint32_t b_base = sB + (((lane / 8) % 2) * 8 + lane % 8) * BC * 2;
+  const uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
+  const uint32_t b_base = sB + (((lane / 8) % 2) * 8 + lane % 8) * BC * 2;
   const int bc = b_col0 / 8 + lane / 16;
-  if constexpr (PF) {
-    // One k-step ahead in two buffers, across pass boundaries (see gemm_abt).
-    uint32_t af[2][MT][4], bf[2][NT / 2][4];
-    auto load = [&](uint32_t(&a)[MT][4], uint32_t(&b)[NT / 2][4], uint32_t ab, uint32_t bb,
-                    int kk) {
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-        ldmatrix_x4(a[mt], ab + mt * 16 * KD * 2 + ac.off[kk]);
-#pragma unroll
-      for (int n2 = 0; n2 < NT / 2; ++n2)
-        ldmatrix_x4_trans(b[n2], bb + kk * 16 * BC * 2 + (((bc + 2 * n2) ^ x) << 4));
-    };
-    load(af[0], bf[0], a_base, b_base, 0);
-#pragma unroll 1
-    for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 64 * BC * 2) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const int cur = kk & 1;
-        if (kk < 3)
-          load(af[cur ^ 1], bf[cur ^ 1], a_base, b_base, kk + 1);
-        else if (kb + 1 < KD / 64)
-          load(af[cur ^ 1], bf[cur ^ 1], a_base + 128, b_base + 64 * BC * 2, 0);
-        mma_tile<T>(c, af[cur], bf[cur]);
-      }
-    }
-  } else {
-#pragma unroll 1
-    for (int kb = 0; kb < KD / 64; ++kb, a_base += 128, b_base += 64 * BC * 2) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        uint32_t af[MT][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-          ldmatrix_x4(af[mt], a_base + mt * 16 * KD * 2 + ac.off[kk]);
-#pragma unroll
-        for (int n2 = 0; n2 < NT / 2; ++n2) {
-          uint32_t bf[4];
-          ldmatrix_x4_trans(bf, b_base + kk * 16 * BC * 2 + (((bc + 2 * n2) ^ x) << 4));
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            Mma<T>::run(c[mt][2 * n2], af[mt], bf[0], bf[1]);
-            Mma<T>::run(c[mt][2 * n2 + 1], af[mt], bf[2], bf[3]);
-          }
-        }
-      }
-    }
-  }
+  k_loop<T, MT, NT, PF, KD / 64, 4, 128, 64 * BC * 2>(
+      c, a_base, b_base,
+      [&](uint32_t(&f)[4], uint32_t base, int mt, int kk) {
+        ldmatrix_x4(f, base + mt * 16 * KD * 2 + ac.off[kk]);
+      },
+      [&](uint32_t(&f)[4], uint32_t base, int n2, int kk) {
+        ldmatrix_x4_trans(f, base + kk * 16 * BC * 2 + (((bc + 2 * n2) ^ x) << 4));
+      });
 }
 
 template <int MT, int NT> __device__ __forceinline__ void zero(float (&c)[MT][NT][4]) {
