@@ -87,45 +87,26 @@ __device__ __forceinline__ int64_t opaque(int64_t x) {
   return x;
 }
 
-// Rows [row0, row0 + ROWS) of two [seq, COLS] slices with the same strides (Q and dO; K and V), row stride
-// `stride` elements, into two swizzled tiles `b_dst` bytes apart; rows at or past `limit` are zero-filled (so
-// that their products are 0). A thread copies chunk tid % (COLS / 8) of rows tid / (COLS / 8) + k · THREADS /
-// (COLS / 8) of both slices: one byte pointer a thread, stepped by one 64-bit add a row, with the second slice at
-// a fixed distance from the first. Where every row is in range (all but a sequence's last row block) the copies
-// take no predicate and no select: per-row pointers, predicates and 64-bit selects had cost ~16 instructions a
-// copy (ncu, d128: ~130 a row block for 10 copies).
+// Rows [row0, row0 + ROWS) of a [seq, COLS] slice (row stride `stride` elements) into a swizzled tile; rows at
+// or past `limit` are zero-filled (so that their products are 0). A thread copies chunk tid % (COLS / 8) of rows
+// tid / (COLS / 8) + k · THREADS / (COLS / 8): one source pointer and one destination a thread, stepped by
+// constants, where a multiply a chunk had taken ~28 instructions per copy (ncu, d128: 235 for 8 copies).
 template <int COLS, int ROWS, int THREADS, class T>
-__device__ __forceinline__ void load_rows(uint32_t dst, uint32_t b_dst, const T *src,
-                                          const T *src_b, int64_t stride, int row0, int limit,
-                                          int tid) {
+__device__ __forceinline__ void load_rows(uint32_t dst, const T *src, int64_t stride, int row0,
+                                          int limit, int tid) {
   constexpr int kCh = COLS / 8, kN = ROWS * kCh;
   if constexpr (THREADS % kCh == 0 && (THREADS / kCh) % 8 == 0) {
     // Each step moves THREADS / kCh rows, a multiple of 8: the swizzle key (row % 8) stays the thread's.
     constexpr int kStep = THREADS / kCh;
     const int r0 = tid / kCh, c = tid % kCh;
     const int64_t st = opaque(stride);
-    const char *p = reinterpret_cast<const char *>(src + (row0 + r0) * st + c * 8);
-    const int64_t b_off =
-        reinterpret_cast<const char *>(src_b) - reinterpret_cast<const char *>(src);
-    const int64_t step = kStep * st * int64_t(sizeof(T));
+    const T *p = src + (row0 + r0) * st + c * 8;
     const uint32_t d = dst + swz<COLS>(r0, c);
-    if (row0 + ROWS <= limit) {
 #pragma unroll
-      for (int it = 0; it < (kN + THREADS - 1) / THREADS; ++it, p += step) {
-        if (kN % THREADS == 0 || it * THREADS + tid < kN) {
-          cp_async_16(d + it * kStep * COLS * 2, p, true);
-          cp_async_16(d + b_dst + it * kStep * COLS * 2, p + b_off, true);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int it = 0; it < (kN + THREADS - 1) / THREADS; ++it, p += step) {
-        if (kN % THREADS == 0 || it * THREADS + tid < kN) {
-          const bool ok = row0 + r0 + it * kStep < limit;
-          cp_async_16(d + it * kStep * COLS * 2, ok ? p : reinterpret_cast<const char *>(src), ok);
-          cp_async_16(d + b_dst + it * kStep * COLS * 2,
-                      ok ? p + b_off : reinterpret_cast<const char *>(src_b), ok);
-        }
+    for (int it = 0; it < (kN + THREADS - 1) / THREADS; ++it) {
+      if (kN % THREADS == 0 || it * THREADS + tid < kN) {
+        const bool ok = row0 + r0 + it * kStep < limit;
+        cp_async_16(d + it * kStep * COLS * 2, ok ? p + it * kStep * st : src, ok);
       }
     }
   } else {
@@ -135,9 +116,8 @@ __device__ __forceinline__ void load_rows(uint32_t dst, uint32_t b_dst, const T 
       if (kN % THREADS == 0 || idx < kN) {
         const int r = idx / kCh, c = idx % kCh;
         const bool ok = row0 + r < limit;
-        const int64_t off = (row0 + r) * opaque(stride) + c * 8;
-        cp_async_16(dst + swz<COLS>(r, c), ok ? src + off : src, ok);
-        cp_async_16(dst + b_dst + swz<COLS>(r, c), ok ? src_b + off : src_b, ok);
+        cp_async_16(dst + swz<COLS>(r, c), ok ? src + (row0 + r) * opaque(stride) + c * 8 : src,
+                    ok);
       }
     }
   }
@@ -459,8 +439,10 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   {
     const int n = col(), hkv = fresh_ctaid<1>(), b = fresh_ctaid<2>();
     const int64_t kv_off = int64_t(b) * a.ks.batch + int64_t(hkv) * a.ks.head;
-    load_rows<D, BN, kThreads>(sbase + oK, oV - oK, a.k + kv_off, a.v + kv_off, a.ks.seq, n * BN,
-                               a.seqlen_kv, threadIdx.x);
+    load_rows<D, BN, kThreads>(sbase + oK, a.k + kv_off, a.ks.seq, n * BN, a.seqlen_kv,
+                               threadIdx.x);
+    load_rows<D, BN, kThreads>(sbase + oV, a.v + kv_off, a.ks.seq, n * BN, a.seqlen_kv,
+                               threadIdx.x);
   }
 
   // Iteration `it` of the loop is row block first + it % rows of group head it / rows (rows: the column block's
@@ -482,8 +464,8 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     const int h = fresh_ctaid<1>() * a.group + st.g, b = fresh_ctaid<2>(), m = st.m;
     const uint32_t s = sbase + oSlots + slot * kSlot;
     const int64_t q_off = int64_t(b) * a.qs.batch + int64_t(h) * a.qs.head;
-    load_rows<D, BM, kThreads>(s, kQ, a.q + q_off, a.dout + q_off, a.qs.seq, m * BM, a.seqlen_q,
-                               tid);
+    load_rows<D, BM, kThreads>(s, a.q + q_off, a.qs.seq, m * BM, a.seqlen_q, tid);
+    load_rows<D, BM, kThreads>(s + kQ, a.dout + q_off, a.qs.seq, m * BM, a.seqlen_q, tid);
     const int64_t row = (int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM;
     if (tid < BM / 4)
       cp_async_16(s + 2 * kQ + tid * 16, a.lse2 + row + tid * 4, true);
