@@ -325,22 +325,6 @@ template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t x)
   return __bfloat1622float2(h);
 }
 
-// dS = P∘(dP − D) for one packed pair of P and the two fp32 (dP − D). bf16: (dP − D) rounded to bf16 and
-// multiplied in bf16x2 (one FMA with −0 on sm_80 and up), where unpacking P to fp32 and two fp32 multiplies had
-// cost 8 instructions a pair (3 of them the unpack); two roundings of 2⁻⁹ instead of one, in a value that is
-// rounded to bf16 for its products anyway. fp16: in fp32, since (dP − D) may exceed fp16's range where P is small.
-template <class T> __device__ __forceinline__ uint32_t ds_pair(uint32_t p, float d0, float d1) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    const uint32_t d = Mma<T>::pack(d0, d1);
-    uint32_t r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(p), "r"(d), "r"(0x80008000u));
-    return r;
-  } else {
-    const float2 pf = unpack2<T>(p);
-    return Mma<T>::pack(pf.x * d0, pf.y * d1);
-  }
-}
-
 // Packed pairs of an accumulator-layout tile (rows [row0, +16·MT), columns [col0, +8·NT)) into a swizzled
 // [·][COLS] tile.
 template <int COLS, int MT, int NT>
@@ -559,9 +543,11 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
         for (int hh = 0; hh < 2; ++hh) {
           const float dl = delta[s_row0 + mt * 16 + lane / 4 + 8 * hh];
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-            pp[mt][nt][hh] =
-                ds_pair<T>(pp[mt][nt][hh], dp[mt][nt][2 * hh] - dl, dp[mt][nt][2 * hh + 1] - dl);
+          for (int nt = 0; nt < NT; ++nt) {
+            const float2 pf = unpack2<T>(pp[mt][nt][hh]);
+            pp[mt][nt][hh] = Mma<T>::pack(pf.x * (dp[mt][nt][2 * hh] - dl),
+                                          pf.y * (dp[mt][nt][2 * hh + 1] - dl));
+          }
         }
       store_packed<BN>(smem + oDS, pp, s_row0, s_col0, lane);
     }
