@@ -55,15 +55,17 @@ def main():
     rng = np.random.default_rng(args.seed)
     print("RMSE of O against float64 attention of the originals; %d heads, N(0,1) + N(0,10^2)*Bernoulli(0.001)" %
           args.heads)
-    print("%6s %10s %10s %7s | rotated: %9s %9s %9s" % ("N", "block", "rotated", "ratio", "QK only", "V only",
-                                                      "P only"))
+    print("%6s %10s %10s %10s %7s %7s | rotated: %9s %9s %9s" % (
+        "N", "tensor", "block", "rotated", "blk/rot", "ten/rot", "QK only", "V only", "P only"))
     for n in args.n:
         def draw():
             x = rng.standard_normal((n, args.d))
             x += rng.standard_normal((n, args.d)) * 10 * (rng.random((n, args.d)) < 1e-3)
             return x.astype(np.float32).astype(np.float64)
 
-        sq = np.zeros(5)  # squared errors: block, rotated, and the rotated case's QK, V and P parts alone
+        # squared errors: block, rotated, the rotated case's QK, V and P parts alone, and per-tensor Q and K (the
+        # FlashAttention-3 paper's baseline)
+        sq = np.zeros(6)
         for _ in range(args.heads):
             q, k, v = draw(), draw(), draw()
             ref = attention(q, k, v, False)
@@ -72,10 +74,12 @@ def main():
             qb, kb = quantize(q, 128), quantize(k, 128)
             qr, kr = quantize(q @ m.T, 128), quantize(k @ m.T, 128)
             outs = (attention(qb, kb, vq, True), attention(qr, kr, vq, True), attention(qr, kr, v, False),
-                    attention(q, k, vq, False), attention(q, k, v, True))
+                    attention(q, k, vq, False), attention(q, k, v, True),
+                    attention(quantize(q, n), quantize(k, n), vq, True))
             sq += [np.mean((o - ref) ** 2) for o in outs]
         e = np.sqrt(sq / args.heads)
-        print("%6d %10.3e %10.3e %7.2f | %18.3e %9.3e %9.3e" % (n, e[0], e[1], e[0] / e[1], e[2], e[3], e[4]))
+        print("%6d %10.3e %10.3e %10.3e %7.2f %7.2f | %18.3e %9.3e %9.3e" % (
+            n, e[5], e[0], e[1], e[0] / e[1], e[5] / e[1], e[2], e[3], e[4]))
 
 if __name__ == "__main__":
     main()
