@@ -715,6 +715,16 @@ SweepSpec load_spec(const std::string &path) {
   return parse_spec(ss.str(), path);
 }
 
+void check_config_maps(const VariantSelection &sel, const Variant &v) {
+  for (const auto &m : sel.configs) {
+    try {
+      (void)v.space().make(m);
+    } catch (const UserError &e) {
+      throw UserError(sel.where + ": " + sel.variant + ": " + e.what());
+    }
+  }
+}
+
 std::vector<PlannedPoint> plan(const SweepSpec &spec, const Registry &registry,
                                const DeviceInfo &dev) {
   std::vector<PlannedPoint> out;
@@ -737,15 +747,9 @@ std::vector<PlannedPoint> plan(const SweepSpec &spec, const Registry &registry,
     case VariantSelection::Mode::tuned:
       break;
     case VariantSelection::Mode::list:
-      // Names and values are checked once here; each problem completes the maps below (complete_config: the axes
-      // a map leaves out from the problem's default), as the C API does.
-      for (const auto &m : sel.configs) {
-        try {
-          (void)v->space().make(m);
-        } catch (const UserError &e) {
-          throw UserError(sel.where + ": " + sel.variant + ": " + e.what());
-        }
-      }
+      // Each problem completes the maps below (complete_config: the axes a map leaves out from the problem's
+      // default), as the C API does.
+      check_config_maps(sel, *v);
       break;
     }
     for (size_t pi = 0; pi < spec.problems.size(); ++pi) {

@@ -709,13 +709,7 @@ int run_tune(const SweepSpec &spec, const TuneOptions &o, std::ostream &os) {
     std::vector<Config> space_configs;
     const bool listed = sel.mode == VariantSelection::Mode::list;
     if (listed) {
-      for (const auto &m : sel.configs) { // checked here, completed per problem below
-        try {
-          (void)v->space().make(m);
-        } catch (const UserError &e) {
-          throw UserError(sel.where + ": " + sel.variant + ": " + e.what());
-        }
-      }
+      check_config_maps(sel, *v); // completed per problem below
     } else {
       for (const auto &e : v->space().expand())
         if (!e.invalid_reason)

@@ -36,6 +36,10 @@ struct SweepSpec {
   std::vector<VariantSelection> variants;
 };
 
+// A Mode::list selection's config maps, their axis names and values checked against v's space (each problem
+// completes them later: complete_config, dispatch.hpp). Throws UserError naming the entry (sel.where).
+void check_config_maps(const VariantSelection &sel, const Variant &v);
+
 // Throws UserError("<file>:<line>:<col>: <what>; <what to do>").
 SweepSpec parse_spec(const std::string &yaml_text, const std::string &path_for_messages);
 SweepSpec load_spec(const std::string &path);
