@@ -62,8 +62,8 @@ public:
     return Support::yes();
   }
 
-  double model_bytes(const AttentionProblem &p, const Config &) const override {
-    return fa3fp8::traffic_bytes(p);
+  double model_bytes(const AttentionProblem &p, const Config &c) const override {
+    return fa3fp8::traffic_bytes(p, fa3fp8::params_of(c));
   }
 
   std::vector<KernelDesc> kernels(const AttentionProblem &p, const Config &c) const override {
