@@ -452,10 +452,15 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qa)[4][4], uint32_t q_til
 template <int BN>
 __device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[BN / 32][4],
                                          const ConsumerCtx<BN> &x, int s) {
+  const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
 #pragma unroll
-  for (int kt = 0; kt < BN / 32; ++kt) {
-    const DescBase dv = desc_base(x.sm.vt_tile(s) + uint32_t(kt / 4) * kTileBytes, 16);
-    wgmma_rs(o, pa[kt], dv.at((kt % 4) * 32), 1, E4m3Tag{}, IntC<128>{});
+  for (int kt = 0; kt < 4; ++kt)
+    wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, E4m3Tag{}, IntC<128>{});
+  if constexpr (BN == 192) { // keys 128-191: the second V^T tile
+    const DescBase dv2 = desc_base(x.sm.vt_tile(s) + kTileBytes, 16);
+#pragma unroll
+    for (int kt = 4; kt < 6; ++kt)
+      wgmma_rs(o, pa[kt], dv2.at((kt - 4) * 32), 1, E4m3Tag{}, IntC<128>{});
   }
 }
 
@@ -477,7 +482,22 @@ __device__ __forceinline__ float ldg_early(const float *p) {
 struct KD {
   float a, b;
 };
-template <int BN> struct KDescales {
+// BN 128 as the kernel had it before BN 192 (its SASS then matches to the opcode).
+template <int BN> struct KDescales;
+template <> struct KDescales<128> {
+  const float *p;
+  int n;
+  float next;
+  __device__ __forceinline__ KDescales(const float *ptr, int tiles, const int &)
+      : p(ptr), n(tiles), next(ldg_early(ptr)) {}
+  __device__ __forceinline__ KD take(int j, const int &) { // tile j's, and tile j + 1's on its way
+    const float cur = next;
+    if (j + 1 < n)
+      next = ldg_early(p + j + 1);
+    return KD{cur, 0.f};
+  }
+};
+template <int BN> struct KDescales { // BN 192
   const float *p;
   int n; // tiles of the item
   KD next;
@@ -486,8 +506,6 @@ template <int BN> struct KDescales {
   __device__ __forceinline__ KDescales(const float *ptr, int tiles, const int &blocks)
       : p(ptr), n(tiles), next(load(0, blocks)) {}
   __device__ __forceinline__ KD load(int j, const int &blocks) const {
-    if constexpr (BN == 128)
-      return KD{ldg_early(p + j), 0.f};
     const int b0 = (3 * j) >> 1;
     return KD{ldg_early(p + b0), ldg_early(p + min(b0 + 1, blocks - 1))};
   }
