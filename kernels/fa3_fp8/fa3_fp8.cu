@@ -14,8 +14,8 @@
 //    4c..4c+3 in one register, the accumulator holds keys 2c, 2c+1, 8+2c, 9+2c. The transposer
 //    writes V^T's keys in that same order (transpose_v), so the product pairs each P with its own V
 //    row. (FA3 permutes the same way.)
-//  - Descales: block_m = block_n = 128, one Q descale per work item and one K descale per K/V tile,
-//    folded into the one multiply per score the softmax already makes (scale_log2 * q_descale *
+//  - Descales: block_m = 128, one Q descale per work item and one K descale per 128 keys (per K/V
+//    tile at block_n 128, two a tile at 192: softmax), folded into the one multiply per score the softmax already makes (scale_log2 * q_descale *
 //    k_descale); V's descale folds into 1/l.
 //  - P is rounded to e4m3 for P V, scaled by 2^8 first (kPShift, folded into the exp2 offset, and
 //    out again through l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts
@@ -27,7 +27,7 @@
 //    pipelining in a warpgroup). P is 16 registers in e4m3, so this costs no register set beyond S,
 //    O and P.
 //  - block_m 128, head_dim 128; block_n 128 or 192 (the BN template parameter): a 192-key tile
-//    halves the per-tile work a key (waits, descale loads, row max trees, loop head) at 96 + 24
+//    cuts the per-tile work a key by a third (waits, descale loads, row max trees, loop head) at 96 + 24
 //    registers of S and P, stages 2 (shared memory), Q K^T from shared memory (registers), and two
 //    K descales a tile (softmax).
 //  - pingpong (off by default: slower at every N once the instruction count came down): the two
