@@ -129,13 +129,16 @@ constexpr float kRescaleSlack = 0.75f;
 // bytes).
 // BN: keys per K/V tile (128 or 192). A K or raw V tile is BN x 128 bytes; a V^T tile is one (BN 128) or two
 // (BN 192: keys 0-127, then 128-191 in the first half of each row) 128 x 128-byte tiles.
-template <int BN> struct Smem {
-  static constexpr uint32_t kK = uint32_t(k_tile_bytes(BN)), kVt = uint32_t(vt_tile_bytes(BN));
+// HD 256: Q, K and raw V tiles are two column halves of [rows][128 bytes] each; V^T is two 128-row
+// tiles (head_dim 0-127, 128-255).
+template <int BN, int HD = kHeadDim> struct Smem {
+  static constexpr uint32_t kQ = uint32_t(q_tile_bytes(HD)), kK = uint32_t(k_tile_bytes(BN, HD)),
+                            kVt = uint32_t(vt_tile_bytes(BN, HD));
   uint32_t q, k, vraw, vt, o, bars;
   __device__ __forceinline__ Smem(uint32_t base, int stages, int q_bufs, int o_tma) {
     q = base; // persistent grid: two Q buffers, the next work item's Q loads while this one's last
               // tiles run
-    k = q + uint32_t(q_bufs) * kTileBytes;
+    k = q + uint32_t(q_bufs) * kQ;
     vraw = k + uint32_t(stages) * kK;
     vt = vraw + 2u * kK;
     o = vt + uint32_t(stages) * kVt; // o_store=tma: 2 warpgroups x 2 chunks (launch sizes it)
@@ -144,7 +147,7 @@ template <int BN> struct Smem {
   __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kK; }
   __device__ __forceinline__ uint32_t vraw_tile(int r) const { return vraw + uint32_t(r) * kK; }
   __device__ __forceinline__ uint32_t vt_tile(int s) const { return vt + uint32_t(s) * kVt; }
-  __device__ __forceinline__ uint32_t q_tile(int b) const { return q + uint32_t(b) * kTileBytes; }
+  __device__ __forceinline__ uint32_t q_tile(int b) const { return q + uint32_t(b) * kQ; }
   __device__ __forceinline__ uint32_t q_full(int b) const { return bars + 8 * b; }
   __device__ __forceinline__ uint32_t q_empty(int b) const { return bars + 8 * (2 + b); }
   __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (4 + s); }
@@ -318,27 +321,37 @@ struct Ring {
 // tiles ahead, raw V 2 ahead, Q one work item ahead (into the other Q buffer, once that buffer's
 // previous item has released it: the consumers do so after the item's last Q K^T, which needs
 // nothing the transposers have not already made).
-template <int BN>
-__device__ __forceinline__ void load_k(const KernelArgs &a, const Smem<BN> &sm, const Cursor<BN> &c,
-                                       int s) {
-  mbar_arrive_expect_tx(sm.k_full(s), Smem<BN>::kK);
-  tma_load_4d(sm.k_tile(s), &a.tm_k, sm.k_full(s), 0, c.j * BN, c.t.hk, c.t.b);
+// One box of 128 bytes a row per 128 columns of head_dim (HD 256: two, into the tile's halves).
+template <int BN, int HD>
+__device__ __forceinline__ void load_k(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                       const Cursor<BN> &c, int s) {
+  mbar_arrive_expect_tx(sm.k_full(s), Smem<BN, HD>::kK);
+#pragma unroll
+  for (int h = 0; h < HD / 128; ++h)
+    tma_load_4d(sm.k_tile(s) + uint32_t(h) * BN * 128, &a.tm_k, sm.k_full(s), 128 * h, c.j * BN,
+                c.t.hk, c.t.b);
 }
-template <int BN>
-__device__ __forceinline__ void load_v(const KernelArgs &a, const Smem<BN> &sm, const Cursor<BN> &c,
-                                       int r) {
-  mbar_arrive_expect_tx(sm.vraw_full(r), Smem<BN>::kK);
-  tma_load_4d(sm.vraw_tile(r), &a.tm_v, sm.vraw_full(r), 0, c.j * BN, c.t.hk, c.t.b);
+template <int BN, int HD>
+__device__ __forceinline__ void load_v(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                       const Cursor<BN> &c, int r) {
+  mbar_arrive_expect_tx(sm.vraw_full(r), Smem<BN, HD>::kK);
+#pragma unroll
+  for (int h = 0; h < HD / 128; ++h)
+    tma_load_4d(sm.vraw_tile(r) + uint32_t(h) * BN * 128, &a.tm_v, sm.vraw_full(r), 128 * h,
+                c.j * BN, c.t.hk, c.t.b);
 }
-template <int BN>
-__device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<BN> &sm, const Cursor<BN> &c,
-                                       int b) {
-  mbar_arrive_expect_tx(sm.q_full(b), kTileBytes);
-  tma_load_4d(sm.q_tile(b), &a.tm_q, sm.q_full(b), 0, c.t.q0, c.t.h, c.t.b);
+template <int BN, int HD>
+__device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                       const Cursor<BN> &c, int b) {
+  mbar_arrive_expect_tx(sm.q_full(b), Smem<BN, HD>::kQ);
+#pragma unroll
+  for (int h = 0; h < HD / 128; ++h)
+    tma_load_4d(sm.q_tile(b) + uint32_t(h) * kTileBytes, &a.tm_q, sm.q_full(b), 128 * h, c.t.q0,
+                c.t.h, c.t.b);
 }
 
-template <int BN>
-__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN> &sm) {
+template <int BN, int HD>
+__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD> &sm) {
   const int u = int(threadIdx.x);
   Cursor<BN> vt = Cursor<BN>::first(a); // the tile being transposed; all 128 threads step it
   Cursor<BN> kc = vt, vc = vt, qc = vt; // thread 0's load cursors
@@ -357,7 +370,10 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN> &sm
     mbar_wait(sm.vraw_full(r), uint32_t(g >> 1) & 1u);
     if (g >= a.stages)
       mbar_wait(sm.vt_empty(s), ring.phase ^ 1u); // the slot's previous use, released
-    transpose_v(sm.vraw_tile(r), sm.vt_tile(s), lanes);
+#pragma unroll
+    for (int h = 0; h < HD / 128; ++h) // HD 256: each column half into its own V^T tile(s)
+      transpose_v(sm.vraw_tile(r) + uint32_t(h) * BN * 128,
+                  sm.vt_tile(s) + uint32_t(h) * ((BN + 127) / 128) * kTileBytes, lanes);
     fence_proxy_async_smem(); // this thread's V^T writes, visible to the consumers' WGMMA (the
                               // async proxy)
     mbar_arrive(sm.vt_full(s));
@@ -409,27 +425,30 @@ struct Turns {
 };
 
 // ---- consumer steps (one warpgroup, 64 query rows)
-template <int BN> struct ConsumerCtx {
+template <int BN, int HD> struct ConsumerCtx {
   const KernelArgs &a;
-  const Smem<BN> &sm;
+  const Smem<BN, HD> &sm;
   DescBase dq;            // this warpgroup's 64 rows of Q
   float q_scale;          // scale_log2 * the CTA's Q descale
   const float *k_descale; // this (batch, kv head)'s K descales, one per K/V tile
   int row0, c, first_row; // the thread's half-0 row, its lane % 4, the warpgroup's first row
 };
 
-// S = Q K^T for K slot s: 4 k-steps of 32 bytes inside the one 128-byte swizzle row (uncommitted).
-// QREG: Q's A fragments from registers (load_q_regs), else from shared memory.
-template <bool QREG, int BN>
-__device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const ConsumerCtx<BN> &x,
+// S = Q K^T for K slot s: 4 k-steps of 32 bytes inside each 128-byte swizzle row (HD 256: the two
+// column halves in turn; uncommitted). QREG: Q's A fragments from registers (load_q_regs), else
+// from shared memory.
+template <bool QREG, int BN, int HD>
+__device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const ConsumerCtx<BN, HD> &x,
                                          const uint32_t (&qa)[4][4], int s) {
   const DescBase dk = desc_base(x.sm.k_tile(s), 16);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    if (QREG)
+  for (int kk = 0; kk < HD / 32; ++kk) {
+    const uint32_t qh = uint32_t(kk / 4) * kTileBytes, kh = uint32_t(kk / 4) * BN * 128;
+    if constexpr (QREG)
       wgmma_rs(sacc, qa[kk], dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<BN>{});
     else
-      wgmma_ss(sacc, x.dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<BN>{});
+      wgmma_ss(sacc, x.dq.at(qh + (kk % 4) * 32), dk.at(kh + (kk % 4) * 32), kk > 0 ? 1 : 0,
+               E4m3Tag{}, IntC<BN>{});
   }
 }
 
@@ -448,19 +467,31 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qa)[4][4], uint32_t q_til
 }
 
 // O += P V^T for V^T slot s: BN / 32 k-steps of 32 keys, four to a 128 x 128-byte V^T tile
-// (uncommitted).
-template <int BN>
-__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[BN / 32][4],
-                                         const ConsumerCtx<BN> &x, int s) {
-  const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
+// (uncommitted). HD 256: O's two 128-column halves, each from its own V^T tile.
+template <int BN, int HD>
+__device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&pa)[BN / 32][4],
+                                         const ConsumerCtx<BN, HD> &x, int s) {
+  if constexpr (HD == 128) {
+    const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
 #pragma unroll
-  for (int kt = 0; kt < 4; ++kt)
-    wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, E4m3Tag{}, IntC<128>{});
-  if constexpr (BN == 192) { // keys 128-191: the second V^T tile
-    const DescBase dv2 = desc_base(x.sm.vt_tile(s) + kTileBytes, 16);
+    for (int kt = 0; kt < (BN < 128 ? BN / 32 : 4); ++kt)
+      wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, E4m3Tag{}, IntC<128>{});
+    if constexpr (BN == 192) { // keys 128-191: the second V^T tile
+      const DescBase dv2 = desc_base(x.sm.vt_tile(s) + kTileBytes, 16);
 #pragma unroll
-    for (int kt = 4; kt < 6; ++kt)
-      wgmma_rs(o, pa[kt], dv2.at((kt - 4) * 32), 1, E4m3Tag{}, IntC<128>{});
+      for (int kt = 4; kt < 6; ++kt)
+        wgmma_rs(o, pa[kt], dv2.at((kt - 4) * 32), 1, E4m3Tag{}, IntC<128>{});
+    }
+  } else {
+    static_assert(BN <= 128, "HD 256 takes one V^T tile a head_dim half");
+#pragma unroll
+    for (int hh = 0; hh < HD / 128; ++hh) {
+      float(&oh)[64] = *reinterpret_cast<float(*)[64]>(o + 64 * hh);
+      const DescBase dv = desc_base(x.sm.vt_tile(s) + uint32_t(hh) * kTileBytes, 16);
+#pragma unroll
+      for (int kt = 0; kt < BN / 32; ++kt)
+        wgmma_rs(oh, pa[kt], dv.at(kt * 32), 1, E4m3Tag{}, IntC<128>{});
+    }
   }
 }
 
@@ -497,6 +528,20 @@ template <> struct KDescales<128> {
     return KD{cur, 0.f};
   }
 };
+// BN 64 (HD 256): two tiles a descale block, tile j's is block j / 2.
+template <> struct KDescales<64> {
+  const float *p;
+  int n;
+  float next;
+  __device__ __forceinline__ KDescales(const float *ptr, int tiles, const int &)
+      : p(ptr), n(tiles), next(ldg_early(ptr)) {}
+  __device__ __forceinline__ KD take(int j, const int &) {
+    const float cur = next;
+    if (j + 1 < n)
+      next = ldg_early(p + ((j + 1) >> 1));
+    return KD{cur, 0.f};
+  }
+};
 template <int BN> struct KDescales { // BN 192
   const float *p;
   int n; // tiles of the item
@@ -521,8 +566,8 @@ template <int BN> struct KDescales { // BN 192
 // scaled by. kd: the tile's K descales (KDescales). BN 192: the scores of 8-key groups 0-7 take
 // descale a, of groups 16-23 descale b, of groups 8-15 a on even tiles (the block boundary at key
 // 128) and b on odd ones (at key 64); the row max is taken per group of one factor, then scaled.
-template <int BN>
-__device__ __forceinline__ void softmax(float (&sacc)[BN / 2], const ConsumerCtx<BN> &x, int j,
+template <int BN, int HD>
+__device__ __forceinline__ void softmax(float (&sacc)[BN / 2], const ConsumerCtx<BN, HD> &x, int j,
                                         KD kd, float (&m)[2], float (&l)[2], float (&corr)[2]) {
   if constexpr (BN == 128) {
     const KernelArgs &a = x.a;
@@ -583,7 +628,7 @@ __device__ __forceinline__ void softmax(float (&sacc)[BN / 2], const ConsumerCtx
     return;
   }
   constexpr int kG = BN / 8;              // 8-key groups of the tile
-  constexpr int kSeg = BN == 128 ? 1 : 3; // runs of groups with one descale factor
+  constexpr int kSeg = BN == 192 ? 3 : 1; // runs of groups with one descale factor
   constexpr int kSegG = kG / kSeg;        // groups a run
   const KernelArgs &a = x.a;
   float f[kSeg]; // log2 units per raw score, per run
@@ -665,13 +710,13 @@ __device__ __forceinline__ void softmax(float (&sacc)[BN / 2], const ConsumerCtx
 
 // O *= corr (O retired; skipped when no row of the warp moved its offset), then P as e4m3 A
 // fragments, in the accumulator's own key order (transpose_v).
-template <int BN>
-__device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&corr)[2],
+template <int BN, int HD>
+__device__ __forceinline__ void rescale_and_pack(float (&o)[HD / 2], const float (&corr)[2],
                                                  const float (&sacc)[BN / 2],
                                                  uint32_t (&pa)[BN / 32][4]) {
   if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < HD / 8; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         o[4 * i + e] *= corr[e >> 1];
@@ -691,16 +736,16 @@ __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&c
 // P V. Off: each tile's two GEMMs and its softmax in series. One work item; kr and vr carry the K
 // and V^T rings from item to item, and Q sits in buffer qb (its qn-th item with a K/V tile: full
 // phase (qn >> 1) & 1).
-template <bool OVERLAP, bool QREG, int BN>
-__device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN> &sm,
+template <bool OVERLAP, bool QREG, int BN, int HD>
+__device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN, HD> &sm,
                                               const TileId &t, int n, int wg, Ring &kr, Ring &vr,
                                               int qn) {
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, g = lane / 4,
             c = lane % 4;
   const int row0 = t.q0 + 64 * wg + 16 * warp + g; // this thread's half-0 row; half 1 is row0 + 8
-  float o[64];
+  float o[HD / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i)
+  for (int i = 0; i < HD / 2; ++i)
     o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float v_ds =
@@ -709,15 +754,15 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
     const int qb = qn & 1;
     const float q_ds =
         ldg_early(a.q_descale + (int64_t(t.b) * a.heads_q + t.h) * a.n_q_tiles + t.qt);
-    const ConsumerCtx<BN> x{a,
-                            sm,
-                            desc_base(sm.q_tile(qb) + uint32_t(wg) * 64 * 128, 16),
-                            a.scale_log2 * q_ds,
-                            a.k_descale +
-                                (int64_t(t.b) * (a.heads_q / a.group) + t.hk) * a.n_k_blocks,
-                            row0,
-                            c,
-                            t.q0 + 64 * wg};
+    const ConsumerCtx<BN, HD> x{a,
+                                sm,
+                                desc_base(sm.q_tile(qb) + uint32_t(wg) * 64 * 128, 16),
+                                a.scale_log2 * q_ds,
+                                a.k_descale +
+                                    (int64_t(t.b) * (a.heads_q / a.group) + t.hk) * a.n_k_blocks,
+                                row0,
+                                c,
+                                t.q0 + 64 * wg};
     KDescales<BN> kds(x.k_descale, n, a.n_k_blocks);
     mbar_wait(sm.q_full(qb), uint32_t(qn >> 1) & 1u);
     uint32_t qa[4][4];
@@ -731,7 +776,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
       mbar_wait(sm.k_full(kr.slot), kr.phase);
       turn.begin();
       wgmma_fence();
-      issue_qk<QREG, BN>(sacc, x, qa, kr.slot);
+      issue_qk<QREG, BN, HD>(sacc, x, qa, kr.slot);
       wgmma_commit();
       turn.end(false);
       wgmma_wait<0>();
@@ -742,7 +787,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
           mbar_arrive(sm.q_empty(qb)); // the item's last Q K^T has retired
       }
       softmax(sacc, x, 0, kds.take(0, a.n_k_blocks), m, l, corr);
-      rescale_and_pack<BN>(o, corr, sacc, pa);
+      rescale_and_pack<BN, HD>(o, corr, sacc, pa);
       kr.next(a.stages); // kr: tile j's K slot; vr: tile j-1's V^T slot
       for (int j = 1; j < n; ++j, kr.next(a.stages), vr.next(a.stages)) {
         const int s = kr.slot, sp = vr.slot;
@@ -751,7 +796,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
         mbar_wait2(sm.k_full(s), kr.phase, sm.vt_full(sp), vr.phase);
         turn.begin();
         wgmma_fence();
-        issue_qk<QREG, BN>(sacc, x, qa, s);
+        issue_qk<QREG, BN, HD>(sacc, x, qa, s);
         wgmma_commit();
         issue_pv(o, pa, x, sp);
         wgmma_commit();
@@ -773,7 +818,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
         fence_operands(pa);
         if (lane == 0)
           mbar_arrive(sm.vt_empty(sp));
-        rescale_and_pack<BN>(o, corr, sacc, pa);
+        rescale_and_pack<BN, HD>(o, corr, sacc, pa);
       }
       const int sl = vr.slot;
       mbar_wait(sm.vt_full(sl), vr.phase);
@@ -796,7 +841,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
         mbar_wait(sm.k_full(s), ph);
         turn.begin();
         wgmma_fence();
-        issue_qk<QREG, BN>(sacc, x, qa, s);
+        issue_qk<QREG, BN, HD>(sacc, x, qa, s);
         wgmma_commit();
         turn.end(false);
         wgmma_wait<0>();
@@ -807,7 +852,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
             mbar_arrive(sm.q_empty(qb));
         }
         softmax(sacc, x, j, kd, m, l, corr);
-        rescale_and_pack<BN>(o, corr, sacc, pa);
+        rescale_and_pack<BN, HD>(o, corr, sacc, pa);
         mbar_wait(sm.vt_full(s), ph);
         turn.begin();
         wgmma_fence();
@@ -835,7 +880,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
       a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
           seen ? (m[h] + __log2f(lsum) - kPShift) * kLn2 : -INFINITY;
   }
-  if (a.o_tma) {
+  if (HD == 128 && a.o_tma) { // HD 256 stores from registers (supports() refuses o_store tma)
     // o_store=tma: as fa3_pipelined's epilogue (kernels/common/hopper/epilogue.cuh), each
     // warpgroup with its own staging buffer of two 64-column chunks. The 4-byte stores from
     // registers below queue 32 STG a thread behind the LSU (a profile at N = 512: `lg` stalls in
@@ -848,9 +893,10 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
       asm volatile("mov.u32 %0, %%tid.x;" : "=r"(etid));
       etid %= 128;
     }
-    store_tile_tma<__nv_bfloat16, kHeadDim, NoHook, true>(
-        &a.tm_o, sm.o + uint32_t(wg) * 2u * kOChunkBytes, kOChunkBytes, kBarEpi0 + wg,
-        t.q0 + 64 * wg, t.h, t.b, o, inv, 0, NoHook{}, etid);
+    if constexpr (HD == 128)
+      store_tile_tma<__nv_bfloat16, kHeadDim, NoHook, true>(
+          &a.tm_o, sm.o + uint32_t(wg) * 2u * kOChunkBytes, kOChunkBytes, kBarEpi0 + wg,
+          t.q0 + 64 * wg, t.h, t.b, o, inv, 0, NoHook{}, etid);
     return;
   }
 #pragma unroll
@@ -861,20 +907,20 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
     __nv_bfloat16 *dst =
         a.o + int64_t(t.b) * a.o_batch + int64_t(row) * a.o_seq + int64_t(t.h) * a.o_head + 2 * c;
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < HD / 8; ++i)
       *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * i) =
           __floats2bfloat162_rn(o[4 * i + 2 * h] * inv[h], o[4 * i + 2 * h + 1] * inv[h]);
   }
 }
 
-template <bool OVERLAP, bool QREG, int BN>
-__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<BN> &sm, int wg) {
+template <bool OVERLAP, bool QREG, int BN, int HD>
+__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<BN, HD> &sm, int wg) {
   Ring kr, vr;
   int qn = 0; // items with a K/V tile so far: Q buffer qn & 1
   for (int lin = int(blockIdx.x); lin < a.total_tiles; lin += int(gridDim.x)) {
     const TileId t = tile_of(a, lin);
     const int n = kv_tiles<BN>(a, t.q0);
-    consumer_item<OVERLAP, QREG, BN>(a, sm, t, n, wg, kr, vr, qn);
+    consumer_item<OVERLAP, QREG, BN, HD>(a, sm, t, n, wg, kr, vr, qn);
     if (n > 0)
       ++qn;
   }
@@ -882,12 +928,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<BN> &sm
     bulk_wait_all(); // the last O store has left shared memory
 }
 
-template <bool OVERLAP, bool QREG, int BN>
+template <bool OVERLAP, bool QREG, int BN, int HD>
 __global__ void __launch_bounds__(kThreads, 1)
     fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const Smem<BN> sm(base, a.stages, a.q_bufs, a.o_tma);
+  const Smem<BN, HD> sm(base, a.stages, a.q_bufs, a.o_tma);
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
       mbar_init(sm.q_full(b), 1);
@@ -911,7 +957,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   regs_alloc<kConsumerRegs>();
-  consumer<OVERLAP, QREG, BN>(a, sm, wg - 1);
+  consumer<OVERLAP, QREG, BN, HD>(a, sm, wg - 1);
 }
 
 } // namespace detail
@@ -920,23 +966,37 @@ namespace {
 using KernelFn = void (*)(detail::KernelArgs);
 // The instantiation for a config: intra_wg_overlap x q_in_regs (q_in_regs needs intra_wg_overlap,
 // traits.hpp).
-template <int BN> KernelFn pick_bn(const Params &c) {
+template <int BN, int HD> KernelFn pick_bn(const Params &c) {
   if (!c.overlap)
-    return detail::fa3_fp8_kernel<false, false, BN>;
-  if constexpr (BN == 128)
+    return detail::fa3_fp8_kernel<false, false, BN, HD>;
+  if constexpr (BN == 128 && HD == 128)
     if (c.q_in_regs)
-      return detail::fa3_fp8_kernel<true, true, BN>;
-  return detail::fa3_fp8_kernel<true, false, BN>; // q_in_regs at BN 192: refused (traits.hpp)
+      return detail::fa3_fp8_kernel<true, true, BN, HD>;
+  return detail::fa3_fp8_kernel<true, false, BN, HD>; // q_in_regs elsewhere: refused (traits.hpp,
+                                                      // register.cpp)
 }
-KernelFn pick(const Params &c) { return c.block_n == 192 ? pick_bn<192>(c) : pick_bn<128>(c); }
+// Null for a (head_dim, block_n) that is not compiled (tile_compiled).
+KernelFn pick(const Params &c, int head_dim) {
+  if (!tile_compiled(head_dim, c.block_n))
+    return nullptr;
+  if (head_dim == 256)
+    return pick_bn<64, 256>(c);
+  return c.block_n == 192 ? pick_bn<192, 128>(c) : pick_bn<128, 128>(c);
+}
 } // namespace
 
-const void *kernel_ptr(const Params &c) { return reinterpret_cast<const void *>(pick(c)); }
+const void *kernel_ptr(const Params &c, int head_dim) {
+  return reinterpret_cast<const void *>(pick(c, head_dim));
+}
 
 void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
             cudaStream_t stream) {
-  if (p.dtype != DType::e4m3 || p.head_dim != kHeadDim || p.paged() || !p.kv_lens.empty())
-    throw std::invalid_argument("fa3_fp8: unsupported problem " + key(p));
+  const int hd = int(p.head_dim);
+  if (p.dtype != DType::e4m3 || !tile_compiled(hd, c.block_n) || p.paged() || !p.kv_lens.empty())
+    throw std::invalid_argument("fa3_fp8: unsupported problem " + key(p) + " at block_n " +
+                                std::to_string(c.block_n));
+  if (hd != kHeadDim && (c.o_tma || c.q_in_regs))
+    throw std::invalid_argument("fa3_fp8: head_dim 256 takes o_store regs and q_in_regs off");
   if (!args.q_descale || !args.k_descale || !args.v_descale)
     throw std::invalid_argument(
         "fa3_fp8: e4m3 inputs need their descales (LaunchArgs::q_descale, ...)");
@@ -944,12 +1004,13 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
     throw std::invalid_argument("fa3_fp8: " + *why);
   detail::KernelArgs a{};
   const Strides qs = p.q_strides(), ks = p.kv_strides();
-  a.tm_q = hopper::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_q,
-                            p.heads_q, p.batch, qs, kHeadDim, kBlockM);
-  a.tm_k = hopper::make_map(args.k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv,
-                            p.heads_kv, p.batch, ks, kHeadDim, c.block_n);
-  a.tm_v = hopper::make_map(args.v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv,
-                            p.heads_kv, p.batch, ks, kHeadDim, c.block_n);
+  // Boxes of 128 bytes a row (one swizzle atom): head_dim 256 loads two a tile (load_q, load_k).
+  a.tm_q = hopper::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, hd, p.seqlen_q, p.heads_q,
+                            p.batch, qs, kHeadDim, kBlockM);
+  a.tm_k = hopper::make_map(args.k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, hd, p.seqlen_kv, p.heads_kv,
+                            p.batch, ks, kHeadDim, c.block_n);
+  a.tm_v = hopper::make_map(args.v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, hd, p.seqlen_kv, p.heads_kv,
+                            p.batch, ks, kHeadDim, c.block_n);
   a.o = static_cast<__nv_bfloat16 *>(args.o);
   a.lse = args.lse;
   a.q_descale = args.q_descale;
@@ -977,8 +1038,8 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
   if (items > INT_MAX)
     throw std::invalid_argument("fa3_fp8: over 2^31 work items (Q tiles x heads x batch)");
   a.total_tiles = int(items);
-  const int64_t smem = smem_bytes(c);
-  const KernelFn kernel = pick(c);
+  const int64_t smem = smem_bytes(c, hd);
+  const KernelFn kernel = pick(c, hd);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   int64_t grid = items;

@@ -12,25 +12,36 @@
 
 namespace fb::fa3fp8 {
 
-// Tile geometry: block_m 128 (two consumer warpgroups of 64 rows), block_n 128 or 192, head_dim 128.
+// Tile geometry: block_m 128 (two consumer warpgroups of 64 rows); head_dim 128 with block_n 128 or 192, head_dim
+// 256 with block_n 64 (O's 128 registers a thread leave room for a 64-key S and P only).
 //  - block_m = kFp8ScaleBlock: a CTA's Q rows share one Q descale. A K/V tile of 128 keys has one K descale,
 //    folded into the softmax's one multiply per score (scale_log2 * q_descale * k_descale); a tile of 192 keys
 //    spans two descale blocks (split at key 128 of even tiles and key 64 of odd ones), so its scores take one of
 //    two factors by 8-key group, chosen at compile time but for groups 8-15.
 //  - head_dim 128 is one 128-byte e4m3 row: one TMA box and one 128B-swizzle atom per row, for Q, K, V and V^T.
+//    head_dim 256: two 128-byte column halves, each its own [rows][128 bytes] tile (two boxes a load); V^T is two
+//    [128][128-byte] tiles (head_dim 0-127, 128-255) with the 64 keys in the first half of each row.
 //  - V^T of a 192-key tile is two 128B-swizzled [128][128-byte] tiles, keys 0-127 and 128-191 (the second half
 //    used): a K-major operand's row must fit a swizzle atom.
 constexpr int kBlockM = 128;
-constexpr int kHeadDim = 128;
+constexpr int kHeadDim = 128; // one swizzle atom's row; head_dim 256 is two
 constexpr int kTileBytes =
     kBlockM * kHeadDim; // one 128 x 128 e4m3 tile (Q; K, V, V^T at block_n 128)
 constexpr int kMaxStages = 4;
 constexpr int kThreads = 384;    // producer warpgroup + 2 consumer warpgroups
 using kernels::kSmemOptinHopper; // kernels/common/support.hpp
 static_assert(kBlockM == kFp8ScaleBlock, "one descale per Q tile");
-// Bytes of one K (or raw V) tile and of one V^T tile of block_n keys.
-constexpr int k_tile_bytes(int block_n) { return block_n * kHeadDim; }
-constexpr int vt_tile_bytes(int block_n) { return ((block_n + 127) / 128) * kTileBytes; }
+// Bytes of one Q tile, one K (or raw V) tile and one V^T tile (head_dim / 128 x ceil(block_n / 128) swizzled
+// 128 x 128-byte tiles).
+constexpr int q_tile_bytes(int head_dim) { return kBlockM * head_dim; }
+constexpr int k_tile_bytes(int block_n, int head_dim = kHeadDim) { return block_n * head_dim; }
+constexpr int vt_tile_bytes(int block_n, int head_dim = kHeadDim) {
+  return (head_dim / 128) * ((block_n + 127) / 128) * kTileBytes;
+}
+// The block_n a head_dim is compiled for: 128 and 192 at head_dim 128, 64 at 256.
+constexpr bool tile_compiled(int head_dim, int block_n) {
+  return head_dim == 128 ? (block_n == 128 || block_n == 192) : head_dim == 256 && block_n == 64;
+}
 
 // Defaults (the space's default config), from an ablation on an H100 (fastest samples): with O through TMA,
 // intra_wg_overlap with Q in registers is best or within 1% from N = 2048 (up to 6% over overlap off), 0-3% behind
@@ -51,8 +62,8 @@ struct Params {
 
 // Combinations that cannot run, by construction.
 inline std::optional<std::string> config_problem(const Params &p) {
-  if (p.block_n != 128 && p.block_n != 192)
-    return "block_n must be 128 or 192";
+  if (p.block_n != 64 && p.block_n != 128 && p.block_n != 192)
+    return "block_n must be 64, 128 or 192";
   if (p.stages < 2 || p.stages > kMaxStages)
     return "stages must be 2..4";
   if (p.block_n == 192 && p.stages != 2)
@@ -71,12 +82,26 @@ inline std::optional<std::string> config_problem(const Params &p) {
 
 inline Params params_of(const Config &c);
 
+// The default config of a problem: the base (head_dim 128) or, at head_dim 256, block_n 64 with Q K^T from shared
+// memory (Q's 32 fragment registers do not fit beside O's 128), O from registers (through shared memory it would
+// need 64 KB of staging) and stages 2 on the persistent grid (195 KB).
+inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &) {
+  if (p.head_dim == 256) {
+    base.set("block_n", 64);
+    base.set("stages", 2);
+    base.set("q_in_regs", 0);
+    base.set("o_store", 0);
+  }
+  return base;
+}
+
 inline ConfigSpace make_space() {
   return ConfigSpace(
       {Axis{"block_n",
-            {128, 192},
+            {64, 128, 192},
             {},
-            "keys per K/V tile (192: fewer per-tile steps a key, two K descales a tile, stages 2)"},
+            "keys per K/V tile (64: head_dim 256; 192: fewer per-tile steps a key at head_dim 128, "
+            "two K descales a tile, stages 2)"},
        Axis{"stages", {2, 3, 4}, {}, "K and V^T tiles in flight (the raw V ring is 2 deep)"},
        Axis{"intra_wg_overlap",
             {0, 1},
@@ -106,7 +131,7 @@ inline ConfigSpace make_space() {
               {"q_in_regs", 1},
               {"scheduler", 1},
               {"o_store", 1}}),
-      [](const Config &c) { return config_problem(params_of(c)); });
+      [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
 inline Params params_of(const Config &c) {
@@ -124,10 +149,11 @@ inline int q_buffers(const Params &p) { return p.persistent ? 2 : 1; }
 // The Q buffers, the K ring, two raw V tiles, the V^T ring, O's staging (o_store=tma: 64 rows x 128 bf16 columns
 // a consumer warpgroup), 2 KB of mbarriers and pin slots, and 1 KB of alignment slack. At stages 4 on the persistent
 // grid with O through TMA that is 232448 bytes, exactly Hopper's opt-in limit; so is block_n 192 at stages 2.
-inline int64_t smem_bytes(const Params &p) {
-  return int64_t(kTileBytes) * (q_buffers(p) + (p.o_tma ? 2 : 0)) +
-         int64_t(p.stages) * (k_tile_bytes(p.block_n) + vt_tile_bytes(p.block_n)) +
-         2 * int64_t(k_tile_bytes(p.block_n)) + 3072;
+inline int64_t smem_bytes(const Params &p, int head_dim = kHeadDim) {
+  return int64_t(q_tile_bytes(head_dim)) * q_buffers(p) + (p.o_tma ? 2 * int64_t(kTileBytes) : 0) +
+         int64_t(p.stages) *
+             (k_tile_bytes(p.block_n, head_dim) + vt_tile_bytes(p.block_n, head_dim)) +
+         2 * int64_t(k_tile_bytes(p.block_n, head_dim)) + 3072;
 }
 
 inline int64_t num_q_tiles(const AttentionProblem &p) {
