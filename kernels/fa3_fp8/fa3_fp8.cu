@@ -321,33 +321,31 @@ struct Ring {
 // tiles ahead, raw V 2 ahead, Q one work item ahead (into the other Q buffer, once that buffer's
 // previous item has released it: the consumers do so after the item's last Q K^T, which needs
 // nothing the transposers have not already made).
-// One box of 128 bytes a row per 128 columns of head_dim (HD 256: two, into the tile's halves).
+// One box of 128 bytes a row per 128 columns of head_dim (HD 256: two, into the tile's column
+// halves, half_bytes apart), all on one mbarrier.
+template <int HD>
+__device__ __forceinline__ void load_halves(const CUtensorMap *map, uint32_t dst,
+                                            uint32_t half_bytes, uint32_t bar, int row, int head,
+                                            int batch) {
+  mbar_arrive_expect_tx(bar, half_bytes * (HD / 128));
+#pragma unroll
+  for (int h = 0; h < HD / 128; ++h)
+    tma_load_4d(dst + uint32_t(h) * half_bytes, map, bar, 128 * h, row, head, batch);
+}
 template <int BN, int HD>
 __device__ __forceinline__ void load_k(const KernelArgs &a, const Smem<BN, HD> &sm,
                                        const Cursor<BN> &c, int s) {
-  mbar_arrive_expect_tx(sm.k_full(s), Smem<BN, HD>::kK);
-#pragma unroll
-  for (int h = 0; h < HD / 128; ++h)
-    tma_load_4d(sm.k_tile(s) + uint32_t(h) * BN * 128, &a.tm_k, sm.k_full(s), 128 * h, c.j * BN,
-                c.t.hk, c.t.b);
+  load_halves<HD>(&a.tm_k, sm.k_tile(s), BN * 128, sm.k_full(s), c.j * BN, c.t.hk, c.t.b);
 }
 template <int BN, int HD>
 __device__ __forceinline__ void load_v(const KernelArgs &a, const Smem<BN, HD> &sm,
                                        const Cursor<BN> &c, int r) {
-  mbar_arrive_expect_tx(sm.vraw_full(r), Smem<BN, HD>::kK);
-#pragma unroll
-  for (int h = 0; h < HD / 128; ++h)
-    tma_load_4d(sm.vraw_tile(r) + uint32_t(h) * BN * 128, &a.tm_v, sm.vraw_full(r), 128 * h,
-                c.j * BN, c.t.hk, c.t.b);
+  load_halves<HD>(&a.tm_v, sm.vraw_tile(r), BN * 128, sm.vraw_full(r), c.j * BN, c.t.hk, c.t.b);
 }
 template <int BN, int HD>
 __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<BN, HD> &sm,
                                        const Cursor<BN> &c, int b) {
-  mbar_arrive_expect_tx(sm.q_full(b), Smem<BN, HD>::kQ);
-#pragma unroll
-  for (int h = 0; h < HD / 128; ++h)
-    tma_load_4d(sm.q_tile(b) + uint32_t(h) * kTileBytes, &a.tm_q, sm.q_full(b), 128 * h, c.t.q0,
-                c.t.h, c.t.b);
+  load_halves<HD>(&a.tm_q, sm.q_tile(b), kTileBytes, sm.q_full(b), c.t.q0, c.t.h, c.t.b);
 }
 
 template <int BN, int HD>
@@ -562,6 +560,36 @@ template <int BN> struct KDescales { // BN 192
   }
 };
 
+// A row half's offset after a tile whose (scaled) max is row_max: moved only past kRescaleSlack;
+// corr is what O must be scaled by; returns the exp2 offset (P = 2^8 exp2(s - m) <= 2^(8 + slack)).
+__device__ __forceinline__ float move_offset(float row_max, float &m, float &corr) {
+  const bool move =
+      row_max > m + kRescaleSlack; // false for a row that has seen no key (-inf > -inf)
+  const float m_new = move ? row_max : m;
+  corr = move ? fast_exp2(m - m_new) : 1.f; // exp2(-inf) = 0 on the first tile a row sees
+  m = m_new;
+  return m_new == -INFINITY ? 0.f : m_new - kPShift;
+}
+
+// Scores -> 2^8 P in place, group i scaled by f(i) (log2 units per raw score), and l moved on; the
+// sums in 4 chains a row half.
+template <int kG, class F>
+__device__ __forceinline__ void exp_and_sum(float (&sacc)[4 * kG], F f, const float (&off)[2],
+                                            float (&l)[2], const float (&corr)[2]) {
+  float rs[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+  for (int i = 0; i < kG; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = fast_exp2(fmaf(sacc[4 * i + e], f(i), -off[e >> 1]));
+      sacc[4 * i + e] = p;
+      rs[e >> 1][i % 4] += p;
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    l[h] = l[h] * corr[h] + ((rs[h][0] + rs[h][1]) + (rs[h][2] + rs[h][3]));
+}
+
 // K/V tile j's scores (sacc, retired) -> 2^8 P in place; m and l move on, corr is what O must be
 // scaled by. kd: the tile's K descales (KDescales). BN 192: the scores of 8-key groups 0-7 take
 // descale a, of groups 16-23 descale b, of groups 8-15 a on even tiles (the block boundary at key
@@ -603,28 +631,11 @@ __device__ __forceinline__ void softmax(float (&sacc)[BN / 2], const ConsumerCtx
         mx[e >> 1][i % 4] = fmaxf(mx[e >> 1][i % 4], sacc[4 * i + e]);
     float off[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float row_max =
-          quad_max(fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]))) * f;
-      const bool move =
-          row_max > m[h] + kRescaleSlack; // false for a row that has seen no key (-inf > -inf)
-      const float m_new = move ? row_max : m[h];
-      corr[h] = move ? fast_exp2(m[h] - m_new) : 1.f; // exp2(-inf) = 0 on the first tile a row sees
-      m[h] = m_new;
-      off[h] = m_new == -INFINITY ? 0.f : m_new - kPShift; // P = 2^8 exp2(s - m) <= 2^(8 + slack)
-    }
-    float rs[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = fast_exp2(fmaf(sacc[4 * i + e], f, -off[e >> 1]));
-        sacc[4 * i + e] = p;
-        rs[e >> 1][i % 4] += p;
-      }
-#pragma unroll
     for (int h = 0; h < 2; ++h)
-      l[h] = l[h] * corr[h] + ((rs[h][0] + rs[h][1]) + (rs[h][2] + rs[h][3]));
+      off[h] = move_offset(
+          quad_max(fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]))) * f, m[h], corr[h]);
+    exp_and_sum<16>(
+        sacc, [&](int) { return f; }, off, l, corr);
     return;
   }
   constexpr int kG = BN / 8;              // 8-key groups of the tile
@@ -684,28 +695,10 @@ __device__ __forceinline__ void softmax(float (&sacc)[BN / 2], const ConsumerCtx
   }
   float off[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    // BN 128: the max of raw scores times the one factor (f > 0), as the scores it came from.
-    const float row_max = kSeg == 1 ? quad_max(rmax[h]) * f[0] : quad_max(rmax[h]);
-    const bool move =
-        row_max > m[h] + kRescaleSlack; // false for a row that has seen no key (-inf > -inf)
-    const float m_new = move ? row_max : m[h];
-    corr[h] = move ? fast_exp2(m[h] - m_new) : 1.f; // exp2(-inf) = 0 on the first tile a row sees
-    m[h] = m_new;
-    off[h] = m_new == -INFINITY ? 0.f : m_new - kPShift; // P = 2^8 exp2(s - m) <= 2^(8 + slack)
-  }
-  float rs[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-  for (int i = 0; i < kG; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float p = fast_exp2(fmaf(sacc[4 * i + e], f[i / kSegG], -off[e >> 1]));
-      sacc[4 * i + e] = p;
-      rs[e >> 1][i % 4] += p;
-    }
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-    l[h] = l[h] * corr[h] + ((rs[h][0] + rs[h][1]) + (rs[h][2] + rs[h][3]));
+  for (int h = 0; h < 2; ++h) // kSeg 1: the max of raw scores times the one factor (f > 0)
+    off[h] = move_offset(kSeg == 1 ? quad_max(rmax[h]) * f[0] : quad_max(rmax[h]), m[h], corr[h]);
+  exp_and_sum<kG>(
+      sacc, [&](int i) { return f[i / kSegG]; }, off, l, corr);
 }
 
 // O *= corr (O retired; skipped when no row of the warp moved its offset), then P as e4m3 A
