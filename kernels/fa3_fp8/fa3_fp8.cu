@@ -549,8 +549,8 @@ template <int BN> struct KDescales { // BN 192
   __device__ __forceinline__ KDescales(const float *ptr, int tiles, const int &blocks)
       : p(ptr), n(tiles), next(load(0, blocks)) {}
   __device__ __forceinline__ KD load(int j, const int &blocks) const {
-    const int b0 = (3 * j) >> 1;
-    return KD{ldg_early(p + b0), ldg_early(p + min(b0 + 1, blocks - 1))};
+    return KD{ldg_early(p + descale_block_192(j, 0)),
+              ldg_early(p + min(descale_block_192(j, 16), blocks - 1))};
   }
   __device__ __forceinline__ KD take(int j, const int &blocks) { // tile j's, and j + 1's on its way
     const KD cur = next;
@@ -646,7 +646,7 @@ __device__ __forceinline__ void softmax(float (&sacc)[BN / 2], const ConsumerCtx
   f[0] = x.q_scale * kd.a;
   if constexpr (kSeg == 3) {
     const float fb = x.q_scale * kd.b;
-    f[1] = (j & 1) ? fb : f[0];
+    f[1] = descale_block_192(j, 8) == descale_block_192(j, 0) ? f[0] : fb;
     f[2] = fb;
   }
   const int causal_off = a.seqlen_kv - a.seqlen_q; // row i sees keys <= i + causal_off

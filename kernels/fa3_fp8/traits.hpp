@@ -38,6 +38,13 @@ constexpr int k_tile_bytes(int block_n, int head_dim = kHeadDim) { return block_
 constexpr int vt_tile_bytes(int block_n, int head_dim = kHeadDim) {
   return (head_dim / 128) * ((block_n + 127) / 128) * kTileBytes;
 }
+// block_n 192: the K descale block of 8-key group g (0..23) of K/V tile j, as the kernel's softmax takes it (run 0,
+// groups 0-7: block (3j) / 2; run 2, groups 16-23: the next; run 1, groups 8-15: the first on even tiles, the next
+// on odd ones). tests/kernels/test_fa3_fp8.cpp checks it against key / kFp8ScaleBlock for every key.
+constexpr int descale_block_192(int j, int g) {
+  const int b0 = (3 * j) >> 1;
+  return g < 8 ? b0 : g >= 16 ? b0 + 1 : b0 + (j & 1);
+}
 // The block_n a head_dim is compiled for: 128 and 192 at head_dim 128, 64 at 256.
 constexpr bool tile_compiled(int head_dim, int block_n) {
   return head_dim == 128 ? (block_n == 128 || block_n == 192) : head_dim == 256 && block_n == 64;

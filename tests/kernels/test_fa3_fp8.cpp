@@ -172,6 +172,14 @@ TEST(Fa3Fp8Host, QInRegsNeedsIntraWarpgroupOverlap) {
   EXPECT_GT(valid_with_q, 0);
 }
 
+TEST(Fa3Fp8Host, Block192DescaleRunsMatchTheKeys) {
+  // Every key of a 192-key tile takes the descale of its own 128-token block.
+  for (int j = 0; j < 64; ++j)
+    for (int key = 0; key < 192; ++key)
+      ASSERT_EQ(fa3fp8::descale_block_192(j, key / 8), (192 * j + key) / kFp8ScaleBlock)
+          << "tile " << j << " key " << key;
+}
+
 TEST(Fa3Fp8Host, SharedMemoryFitsHopperAtEveryValidConfig) {
   // Every config the space accepts fits Hopper's opt-in shared memory, the largest ones exactly.
   int64_t largest = 0;
