@@ -26,7 +26,7 @@ std::optional<TrafficModel> catalog_traffic_models(const Variant &v, const Atten
   if (name == "fa3_pipelined")
     return fa3::traffic(p, fa3::params_of(c), dev);
   if (name == "fa3_fp8")
-    return fa3fp8::traffic(p, dev);
+    return fa3fp8::traffic(p, fa3fp8::params_of(c), dev);
   return std::nullopt;
 }
 

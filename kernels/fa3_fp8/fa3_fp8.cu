@@ -14,8 +14,8 @@
 //    4c..4c+3 in one register, the accumulator holds keys 2c, 2c+1, 8+2c, 9+2c. The transposer
 //    writes V^T's keys in that same order (transpose_v), so the product pairs each P with its own V
 //    row. (FA3 permutes the same way.)
-//  - Descales: block_m = block_n = 128, one Q descale per work item and one K descale per K/V tile,
-//    folded into the one multiply per score the softmax already makes (scale_log2 * q_descale *
+//  - Descales: block_m = 128, one Q descale per work item and one K descale per 128 keys (per K/V
+//    tile at block_n 128, two a tile at 192: softmax), folded into the one multiply per score the softmax already makes (scale_log2 * q_descale *
 //    k_descale); V's descale folds into 1/l.
 //  - P is rounded to e4m3 for P V, scaled by 2^8 first (kPShift, folded into the exp2 offset, and
 //    out again through l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts
@@ -26,7 +26,10 @@
 //    and tile j's softmax runs while that P V still holds the tensor cores (FA3's two-stage
 //    pipelining in a warpgroup). P is 16 registers in e4m3, so this costs no register set beyond S,
 //    O and P.
-//  - One tile shape (block_m 128, block_n 128, head_dim 128).
+//  - block_m 128, head_dim 128; block_n 128 or 192 (the BN template parameter): a 192-key tile
+//    cuts the per-tile work a key by a third (waits, descale loads, row max trees, loop head) at 96 + 24
+//    registers of S and P, stages 2 (shared memory), Q K^T from shared memory (registers), and two
+//    K descales a tile (softmax).
 //  - pingpong (off by default: slower at every N once the instruction count came down): the two
 //    consumer warpgroups take turns to issue their GEMMs (named barriers, Turns).
 //  - The overlapped softmax is pinned above P V's wait (pin_softmax; ptxas had sunk it below). The
@@ -124,24 +127,27 @@ constexpr float kRescaleSlack = 0.75f;
 
 // Shared memory (byte addresses, 1024-aligned tiles: the 128B swizzle pattern repeats every 1024
 // bytes).
-struct Smem {
+// BN: keys per K/V tile (128 or 192). A K or raw V tile is BN x 128 bytes; a V^T tile is one (BN 128) or two
+// (BN 192: keys 0-127, then 128-191 in the first half of each row) 128 x 128-byte tiles.
+// HD 256: Q, K and raw V tiles are two column halves of [rows][128 bytes] each; V^T is two 128-row
+// tiles (head_dim 0-127, 128-255).
+template <int BN, int HD = kHeadDim> struct Smem {
+  static constexpr uint32_t kQ = uint32_t(q_tile_bytes(HD)), kK = uint32_t(k_tile_bytes(BN, HD)),
+                            kVt = uint32_t(vt_tile_bytes(BN, HD));
   uint32_t q, k, vraw, vt, o, bars;
   __device__ __forceinline__ Smem(uint32_t base, int stages, int q_bufs, int o_tma) {
     q = base; // persistent grid: two Q buffers, the next work item's Q loads while this one's last
               // tiles run
-    k = q + uint32_t(q_bufs) * kTileBytes;
-    vraw = k + uint32_t(stages) * kTileBytes;
-    vt = vraw + 2u * kTileBytes;
-    o = vt +
-        uint32_t(stages) * kTileBytes; // o_store=tma: 2 warpgroups x 2 chunks (launch sizes it)
+    k = q + uint32_t(q_bufs) * kQ;
+    vraw = k + uint32_t(stages) * kK;
+    vt = vraw + 2u * kK;
+    o = vt + uint32_t(stages) * kVt; // o_store=tma: 2 warpgroups x 2 chunks (launch sizes it)
     bars = o + (o_tma ? 4u * kOChunkBytes : 0u);
   }
-  __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kTileBytes; }
-  __device__ __forceinline__ uint32_t vraw_tile(int r) const {
-    return vraw + uint32_t(r) * kTileBytes;
-  }
-  __device__ __forceinline__ uint32_t vt_tile(int s) const { return vt + uint32_t(s) * kTileBytes; }
-  __device__ __forceinline__ uint32_t q_tile(int b) const { return q + uint32_t(b) * kTileBytes; }
+  __device__ __forceinline__ uint32_t k_tile(int s) const { return k + uint32_t(s) * kK; }
+  __device__ __forceinline__ uint32_t vraw_tile(int r) const { return vraw + uint32_t(r) * kK; }
+  __device__ __forceinline__ uint32_t vt_tile(int s) const { return vt + uint32_t(s) * kVt; }
+  __device__ __forceinline__ uint32_t q_tile(int b) const { return q + uint32_t(b) * kQ; }
   __device__ __forceinline__ uint32_t q_full(int b) const { return bars + 8 * b; }
   __device__ __forceinline__ uint32_t q_empty(int b) const { return bars + 8 * (2 + b); }
   __device__ __forceinline__ uint32_t k_full(int s) const { return bars + 8 * (4 + s); }
@@ -181,28 +187,36 @@ struct Smem {
 //    (the PRMT selectors are per lane), so each stored matrix's rows are 2i (i < 4) and 2i + 1 (i
 //    >= 4), eight different rows mod 8: eight different 16-byte chunks under the swizzle,
 //    conflict-free; the loads' rows are eight consecutive keys, conflict-free too.
-// Warp w takes key groups 2w, 2w + 1 and all four head_dim groups. The lane offsets do not depend
-// on the tile: TransposeLanes computes them once.
-struct TransposeLanes {
-  uint32_t ld[4], st[2], sel_a, sel_b; // ld: per head_dim group; st: per key group of the warp
+// Warp w takes key groups G w .. G w + G - 1 (G = BN / 64) and all four head_dim groups; key group
+// kg lands in V^T tile kg / 8 at 16-byte column kg % 8. The lane offsets do not depend on the tile:
+// TransposeLanes computes them once.
+template <int BN> struct TransposeLanes {
+  static constexpr uint32_t G = BN / 64;
+  uint32_t ld[4], st[G], sel_a, sel_b; // ld: per head_dim group; st: per key group of the warp
   __device__ __forceinline__ explicit TransposeLanes(int u) {
     const uint32_t w = uint32_t(u) >> 5, t = uint32_t(u) & 31u, m = t >> 3, i = t & 7u;
 #pragma unroll
     for (uint32_t dg = 0; dg < 4; ++dg)
-      ld[dg] = swizzle_128b(16u * (2u * w) + 8u * (m & 1u) + i, 16u * (2u * dg + (m >> 1)));
+      ld[dg] = swizzle_128b(16u * (G * w) + 8u * (m & 1u) + i, 16u * (2u * dg + (m >> 1)));
     const uint32_t row = 16u * (m >> 1) + 2u * i + ((m & 1u) ^ (i >> 2));
 #pragma unroll
-    for (uint32_t k = 0; k < 2; ++k)
-      st[k] = swizzle_128b(row, 16u * (2u * w + k));
+    for (uint32_t k = 0; k < G; ++k) {
+      const uint32_t kg = G * w + k; // BN 128: kg < 8, one V^T tile
+      st[k] = BN == 128 ? swizzle_128b(row, 16u * kg)
+                        : (kg / 8u) * uint32_t(kTileBytes) + swizzle_128b(row, 16u * (kg % 8u));
+    }
     const bool hi = t >= 16;
     sel_a = hi ? 0x7531u : 0x6420u;
     sel_b = hi ? 0x6420u : 0x7531u;
   }
 };
 
-__device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst, const TransposeLanes &l) {
+template <int BN>
+__device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst,
+                                            const TransposeLanes<BN> &l) {
 #pragma unroll
-  for (uint32_t k = 0; k < 2; ++k) // key group 2w + k: 16 keys = 2048 bytes of V
+  for (uint32_t k = 0; k < TransposeLanes<BN>::G;
+       ++k) // key group G w + k: 16 keys = 2048 bytes of V
 #pragma unroll
     for (uint32_t dg = 0; dg < 4; ++dg) { // head_dim group: 32 rows of V^T = 4096 bytes
       uint32_t r[4];
@@ -233,12 +247,12 @@ __device__ __forceinline__ uint32_t pack_e4m3(float x0, float x1, float x2, floa
 
 // K/V tiles a CTA visits: all, or (causal) up to the last key its last row sees (bottom-right
 // alignment).
-__device__ __forceinline__ int kv_tiles(const KernelArgs &a, int q0) {
-  const int all = (a.seqlen_kv + kBlockN - 1) / kBlockN;
+template <int BN> __device__ __forceinline__ int kv_tiles(const KernelArgs &a, int q0) {
+  const int all = (a.seqlen_kv + BN - 1) / BN;
   if (!a.causal)
     return all;
   const int last_key = min(q0 + kBlockM, a.seqlen_q) - 1 + (a.seqlen_kv - a.seqlen_q);
-  return last_key < 0 ? 0 : min(all, last_key / kBlockN + 1);
+  return last_key < 0 ? 0 : min(all, last_key / BN + 1);
 }
 
 struct TileId {
@@ -263,7 +277,7 @@ __device__ __forceinline__ TileId tile_of(const KernelArgs &a, int lin) {
 // A position in this CTA's stream of K/V tiles: work item `lin`, its tile j of n. Items with no K/V
 // tile (causal rows before every key) are stepped over: they need no Q and no loads, and the
 // consumers write 0 / -inf for them.
-struct Cursor {
+template <int BN> struct Cursor {
   int lin, j, n;
   TileId t;
   __device__ __forceinline__ bool valid(const KernelArgs &a) const { return lin < a.total_tiles; }
@@ -272,7 +286,7 @@ struct Cursor {
     j = 0;
     for (; lin < a.total_tiles; lin += int(gridDim.x)) {
       t = tile_of(a, lin);
-      n = kv_tiles(a, t.q0);
+      n = kv_tiles<BN>(a, t.q0);
       if (n > 0)
         return;
     }
@@ -307,27 +321,39 @@ struct Ring {
 // tiles ahead, raw V 2 ahead, Q one work item ahead (into the other Q buffer, once that buffer's
 // previous item has released it: the consumers do so after the item's last Q K^T, which needs
 // nothing the transposers have not already made).
-__device__ __forceinline__ void load_k(const KernelArgs &a, const Smem &sm, const Cursor &c,
-                                       int s) {
-  mbar_arrive_expect_tx(sm.k_full(s), kTileBytes);
-  tma_load_4d(sm.k_tile(s), &a.tm_k, sm.k_full(s), 0, c.j * kBlockN, c.t.hk, c.t.b);
+// One box of 128 bytes a row per 128 columns of head_dim (HD 256: two, into the tile's column
+// halves, half_bytes apart), all on one mbarrier.
+template <int HD>
+__device__ __forceinline__ void load_halves(const CUtensorMap *map, uint32_t dst,
+                                            uint32_t half_bytes, uint32_t bar, int row, int head,
+                                            int batch) {
+  mbar_arrive_expect_tx(bar, half_bytes * (HD / 128));
+#pragma unroll
+  for (int h = 0; h < HD / 128; ++h)
+    tma_load_4d(dst + uint32_t(h) * half_bytes, map, bar, 128 * h, row, head, batch);
 }
-__device__ __forceinline__ void load_v(const KernelArgs &a, const Smem &sm, const Cursor &c,
-                                       int r) {
-  mbar_arrive_expect_tx(sm.vraw_full(r), kTileBytes);
-  tma_load_4d(sm.vraw_tile(r), &a.tm_v, sm.vraw_full(r), 0, c.j * kBlockN, c.t.hk, c.t.b);
+template <int BN, int HD>
+__device__ __forceinline__ void load_k(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                       const Cursor<BN> &c, int s) {
+  load_halves<HD>(&a.tm_k, sm.k_tile(s), BN * 128, sm.k_full(s), c.j * BN, c.t.hk, c.t.b);
 }
-__device__ __forceinline__ void load_q(const KernelArgs &a, const Smem &sm, const Cursor &c,
-                                       int b) {
-  mbar_arrive_expect_tx(sm.q_full(b), kTileBytes);
-  tma_load_4d(sm.q_tile(b), &a.tm_q, sm.q_full(b), 0, c.t.q0, c.t.h, c.t.b);
+template <int BN, int HD>
+__device__ __forceinline__ void load_v(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                       const Cursor<BN> &c, int r) {
+  load_halves<HD>(&a.tm_v, sm.vraw_tile(r), BN * 128, sm.vraw_full(r), c.j * BN, c.t.hk, c.t.b);
+}
+template <int BN, int HD>
+__device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                       const Cursor<BN> &c, int b) {
+  load_halves<HD>(&a.tm_q, sm.q_tile(b), kTileBytes, sm.q_full(b), c.t.q0, c.t.h, c.t.b);
 }
 
-__device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm) {
+template <int BN, int HD>
+__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD> &sm) {
   const int u = int(threadIdx.x);
-  Cursor vt = Cursor::first(a);     // the tile being transposed; all 128 threads step it
-  Cursor kc = vt, vc = vt, qc = vt; // thread 0's load cursors
-  int qn = 0;                       // Q loads issued before qc's
+  Cursor<BN> vt = Cursor<BN>::first(a); // the tile being transposed; all 128 threads step it
+  Cursor<BN> kc = vt, vc = vt, qc = vt; // thread 0's load cursors
+  int qn = 0;                           // Q loads issued before qc's
   if (u == 0 && vt.valid(a)) {
     load_q(a, sm, qc, 0);
     for (int i = 0; i < a.stages && kc.valid(a); ++i, kc.next(a))
@@ -335,14 +361,17 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem &sm) {
     for (int i = 0; i < 2 && vc.valid(a); ++i, vc.next(a))
       load_v(a, sm, vc, i);
   }
-  const TransposeLanes lanes(u);
+  const TransposeLanes<BN> lanes(u);
   Ring ring; // global tile g's K and V^T slot
   for (int g = 0; vt.valid(a); ++g, vt.next(a), ring.next(a.stages)) {
     const int s = ring.slot, r = g & 1;
     mbar_wait(sm.vraw_full(r), uint32_t(g >> 1) & 1u);
     if (g >= a.stages)
       mbar_wait(sm.vt_empty(s), ring.phase ^ 1u); // the slot's previous use, released
-    transpose_v(sm.vraw_tile(r), sm.vt_tile(s), lanes);
+#pragma unroll
+    for (int h = 0; h < HD / 128; ++h) // HD 256: each column half into its own V^T tile(s)
+      transpose_v(sm.vraw_tile(r) + uint32_t(h) * BN * 128,
+                  sm.vt_tile(s) + uint32_t(h) * ((BN + 127) / 128) * kTileBytes, lanes);
     fence_proxy_async_smem(); // this thread's V^T writes, visible to the consumers' WGMMA (the
                               // async proxy)
     mbar_arrive(sm.vt_full(s));
@@ -394,27 +423,30 @@ struct Turns {
 };
 
 // ---- consumer steps (one warpgroup, 64 query rows)
-struct ConsumerCtx {
+template <int BN, int HD> struct ConsumerCtx {
   const KernelArgs &a;
-  const Smem &sm;
+  const Smem<BN, HD> &sm;
   DescBase dq;            // this warpgroup's 64 rows of Q
   float q_scale;          // scale_log2 * the CTA's Q descale
   const float *k_descale; // this (batch, kv head)'s K descales, one per K/V tile
   int row0, c, first_row; // the thread's half-0 row, its lane % 4, the warpgroup's first row
 };
 
-// S = Q K^T for K slot s: 4 k-steps of 32 bytes inside the one 128-byte swizzle row (uncommitted).
-// QREG: Q's A fragments from registers (load_q_regs), else from shared memory.
-template <bool QREG>
-__device__ __forceinline__ void issue_qk(float (&sacc)[64], const ConsumerCtx &x,
+// S = Q K^T for K slot s: 4 k-steps of 32 bytes inside each 128-byte swizzle row (HD 256: the two
+// column halves in turn; uncommitted). QREG: Q's A fragments from registers (load_q_regs), else
+// from shared memory.
+template <bool QREG, int BN, int HD>
+__device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const ConsumerCtx<BN, HD> &x,
                                          const uint32_t (&qa)[4][4], int s) {
   const DescBase dk = desc_base(x.sm.k_tile(s), 16);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    if (QREG)
-      wgmma_rs(sacc, qa[kk], dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<128>{});
+  for (int kk = 0; kk < HD / 32; ++kk) {
+    const uint32_t qh = uint32_t(kk / 4) * kTileBytes, kh = uint32_t(kk / 4) * BN * 128;
+    if constexpr (QREG)
+      wgmma_rs(sacc, qa[kk], dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<BN>{});
     else
-      wgmma_ss(sacc, x.dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<128>{});
+      wgmma_ss(sacc, x.dq.at(qh + (kk % 4) * 32), dk.at(kh + (kk % 4) * 32), kk > 0 ? 1 : 0,
+               E4m3Tag{}, IntC<BN>{});
   }
 }
 
@@ -432,13 +464,33 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qa)[4][4], uint32_t q_til
     fb::kernels::ldmatrix_x4(qa[kk], q_tile + swizzle_128b(row, 32u * kk + 16u * (m >> 1)));
 }
 
-// O += P V^T for V^T slot s: 4 k-steps of 32 keys (uncommitted).
-__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&pa)[4][4],
-                                         const ConsumerCtx &x, int s) {
-  const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
+// O += P V^T for V^T slot s: BN / 32 k-steps of 32 keys, four to a 128 x 128-byte V^T tile
+// (uncommitted). HD 256: O's two 128-column halves, each from its own V^T tile.
+template <int BN, int HD>
+__device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&pa)[BN / 32][4],
+                                         const ConsumerCtx<BN, HD> &x, int s) {
+  if constexpr (HD == 128) {
+    const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
 #pragma unroll
-  for (int kt = 0; kt < 4; ++kt)
-    wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, E4m3Tag{}, IntC<128>{});
+    for (int kt = 0; kt < (BN < 128 ? BN / 32 : 4); ++kt)
+      wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, E4m3Tag{}, IntC<128>{});
+    if constexpr (BN == 192) { // keys 128-191: the second V^T tile
+      const DescBase dv2 = desc_base(x.sm.vt_tile(s) + kTileBytes, 16);
+#pragma unroll
+      for (int kt = 4; kt < 6; ++kt)
+        wgmma_rs(o, pa[kt], dv2.at((kt - 4) * 32), 1, E4m3Tag{}, IntC<128>{});
+    }
+  } else {
+    static_assert(BN <= 128, "HD 256 takes one V^T tile a head_dim half");
+#pragma unroll
+    for (int hh = 0; hh < HD / 128; ++hh) {
+      float(&oh)[64] = *reinterpret_cast<float(*)[64]>(o + 64 * hh);
+      const DescBase dv = desc_base(x.sm.vt_tile(s) + uint32_t(hh) * kTileBytes, 16);
+#pragma unroll
+      for (int kt = 0; kt < BN / 32; ++kt)
+        wgmma_rs(oh, pa[kt], dv.at(kt * 32), 1, E4m3Tag{}, IntC<128>{});
+    }
+  }
 }
 
 // A global load issued where it stands: asm volatile keeps it above the mbarrier waits (asm
@@ -454,32 +506,155 @@ __device__ __forceinline__ float ldg_early(const float *p) {
 // Tile j's K descale, loaded a tile ahead: issued where it is used, the load came right after Q
 // K^T's wait, so its L2 latency (the first tile of every work item misses L1) stood in front of the
 // softmax's first use of it.
-struct KDescales {
+// BN 128: one descale a tile (a); BN 192: the tile's two descale blocks, a = (3j) / 2 and b = a + 1
+// (clamped to the last block: keys past it are masked).
+struct KD {
+  float a, b;
+};
+// BN 128 as the kernel had it before BN 192 (its SASS then matches to the opcode).
+template <int BN> struct KDescales;
+template <> struct KDescales<128> {
   const float *p;
   int n;
   float next;
-  __device__ __forceinline__ KDescales(const float *ptr, int tiles)
+  __device__ __forceinline__ KDescales(const float *ptr, int tiles, const int &)
       : p(ptr), n(tiles), next(ldg_early(ptr)) {}
-  __device__ __forceinline__ float take(int j) { // tile j's, and tile j + 1's on its way
+  __device__ __forceinline__ KD take(int j, const int &) { // tile j's, and tile j + 1's on its way
     const float cur = next;
     if (j + 1 < n)
       next = ldg_early(p + j + 1);
+    return KD{cur, 0.f};
+  }
+};
+// BN 64 (HD 256): two tiles a descale block, tile j's is block j / 2.
+template <> struct KDescales<64> {
+  const float *p;
+  int n;
+  float next;
+  __device__ __forceinline__ KDescales(const float *ptr, int tiles, const int &)
+      : p(ptr), n(tiles), next(ldg_early(ptr)) {}
+  __device__ __forceinline__ KD take(int j, const int &) {
+    const float cur = next;
+    if (j + 1 < n)
+      next = ldg_early(p + ((j + 1) >> 1));
+    return KD{cur, 0.f};
+  }
+};
+template <int BN> struct KDescales { // BN 192
+  const float *p;
+  int n; // tiles of the item
+  KD next;
+  // blocks: descale blocks of the (batch, kv head), read from the kernel's parameters where needed
+  // (a register held for the clamp spilled at BN 192).
+  __device__ __forceinline__ KDescales(const float *ptr, int tiles, const int &blocks)
+      : p(ptr), n(tiles), next(load(0, blocks)) {}
+  __device__ __forceinline__ KD load(int j, const int &blocks) const {
+    return KD{ldg_early(p + descale_block_192(j, 0)),
+              ldg_early(p + min(descale_block_192(j, 16), blocks - 1))};
+  }
+  __device__ __forceinline__ KD take(int j, const int &blocks) { // tile j's, and j + 1's on its way
+    const KD cur = next;
+    if (j + 1 < n)
+      next = load(j + 1, blocks);
     return cur;
   }
 };
 
+// A row half's offset after a tile whose (scaled) max is row_max: moved only past kRescaleSlack;
+// corr is what O must be scaled by; returns the exp2 offset (P = 2^8 exp2(s - m) <= 2^(8 + slack)).
+__device__ __forceinline__ float move_offset(float row_max, float &m, float &corr) {
+  const bool move =
+      row_max > m + kRescaleSlack; // false for a row that has seen no key (-inf > -inf)
+  const float m_new = move ? row_max : m;
+  corr = move ? fast_exp2(m - m_new) : 1.f; // exp2(-inf) = 0 on the first tile a row sees
+  m = m_new;
+  return m_new == -INFINITY ? 0.f : m_new - kPShift;
+}
+
+// Scores -> 2^8 P in place, group i scaled by f(i) (log2 units per raw score), and l moved on; the
+// sums in 4 chains a row half.
+template <int kG, class F>
+__device__ __forceinline__ void exp_and_sum(float (&sacc)[4 * kG], F f, const float (&off)[2],
+                                            float (&l)[2], const float (&corr)[2]) {
+  float rs[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+  for (int i = 0; i < kG; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float p = fast_exp2(fmaf(sacc[4 * i + e], f(i), -off[e >> 1]));
+      sacc[4 * i + e] = p;
+      rs[e >> 1][i % 4] += p;
+    }
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    l[h] = l[h] * corr[h] + ((rs[h][0] + rs[h][1]) + (rs[h][2] + rs[h][3]));
+}
+
 // K/V tile j's scores (sacc, retired) -> 2^8 P in place; m and l move on, corr is what O must be
-// scaled by. kd: the tile's K descale (KDescales).
-__device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x, int j, float kd,
-                                        float (&m)[2], float (&l)[2], float (&corr)[2]) {
+// scaled by. kd: the tile's K descales (KDescales). BN 192: the scores of 8-key groups 0-7 take
+// descale a, of groups 16-23 descale b, of groups 8-15 a on even tiles (the block boundary at key
+// 128) and b on odd ones (at key 64); the row max is taken per group of one factor, then scaled.
+template <int BN, int HD>
+__device__ __forceinline__ void softmax(float (&sacc)[BN / 2], const ConsumerCtx<BN, HD> &x, int j,
+                                        KD kd, float (&m)[2], float (&l)[2], float (&corr)[2]) {
+  if constexpr (BN == 128) {
+    const KernelArgs &a = x.a;
+    const float f = x.q_scale * kd.a;                // log2 units per raw score
+    const int causal_off = a.seqlen_kv - a.seqlen_q; // row i sees keys <= i + causal_off
+    // Mask keys past the end and (causal) right of the diagonal, only on tiles that reach them.
+    const int key0 = j * BN;
+    if (key0 + BN > a.seqlen_kv || (a.causal && key0 + BN - 1 > x.first_row + causal_off)) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = key0 + 8 * i + 2 * x.c + (e & 1), row = x.row0 + 8 * (e >> 1);
+          if (key >= a.seqlen_kv || (a.causal && key > row + causal_off))
+            sacc[4 * i + e] = -INFINITY;
+        }
+    }
+    // Online softmax in log2 units; a row that has seen no key keeps m = -inf and subtracts 0. m is
+    // the offset in use, moved only when the row's max passes it by more than kRescaleSlack, so that
+    // most tiles leave O alone (rescale_and_pack skips the 64 multiplies when no row of the warp
+    // moved). The max and the sums are trees of 4 chains a row half (one chain was 32 dependent
+    // instructions).
+    float mx[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        mx[h][k] = fmaxf(sacc[4 * k + 2 * h], sacc[4 * k + 2 * h + 1]);
+#pragma unroll
+    for (int i = 4; i < 16; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        mx[e >> 1][i % 4] = fmaxf(mx[e >> 1][i % 4], sacc[4 * i + e]);
+    float off[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      off[h] = move_offset(
+          quad_max(fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]))) * f, m[h], corr[h]);
+    exp_and_sum<16>(
+        sacc, [&](int) { return f; }, off, l, corr);
+    return;
+  }
+  constexpr int kG = BN / 8;              // 8-key groups of the tile
+  constexpr int kSeg = BN == 192 ? 3 : 1; // runs of groups with one descale factor
+  constexpr int kSegG = kG / kSeg;        // groups a run
   const KernelArgs &a = x.a;
-  const float f = x.q_scale * kd;                  // log2 units per raw score
+  float f[kSeg]; // log2 units per raw score, per run
+  f[0] = x.q_scale * kd.a;
+  if constexpr (kSeg == 3) {
+    const float fb = x.q_scale * kd.b;
+    f[1] = descale_block_192(j, 8) == descale_block_192(j, 0) ? f[0] : fb;
+    f[2] = fb;
+  }
   const int causal_off = a.seqlen_kv - a.seqlen_q; // row i sees keys <= i + causal_off
   // Mask keys past the end and (causal) right of the diagonal, only on tiles that reach them.
-  const int key0 = j * kBlockN;
-  if (key0 + kBlockN > a.seqlen_kv || (a.causal && key0 + kBlockN - 1 > x.first_row + causal_off)) {
+  const int key0 = j * BN;
+  if (key0 + BN > a.seqlen_kv || (a.causal && key0 + BN - 1 > x.first_row + causal_off)) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < kG; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key0 + 8 * i + 2 * x.c + (e & 1), row = x.row0 + 8 * (e >> 1);
@@ -492,55 +667,55 @@ __device__ __forceinline__ void softmax(float (&sacc)[64], const ConsumerCtx &x,
   // most tiles leave O alone (rescale_and_pack skips the 64 multiplies when no row of the warp
   // moved). The max and the sums are trees of 4 chains a row half (one chain was 32 dependent
   // instructions).
-  float mx[2][4];
+  // One run at a time (BN 192), each reduced and scaled before the next, so that no more than one
+  // run's 8 partial maxima are live next to S, O and the P in flight.
+  float rmax[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
+  for (int sg = 0; sg < kSeg; ++sg) {
+    float mx[2][4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      mx[h][k] = fmaxf(sacc[4 * k + 2 * h], sacc[4 * k + 2 * h + 1]);
+    for (int h = 0; h < 2; ++h)
 #pragma unroll
-  for (int i = 4; i < 16; ++i)
+      for (int k = 0; k < 4; ++k)
+        mx[h][k] =
+            fmaxf(sacc[4 * (sg * kSegG + k) + 2 * h], sacc[4 * (sg * kSegG + k) + 2 * h + 1]);
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      mx[e >> 1][i % 4] = fmaxf(mx[e >> 1][i % 4], sacc[4 * i + e]);
+    for (int i = 4; i < kSegG; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        mx[e >> 1][i % 4] = fmaxf(mx[e >> 1][i % 4], sacc[4 * (sg * kSegG + i) + e]);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float r = fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]));
+      if constexpr (kSeg == 1)
+        rmax[h] = r;
+      else
+        rmax[h] = sg == 0 ? r * f[0] : fmaxf(rmax[h], r * f[sg]);
+    }
+  }
   float off[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const float row_max = quad_max(fmaxf(fmaxf(mx[h][0], mx[h][1]), fmaxf(mx[h][2], mx[h][3]))) * f;
-    const bool move =
-        row_max > m[h] + kRescaleSlack; // false for a row that has seen no key (-inf > -inf)
-    const float m_new = move ? row_max : m[h];
-    corr[h] = move ? fast_exp2(m[h] - m_new) : 1.f; // exp2(-inf) = 0 on the first tile a row sees
-    m[h] = m_new;
-    off[h] = m_new == -INFINITY ? 0.f : m_new - kPShift; // P = 2^8 exp2(s - m) <= 2^(8 + slack)
-  }
-  float rs[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-  for (int i = 0; i < 16; ++i)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float p = fast_exp2(fmaf(sacc[4 * i + e], f, -off[e >> 1]));
-      sacc[4 * i + e] = p;
-      rs[e >> 1][i % 4] += p;
-    }
-#pragma unroll
-  for (int h = 0; h < 2; ++h)
-    l[h] = l[h] * corr[h] + ((rs[h][0] + rs[h][1]) + (rs[h][2] + rs[h][3]));
+  for (int h = 0; h < 2; ++h) // kSeg 1: the max of raw scores times the one factor (f > 0)
+    off[h] = move_offset(kSeg == 1 ? quad_max(rmax[h]) * f[0] : quad_max(rmax[h]), m[h], corr[h]);
+  exp_and_sum<kG>(
+      sacc, [&](int i) { return f[i / kSegG]; }, off, l, corr);
 }
 
 // O *= corr (O retired; skipped when no row of the warp moved its offset), then P as e4m3 A
 // fragments, in the accumulator's own key order (transpose_v).
-__device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&corr)[2],
-                                                 const float (&sacc)[64], uint32_t (&pa)[4][4]) {
+template <int BN, int HD>
+__device__ __forceinline__ void rescale_and_pack(float (&o)[HD / 2], const float (&corr)[2],
+                                                 const float (&sacc)[BN / 2],
+                                                 uint32_t (&pa)[BN / 32][4]) {
   if (__any_sync(0xffffffffu, corr[0] != 1.f || corr[1] != 1.f)) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < HD / 8; ++i)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         o[4 * i + e] *= corr[e >> 1];
   }
 #pragma unroll
-  for (int kt = 0; kt < 4; ++kt) {
+  for (int kt = 0; kt < BN / 32; ++kt) {
     const float *s0 = sacc + 16 * kt; // groups 4kt .. 4kt + 3
     pa[kt][0] = pack_e4m3(s0[0], s0[1], s0[4], s0[5]);
     pa[kt][1] = pack_e4m3(s0[2], s0[3], s0[6], s0[7]);
@@ -554,15 +729,16 @@ __device__ __forceinline__ void rescale_and_pack(float (&o)[64], const float (&c
 // P V. Off: each tile's two GEMMs and its softmax in series. One work item; kr and vr carry the K
 // and V^T rings from item to item, and Q sits in buffer qb (its qn-th item with a K/V tile: full
 // phase (qn >> 1) & 1).
-template <bool OVERLAP, bool QREG>
-__device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &sm, const TileId &t,
-                                              int n, int wg, Ring &kr, Ring &vr, int qn) {
+template <bool OVERLAP, bool QREG, int BN, int HD>
+__device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                              const TileId &t, int n, int wg, Ring &kr, Ring &vr,
+                                              int qn) {
   const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, g = lane / 4,
             c = lane % 4;
   const int row0 = t.q0 + 64 * wg + 16 * warp + g; // this thread's half-0 row; half 1 is row0 + 8
-  float o[64];
+  float o[HD / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i)
+  for (int i = 0; i < HD / 2; ++i)
     o[i] = 0.f;
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const float v_ds =
@@ -571,28 +747,29 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
     const int qb = qn & 1;
     const float q_ds =
         ldg_early(a.q_descale + (int64_t(t.b) * a.heads_q + t.h) * a.n_q_tiles + t.qt);
-    const ConsumerCtx x{a,
-                        sm,
-                        desc_base(sm.q_tile(qb) + uint32_t(wg) * 64 * 128, 16),
-                        a.scale_log2 * q_ds,
-                        a.k_descale + (int64_t(t.b) * (a.heads_q / a.group) + t.hk) * a.n_k_blocks,
-                        row0,
-                        c,
-                        t.q0 + 64 * wg};
-    KDescales kds(x.k_descale, n);
+    const ConsumerCtx<BN, HD> x{a,
+                                sm,
+                                desc_base(sm.q_tile(qb) + uint32_t(wg) * 64 * 128, 16),
+                                a.scale_log2 * q_ds,
+                                a.k_descale +
+                                    (int64_t(t.b) * (a.heads_q / a.group) + t.hk) * a.n_k_blocks,
+                                row0,
+                                c,
+                                t.q0 + 64 * wg};
+    KDescales<BN> kds(x.k_descale, n, a.n_k_blocks);
     mbar_wait(sm.q_full(qb), uint32_t(qn >> 1) & 1u);
     uint32_t qa[4][4];
     if (QREG)
       load_q_regs(qa, sm.q_tile(qb), wg, warp, lane);
-    float sacc[64], corr[2];
-    uint32_t pa[4][4];
+    float sacc[BN / 2], corr[2];
+    uint32_t pa[BN / 32][4];
     const Turns turn{a.pingpong != 0, wg};
     turn.open(n);
     if (OVERLAP) { // issues: Q K^T(0), then (Q K^T(j), P V(j-1)) for j = 1..n-1, then P V(n-1)
       mbar_wait(sm.k_full(kr.slot), kr.phase);
       turn.begin();
       wgmma_fence();
-      issue_qk<QREG>(sacc, x, qa, kr.slot);
+      issue_qk<QREG, BN, HD>(sacc, x, qa, kr.slot);
       wgmma_commit();
       turn.end(false);
       wgmma_wait<0>();
@@ -602,17 +779,17 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
         if (n == 1)
           mbar_arrive(sm.q_empty(qb)); // the item's last Q K^T has retired
       }
-      softmax(sacc, x, 0, kds.take(0), m, l, corr);
-      rescale_and_pack(o, corr, sacc, pa);
+      softmax(sacc, x, 0, kds.take(0, a.n_k_blocks), m, l, corr);
+      rescale_and_pack<BN, HD>(o, corr, sacc, pa);
       kr.next(a.stages); // kr: tile j's K slot; vr: tile j-1's V^T slot
       for (int j = 1; j < n; ++j, kr.next(a.stages), vr.next(a.stages)) {
         const int s = kr.slot, sp = vr.slot;
-        const float kd = kds.take(j);
+        const KD kd = kds.take(j, a.n_k_blocks);
         // Both waits first: a wait between the two issues made ptxas fence the second (C7519).
         mbar_wait2(sm.k_full(s), kr.phase, sm.vt_full(sp), vr.phase);
         turn.begin();
         wgmma_fence();
-        issue_qk<QREG>(sacc, x, qa, s);
+        issue_qk<QREG, BN, HD>(sacc, x, qa, s);
         wgmma_commit();
         issue_pv(o, pa, x, sp);
         wgmma_commit();
@@ -634,7 +811,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
         fence_operands(pa);
         if (lane == 0)
           mbar_arrive(sm.vt_empty(sp));
-        rescale_and_pack(o, corr, sacc, pa);
+        rescale_and_pack<BN, HD>(o, corr, sacc, pa);
       }
       const int sl = vr.slot;
       mbar_wait(sm.vt_full(sl), vr.phase);
@@ -652,12 +829,12 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
     } else { // issues: Q K^T(j) and P V(j) for each j; one ring (kr) for both
       for (int j = 0; j < n; ++j, kr.next(a.stages)) {
         const int s = kr.slot;
-        const float kd = kds.take(j);
+        const KD kd = kds.take(j, a.n_k_blocks);
         const uint32_t ph = kr.phase;
         mbar_wait(sm.k_full(s), ph);
         turn.begin();
         wgmma_fence();
-        issue_qk<QREG>(sacc, x, qa, s);
+        issue_qk<QREG, BN, HD>(sacc, x, qa, s);
         wgmma_commit();
         turn.end(false);
         wgmma_wait<0>();
@@ -668,7 +845,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
             mbar_arrive(sm.q_empty(qb));
         }
         softmax(sacc, x, j, kd, m, l, corr);
-        rescale_and_pack(o, corr, sacc, pa);
+        rescale_and_pack<BN, HD>(o, corr, sacc, pa);
         mbar_wait(sm.vt_full(s), ph);
         turn.begin();
         wgmma_fence();
@@ -696,15 +873,23 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
       a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
           seen ? (m[h] + __log2f(lsum) - kPShift) * kLn2 : -INFINITY;
   }
-  if (a.o_tma) {
+  if (HD == 128 && a.o_tma) { // HD 256 stores from registers (supports() refuses o_store tma)
     // o_store=tma: as fa3_pipelined's epilogue (kernels/common/hopper/epilogue.cuh), each
     // warpgroup with its own staging buffer of two 64-column chunks. The 4-byte stores from
     // registers below queue 32 STG a thread behind the LSU (a profile at N = 512: `lg` stalls in
     // every epilogue).
-    // tid: the consumer's own thread index (see store_tile_tma's kGivenThread).
-    store_tile_tma<__nv_bfloat16, kHeadDim, NoHook, true>(
-        &a.tm_o, sm.o + uint32_t(wg) * 2u * kOChunkBytes, kOChunkBytes, kBarEpi0 + wg,
-        t.q0 + 64 * wg, t.h, t.b, o, inv, 0, NoHook{}, tid);
+    // tid: the consumer's own thread index (see store_tile_tma's kGivenThread). BN 192: read
+    // afresh here, so that ptxas does not keep the staging addresses it derives from it live
+    // across the K/V loop (it spilled two of them next to the larger S and P).
+    int etid = tid;
+    if constexpr (BN == 192) {
+      asm volatile("mov.u32 %0, %%tid.x;" : "=r"(etid));
+      etid %= 128;
+    }
+    if constexpr (HD == 128)
+      store_tile_tma<__nv_bfloat16, kHeadDim, NoHook, true>(
+          &a.tm_o, sm.o + uint32_t(wg) * 2u * kOChunkBytes, kOChunkBytes, kBarEpi0 + wg,
+          t.q0 + 64 * wg, t.h, t.b, o, inv, 0, NoHook{}, etid);
     return;
   }
 #pragma unroll
@@ -715,20 +900,20 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem &s
     __nv_bfloat16 *dst =
         a.o + int64_t(t.b) * a.o_batch + int64_t(row) * a.o_seq + int64_t(t.h) * a.o_head + 2 * c;
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
+    for (int i = 0; i < HD / 8; ++i)
       *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * i) =
           __floats2bfloat162_rn(o[4 * i + 2 * h] * inv[h], o[4 * i + 2 * h + 1] * inv[h]);
   }
 }
 
-template <bool OVERLAP, bool QREG>
-__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, int wg) {
+template <bool OVERLAP, bool QREG, int BN, int HD>
+__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<BN, HD> &sm, int wg) {
   Ring kr, vr;
   int qn = 0; // items with a K/V tile so far: Q buffer qn & 1
   for (int lin = int(blockIdx.x); lin < a.total_tiles; lin += int(gridDim.x)) {
     const TileId t = tile_of(a, lin);
-    const int n = kv_tiles(a, t.q0);
-    consumer_item<OVERLAP, QREG>(a, sm, t, n, wg, kr, vr, qn);
+    const int n = kv_tiles<BN>(a, t.q0);
+    consumer_item<OVERLAP, QREG, BN, HD>(a, sm, t, n, wg, kr, vr, qn);
     if (n > 0)
       ++qn;
   }
@@ -736,12 +921,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem &sm, in
     bulk_wait_all(); // the last O store has left shared memory
 }
 
-template <bool OVERLAP, bool QREG>
+template <bool OVERLAP, bool QREG, int BN, int HD>
 __global__ void __launch_bounds__(kThreads, 1)
     fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const Smem sm(base, a.stages, a.q_bufs, a.o_tma);
+  const Smem<BN, HD> sm(base, a.stages, a.q_bufs, a.o_tma);
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
       mbar_init(sm.q_full(b), 1);
@@ -765,7 +950,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
   regs_alloc<kConsumerRegs>();
-  consumer<OVERLAP, QREG>(a, sm, wg - 1);
+  consumer<OVERLAP, QREG, BN, HD>(a, sm, wg - 1);
 }
 
 } // namespace detail
@@ -774,19 +959,37 @@ namespace {
 using KernelFn = void (*)(detail::KernelArgs);
 // The instantiation for a config: intra_wg_overlap x q_in_regs (q_in_regs needs intra_wg_overlap,
 // traits.hpp).
-KernelFn pick(const Params &c) {
+template <int BN, int HD> KernelFn pick_bn(const Params &c) {
   if (!c.overlap)
-    return detail::fa3_fp8_kernel<false, false>;
-  return c.q_in_regs ? detail::fa3_fp8_kernel<true, true> : detail::fa3_fp8_kernel<true, false>;
+    return detail::fa3_fp8_kernel<false, false, BN, HD>;
+  if constexpr (BN == 128 && HD == 128)
+    if (c.q_in_regs)
+      return detail::fa3_fp8_kernel<true, true, BN, HD>;
+  return detail::fa3_fp8_kernel<true, false, BN, HD>; // q_in_regs elsewhere: refused (traits.hpp,
+                                                      // register.cpp)
+}
+// Null for a (head_dim, block_n) that is not compiled (tile_compiled).
+KernelFn pick(const Params &c, int head_dim) {
+  if (!tile_compiled(head_dim, c.block_n))
+    return nullptr;
+  if (head_dim == 256)
+    return pick_bn<64, 256>(c);
+  return c.block_n == 192 ? pick_bn<192, 128>(c) : pick_bn<128, 128>(c);
 }
 } // namespace
 
-const void *kernel_ptr(const Params &c) { return reinterpret_cast<const void *>(pick(c)); }
+const void *kernel_ptr(const Params &c, int head_dim) {
+  return reinterpret_cast<const void *>(pick(c, head_dim));
+}
 
 void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
             cudaStream_t stream) {
-  if (p.dtype != DType::e4m3 || p.head_dim != kHeadDim || p.paged() || !p.kv_lens.empty())
-    throw std::invalid_argument("fa3_fp8: unsupported problem " + key(p));
+  const int hd = int(p.head_dim);
+  if (p.dtype != DType::e4m3 || !tile_compiled(hd, c.block_n) || p.paged() || !p.kv_lens.empty())
+    throw std::invalid_argument("fa3_fp8: unsupported problem " + key(p) + " at block_n " +
+                                std::to_string(c.block_n));
+  if (hd != kHeadDim && (c.o_tma || c.q_in_regs))
+    throw std::invalid_argument("fa3_fp8: head_dim 256 takes o_store regs and q_in_regs off");
   if (!args.q_descale || !args.k_descale || !args.v_descale)
     throw std::invalid_argument(
         "fa3_fp8: e4m3 inputs need their descales (LaunchArgs::q_descale, ...)");
@@ -794,12 +997,13 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
     throw std::invalid_argument("fa3_fp8: " + *why);
   detail::KernelArgs a{};
   const Strides qs = p.q_strides(), ks = p.kv_strides();
-  a.tm_q = hopper::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_q,
-                            p.heads_q, p.batch, qs, kHeadDim, kBlockM);
-  a.tm_k = hopper::make_map(args.k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv,
-                            p.heads_kv, p.batch, ks, kHeadDim, kBlockN);
-  a.tm_v = hopper::make_map(args.v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, kHeadDim, p.seqlen_kv,
-                            p.heads_kv, p.batch, ks, kHeadDim, kBlockN);
+  // Boxes of 128 bytes a row (one swizzle atom): head_dim 256 loads two a tile (load_q, load_k).
+  a.tm_q = hopper::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, hd, p.seqlen_q, p.heads_q,
+                            p.batch, qs, kHeadDim, kBlockM);
+  a.tm_k = hopper::make_map(args.k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, hd, p.seqlen_kv, p.heads_kv,
+                            p.batch, ks, kHeadDim, c.block_n);
+  a.tm_v = hopper::make_map(args.v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, hd, p.seqlen_kv, p.heads_kv,
+                            p.batch, ks, kHeadDim, c.block_n);
   a.o = static_cast<__nv_bfloat16 *>(args.o);
   a.lse = args.lse;
   a.q_descale = args.q_descale;
@@ -827,8 +1031,8 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
   if (items > INT_MAX)
     throw std::invalid_argument("fa3_fp8: over 2^31 work items (Q tiles x heads x batch)");
   a.total_tiles = int(items);
-  const int64_t smem = smem_bytes(c);
-  const KernelFn kernel = pick(c);
+  const int64_t smem = smem_bytes(c, hd);
+  const KernelFn kernel = pick(c, hd);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   int64_t grid = items;

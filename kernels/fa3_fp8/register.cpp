@@ -39,13 +39,26 @@ public:
           std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor));
     if (auto why = kernels::needs_decode_variant(p))
       return Support::no(*why);
-    if (p.head_dim != fa3fp8::kHeadDim)
+    const fa3fp8::Params prm = fa3fp8::params_of(c);
+    if (p.head_dim != 128 && p.head_dim != 256)
       return Support::no(
           "head_dim " + std::to_string(p.head_dim) +
-          ": compiled for 128 only (one 128-byte e4m3 row: one TMA box and one swizzle atom)");
+          ": compiled for 128 and 256 (whole 128-byte e4m3 rows: TMA boxes and swizzle "
+          "atoms)");
+    if (!fa3fp8::tile_compiled(int(p.head_dim), prm.block_n))
+      return Support::no("block_n " + std::to_string(prm.block_n) +
+                         " is not compiled for head_dim " + std::to_string(p.head_dim) +
+                         " (head_dim 128: block_n 128 or 192; head_dim 256: block_n 64)");
+    if (p.head_dim == 256 && prm.q_in_regs)
+      return Support::no(
+          "q_in_regs at head_dim 256: Q's 32 fragment registers do not fit beside O's "
+          "128 (use q_in_regs off)");
+    if (p.head_dim == 256 && prm.o_tma)
+      return Support::no(
+          "o_store tma at head_dim 256 would need 64 KB of staging (use o_store regs)");
     const int64_t limit =
         dev.smem_per_block_optin > 0 ? dev.smem_per_block_optin : fa3fp8::kSmemOptinHopper;
-    const int64_t smem = fa3fp8::smem_bytes(fa3fp8::params_of(c));
+    const int64_t smem = fa3fp8::smem_bytes(prm, int(p.head_dim));
     if (smem > limit)
       return Support::no("needs " + kernels::format_kb(double(smem)) +
                          " shared memory per block; the device "
@@ -62,14 +75,15 @@ public:
     return Support::yes();
   }
 
-  double model_bytes(const AttentionProblem &p, const Config &) const override {
-    return fa3fp8::traffic_bytes(p);
+  double model_bytes(const AttentionProblem &p, const Config &c) const override {
+    return fa3fp8::traffic_bytes(p, fa3fp8::params_of(c));
   }
 
   std::vector<KernelDesc> kernels(const AttentionProblem &p, const Config &c) const override {
-    return {KernelDesc{"fa3_fp8", fa3fp8::kernel_ptr(fa3fp8::params_of(c)), fa3fp8::kThreads,
-                       static_cast<size_t>(fa3fp8::smem_bytes(fa3fp8::params_of(c))),
-                       fa3fp8::num_work_items(p)}};
+    return {KernelDesc{
+        "fa3_fp8", fa3fp8::kernel_ptr(fa3fp8::params_of(c), int(p.head_dim)), fa3fp8::kThreads,
+        static_cast<size_t>(fa3fp8::smem_bytes(fa3fp8::params_of(c), int(p.head_dim))),
+        fa3fp8::num_work_items(p)}};
   }
 
   void launch(const AttentionProblem &p, const Config &c, const LaunchArgs &args,

@@ -19,16 +19,16 @@ namespace fb::fa3fp8 {
 
 // K/V tiles that the work item of Q tile qt visits: all, or (causal, bottom-right aligned) up to the last key its
 // last row sees. The host twin of fa3_fp8.cu's kv_tiles (device code).
-inline int64_t kv_tiles_of(const AttentionProblem &p, int64_t qt) {
-  const int64_t all = (p.seqlen_kv + kBlockN - 1) / kBlockN;
+inline int64_t kv_tiles_of(const AttentionProblem &p, int64_t qt, int64_t block_n) {
+  const int64_t all = (p.seqlen_kv + block_n - 1) / block_n;
   if (!p.causal)
     return all;
   const int64_t last_key =
       std::min<int64_t>((qt + 1) * kBlockM, p.seqlen_q) - 1 + (p.seqlen_kv - p.seqlen_q);
-  return last_key < 0 ? 0 : std::min<int64_t>(all, last_key / kBlockN + 1);
+  return last_key < 0 ? 0 : std::min<int64_t>(all, last_key / block_n + 1);
 }
 
-inline TrafficModel traffic(const AttentionProblem &p, const DeviceInfo &dev) {
+inline TrafficModel traffic(const AttentionProblem &p, const Params &c, const DeviceInfo &dev) {
   namespace t = fb::kernels::traffic;
   const double d = static_cast<double>(p.head_dim);
   const int64_t nq = num_q_tiles(p), pairs = p.heads_q * p.batch, items = nq * pairs;
@@ -36,9 +36,10 @@ inline TrafficModel traffic(const AttentionProblem &p, const DeviceInfo &dev) {
   const auto unit = [&](int64_t lin) {
     const int64_t rank = lin / pairs, x = lin % pairs, h = x % p.heads_q, b = x / p.heads_q;
     const int64_t qt = p.causal ? nq - 1 - rank : rank;
-    return t::KvRead{b * p.heads_kv + h / group,
-                     2.0 * d *
-                         static_cast<double>(std::min(p.seqlen_kv, kv_tiles_of(p, qt) * kBlockN))};
+    return t::KvRead{
+        b * p.heads_kv + h / group,
+        2.0 * d *
+            static_cast<double>(std::min(p.seqlen_kv, kv_tiles_of(p, qt, c.block_n) * c.block_n))};
   };
   // One CTA per SM (its shared memory and registers allow no second), persistent or one-shot, in item order.
   const int64_t resident = std::min<int64_t>(items, std::max(1, dev.sm_count));
@@ -51,6 +52,8 @@ inline TrafficModel traffic(const AttentionProblem &p, const DeviceInfo &dev) {
 }
 
 // Without a device (no L2, one SM): every item's K/V from DRAM (the no-reuse bound), nothing left in L2.
-inline double traffic_bytes(const AttentionProblem &p) { return traffic(p, DeviceInfo{}).bytes; }
+inline double traffic_bytes(const AttentionProblem &p, const Params &c) {
+  return traffic(p, c, DeviceInfo{}).bytes;
+}
 
 } // namespace fb::fa3fp8

@@ -12,26 +12,51 @@
 
 namespace fb::fa3fp8 {
 
-// One tile geometry: block_m 128 (two consumer warpgroups of 64 rows), block_n 128 and head_dim 128.
-//  - block_m = block_n = kFp8ScaleBlock: a CTA's Q rows share one Q descale and a K/V tile one K descale, so the
-//    descales fold into the softmax's one multiply per score (scale_log2 * q_descale * k_descale per tile).
+// Tile geometry: block_m 128 (two consumer warpgroups of 64 rows); head_dim 128 with block_n 128 or 192, head_dim
+// 256 with block_n 64 (O's 128 registers a thread leave room for a 64-key S and P only).
+//  - block_m = kFp8ScaleBlock: a CTA's Q rows share one Q descale. A K/V tile of 128 keys has one K descale,
+//    folded into the softmax's one multiply per score (scale_log2 * q_descale * k_descale); a tile of 192 keys
+//    spans two descale blocks (split at key 128 of even tiles and key 64 of odd ones), so its scores take one of
+//    two factors by 8-key group, chosen at compile time but for groups 8-15.
 //  - head_dim 128 is one 128-byte e4m3 row: one TMA box and one 128B-swizzle atom per row, for Q, K, V and V^T.
+//    head_dim 256: two 128-byte column halves, each its own [rows][128 bytes] tile (two boxes a load); V^T is two
+//    [128][128-byte] tiles (head_dim 0-127, 128-255) with the 64 keys in the first half of each row.
+//  - V^T of a 192-key tile is two 128B-swizzled [128][128-byte] tiles, keys 0-127 and 128-191 (the second half
+//    used): a K-major operand's row must fit a swizzle atom.
 constexpr int kBlockM = 128;
-constexpr int kBlockN = 128;
-constexpr int kHeadDim = 128;
-constexpr int kTileBytes = kBlockN * kHeadDim; // one 128 x 128 e4m3 tile (Q, K, V or V^T)
+constexpr int kHeadDim = 128; // one swizzle atom's row; head_dim 256 is two
+constexpr int kTileBytes =
+    kBlockM * kHeadDim; // one 128 x 128 e4m3 tile (Q; K, V, V^T at block_n 128)
 constexpr int kMaxStages = 4;
 constexpr int kThreads = 384;    // producer warpgroup + 2 consumer warpgroups
 using kernels::kSmemOptinHopper; // kernels/common/support.hpp
-static_assert(kBlockM == kFp8ScaleBlock && kBlockN == kFp8ScaleBlock,
-              "one descale per Q tile and per K/V tile");
+static_assert(kBlockM == kFp8ScaleBlock, "one descale per Q tile");
+// Bytes of one Q tile, one K (or raw V) tile and one V^T tile (head_dim / 128 x ceil(block_n / 128) swizzled
+// 128 x 128-byte tiles).
+constexpr int q_tile_bytes(int head_dim) { return kBlockM * head_dim; }
+constexpr int k_tile_bytes(int block_n, int head_dim = kHeadDim) { return block_n * head_dim; }
+constexpr int vt_tile_bytes(int block_n, int head_dim = kHeadDim) {
+  return (head_dim / 128) * ((block_n + 127) / 128) * kTileBytes;
+}
+// block_n 192: the K descale block of 8-key group g (0..23) of K/V tile j, as the kernel's softmax takes it (run 0,
+// groups 0-7: block (3j) / 2; run 2, groups 16-23: the next; run 1, groups 8-15: the first on even tiles, the next
+// on odd ones). tests/kernels/test_fa3_fp8.cpp checks it against key / kFp8ScaleBlock for every key.
+constexpr int descale_block_192(int j, int g) {
+  const int b0 = (3 * j) >> 1;
+  return g < 8 ? b0 : g >= 16 ? b0 + 1 : b0 + (j & 1);
+}
+// The block_n a head_dim is compiled for: 128 and 192 at head_dim 128, 64 at 256.
+constexpr bool tile_compiled(int head_dim, int block_n) {
+  return head_dim == 128 ? (block_n == 128 || block_n == 192) : head_dim == 256 && block_n == 64;
+}
 
 // Defaults (the space's default config), from an ablation on an H100 (fastest samples): with O through TMA,
 // intra_wg_overlap with Q in registers is best or within 1% from N = 2048 (up to 6% over overlap off), 0-3% behind
 // it at N = 512-1024; stages 3; the persistent grid 4-20% faster up to N = 2048 (the one-shot grid is 0.6-4% faster
 // at N = 8192-16384); O through TMA 4-10% faster than from registers up to N = 2048, within +-4% above.
 struct Params {
-  int stages = 3; // K and V^T tiles in flight
+  int block_n = 128; // keys per K/V tile
+  int stages = 3;    // K and V^T tiles in flight
   bool overlap =
       true; // intra_wg_overlap: the next Q K^T issued with this P V, the softmax under it
   bool pingpong =
@@ -44,21 +69,47 @@ struct Params {
 
 // Combinations that cannot run, by construction.
 inline std::optional<std::string> config_problem(const Params &p) {
+  if (p.block_n != 64 && p.block_n != 128 && p.block_n != 192)
+    return "block_n must be 64, 128 or 192";
   if (p.stages < 2 || p.stages > kMaxStages)
     return "stages must be 2..4";
+  if (p.block_n == 192 && p.stages != 2)
+    return "block_n 192 fits Hopper's shared memory at stages 2 only";
   // ptxas (CUDA 13.0) gave Q's fragment registers to P's packing after the first K/V tile in the loop without
   // overlap (its SASS reads P where the PTX reads Q; every shape with 2+ K/V tiles failed verification), and kept
   // them apart in the overlapped loop, which passes. Not instantiated until that compiles correctly.
   if (p.q_in_regs && !p.overlap)
     return "q_in_regs needs intra_wg_overlap on (ptxas reuses Q's registers without it)";
+  // S (96 registers), O (64) and the P in flight (24) leave no room for Q's 16 fragment registers
+  // in the consumers' 216: ptxas 13.0 spilled 104 bytes.
+  if (p.q_in_regs && p.block_n == 192)
+    return "q_in_regs does not fit the registers at block_n 192 (use q_in_regs off)";
   return std::nullopt;
 }
 
 inline Params params_of(const Config &c);
 
+// The default config of a problem: the base (head_dim 128) or, at head_dim 256, block_n 64 with Q K^T from shared
+// memory (Q's 32 fragment registers do not fit beside O's 128), O from registers (through shared memory it would
+// need 64 KB of staging) and stages 2 on the persistent grid (195 KB).
+inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &) {
+  if (p.head_dim == 256) {
+    base.set("block_n", 64);
+    base.set("stages", 2);
+    base.set("q_in_regs", 0);
+    base.set("o_store", 0);
+  }
+  return base;
+}
+
 inline ConfigSpace make_space() {
   return ConfigSpace(
-      {Axis{"stages", {2, 3, 4}, {}, "K and V^T tiles in flight (the raw V ring is 2 deep)"},
+      {Axis{"block_n",
+            {64, 128, 192},
+            {},
+            "keys per K/V tile (64: head_dim 256; 192: fewer per-tile steps a key at head_dim 128, "
+            "two K descales a tile, stages 2)"},
+       Axis{"stages", {2, 3, 4}, {}, "K and V^T tiles in flight (the raw V ring is 2 deep)"},
        Axis{"intra_wg_overlap",
             {0, 1},
             {"off", "on"},
@@ -80,28 +131,36 @@ inline ConfigSpace make_space() {
             {0, 1},
             {"regs", "tma"},
             "O by 4-byte stores from registers, or through shared memory and TMA stores"}},
-      Config({{"stages", 3},
+      Config({{"block_n", 128},
+              {"stages", 3},
               {"intra_wg_overlap", 1},
               {"pingpong", 0},
               {"q_in_regs", 1},
               {"scheduler", 1},
               {"o_store", 1}}),
-      [](const Config &c) { return config_problem(params_of(c)); });
+      [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
 inline Params params_of(const Config &c) {
-  return Params{
-      static_cast<int>(c.get("stages")), c.get("intra_wg_overlap") != 0, c.get("pingpong") != 0,
-      c.get("q_in_regs") != 0,           c.get("scheduler") != 0,        c.get("o_store") != 0};
+  return Params{static_cast<int>(c.get("block_n")),
+                static_cast<int>(c.get("stages")),
+                c.get("intra_wg_overlap") != 0,
+                c.get("pingpong") != 0,
+                c.get("q_in_regs") != 0,
+                c.get("scheduler") != 0,
+                c.get("o_store") != 0};
 }
 
 // The persistent grid's CTAs load the next work item's Q into a second buffer; a one-shot CTA has one item.
 inline int q_buffers(const Params &p) { return p.persistent ? 2 : 1; }
 // The Q buffers, the K ring, two raw V tiles, the V^T ring, O's staging (o_store=tma: 64 rows x 128 bf16 columns
 // a consumer warpgroup), 2 KB of mbarriers and pin slots, and 1 KB of alignment slack. At stages 4 on the persistent
-// grid with O through TMA that is 232448 bytes, exactly Hopper's opt-in limit.
-inline int64_t smem_bytes(const Params &p) {
-  return int64_t(kTileBytes) * (q_buffers(p) + 2 * p.stages + 2 + (p.o_tma ? 2 : 0)) + 3072;
+// grid with O through TMA that is 232448 bytes, exactly Hopper's opt-in limit; so is block_n 192 at stages 2.
+inline int64_t smem_bytes(const Params &p, int head_dim = kHeadDim) {
+  return int64_t(q_tile_bytes(head_dim)) * q_buffers(p) + (p.o_tma ? 2 * int64_t(kTileBytes) : 0) +
+         int64_t(p.stages) *
+             (k_tile_bytes(p.block_n, head_dim) + vt_tile_bytes(p.block_n, head_dim)) +
+         2 * int64_t(k_tile_bytes(p.block_n, head_dim)) + 3072;
 }
 
 inline int64_t num_q_tiles(const AttentionProblem &p) {

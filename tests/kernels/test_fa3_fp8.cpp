@@ -1,8 +1,8 @@
 // fa3_fp8 (e4m3, Hopper sm_90a) against the float64 CPU reference on the dequantized inputs. GPU tests skip
 // without a device and on any device other than compute capability 9.0; the host tests (supports() reasons) run
 // everywhere.
-//  - Fa3Fp8Shapes: every config (stages 2-4 x intra_wg_overlap x pingpong x q_in_regs x scheduler x o_store) on
-//    awkward shapes: length 1, lengths that are multiples of no tile,
+//  - Fa3Fp8Shapes: every valid config (block_n x stages 2-4 x intra_wg_overlap x pingpong x q_in_regs x
+//    scheduler x o_store) on awkward shapes: length 1, lengths that are multiples of no tile,
 //    causal with seqlen_q > seqlen_kv (rows that see no key: O = 0, LSE = -inf, not NaN) and < seqlen_kv, GQA,
 //    MQA, bhsd, and shapes long enough to wrap the K/V, raw-V and V^T rings several times; and shapes with more
 //    work items than an H100 has SMs, so that the persistent grid's CTAs take 2-3 items each (rings and Q buffers
@@ -13,6 +13,7 @@
 #include "gpu_test_util.hpp"
 #include "kernels/fa3_fp8/traits.hpp"
 
+#include <algorithm>
 #include <vector>
 
 using namespace fb;
@@ -56,6 +57,14 @@ std::vector<Shape> fp8_shapes() {
       rotated({"hadamard_gqa_8_2", 2, 8, 2, 100, 100, 128, true, e4m3}),
       rotated({"hadamard_long_causal_q500_kv1400", 1, 2, 2, 500, 1400, 128, true, e4m3},
               Layout::bhsd),
+      // head_dim 256 (block_n 64: two tiles a K descale block; two column halves a row): odd lengths, rows that
+      // see no key, GQA, rings wrapped, several items a persistent CTA, and rotated.
+      {"d256_q77_kv131", 1, 2, 2, 77, 131, 256, false, e4m3},
+      {"d256_causal_q131_kv77", 1, 2, 2, 131, 77, 256, true, e4m3},
+      {"d256_len1", 1, 2, 2, 1, 1, 256, false, e4m3},
+      {"d256_gqa_long_causal", 2, 8, 2, 300, 1111, 256, true, e4m3, {}, 0, Layout::bhsd},
+      {"d256_items320_causal", 4, 16, 4, 600, 700, 256, true, e4m3},
+      rotated({"d256_hadamard_gqa", 2, 8, 2, 100, 300, 256, true, e4m3}),
   };
 }
 
@@ -63,10 +72,19 @@ class Fa3Fp8Shapes : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(Fa3Fp8Shapes, EveryConfigMatchesReference) {
   FB_SKIP_WITHOUT_HOPPER();
-  Case cs(GetParam().problem());
-  for (const auto &e : fp8().space().expand())
-    if (!e.invalid_reason)
-      cs.expect_pass(fp8(), e.config, /*launches=*/2);
+  const AttentionProblem prob = GetParam().problem();
+  Case cs(prob);
+  const int hd = int(prob.head_dim);
+  for (const auto &e : fp8().space().expand()) {
+    if (e.invalid_reason)
+      continue;
+    // The configs compiled for this head_dim that fit Hopper's shared memory (register.cpp's other refusals).
+    const fa3fp8::Params prm = fa3fp8::params_of(e.config);
+    if (!fa3fp8::tile_compiled(hd, prm.block_n) || (hd == 256 && (prm.q_in_regs || prm.o_tma)) ||
+        fa3fp8::smem_bytes(prm, hd) > fa3fp8::kSmemOptinHopper)
+      continue;
+    cs.expect_pass(fp8(), e.config, /*launches=*/2);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Fa3Fp8Shapes, ::testing::ValuesIn(fp8_shapes()),
@@ -86,7 +104,7 @@ TEST(Fa3Fp8, WrongBlockDescaleFails) {
 }
 
 // ---- host only
-TEST(Fa3Fp8Host, SupportsE4m3HeadDim128Only) {
+TEST(Fa3Fp8Host, SupportsE4m3HeadDim128And256) {
   DeviceInfo none; // no device: no compute-capability or memory check
   const Config c = fp8().space().default_config();
   AttentionProblem p = Shape{"p", 1, 2, 2, 100, 100, 128, true, DType::e4m3}.problem();
@@ -95,7 +113,25 @@ TEST(Fa3Fp8Host, SupportsE4m3HeadDim128Only) {
   EXPECT_NE(fp8().supports(p, c, none).reason.find("takes e4m3"), std::string::npos);
   p.dtype = DType::e4m3;
   p.head_dim = 64;
-  EXPECT_NE(fp8().supports(p, c, none).reason.find("compiled for 128 only"), std::string::npos);
+  EXPECT_NE(fp8().supports(p, c, none).reason.find("compiled for 128 and 256"), std::string::npos);
+  // head_dim 256: block_n 64, Q from shared memory, O from registers; its default is all three.
+  p.head_dim = 256;
+  EXPECT_NE(fp8().supports(p, c, none).reason.find("block_n 128 is not compiled for head_dim 256"),
+            std::string::npos)
+      << fp8().supports(p, c, none).reason;
+  const Config d = fp8().space().default_config(p, none);
+  EXPECT_TRUE(fp8().supports(p, d, none).ok) << fp8().supports(p, d, none).reason;
+  Config q = d;
+  q.set("q_in_regs", 1);
+  EXPECT_NE(fp8().supports(p, q, none).reason.find("q_in_regs"), std::string::npos);
+  Config o = d;
+  o.set("o_store", 1);
+  EXPECT_NE(fp8().supports(p, o, none).reason.find("o_store"), std::string::npos);
+  p.head_dim = 128;
+  Config b64 = c;
+  b64.set("block_n", 64);
+  EXPECT_NE(fp8().supports(p, b64, none).reason.find("not compiled for head_dim 128"),
+            std::string::npos);
 }
 
 TEST(Fa3Fp8Host, OtherVariantsTurnDownE4m3) {
@@ -116,8 +152,17 @@ TEST(Fa3Fp8Host, QInRegsNeedsIntraWarpgroupOverlap) {
     const fa3fp8::Params p = fa3fp8::params_of(e.config);
     if (p.q_in_regs && !p.overlap) {
       ASSERT_TRUE(e.invalid_reason.has_value());
-      EXPECT_NE(e.invalid_reason->find("intra_wg_overlap"), std::string::npos) << *e.invalid_reason;
+      if (p.block_n == 128 || p.stages == 2)
+        EXPECT_NE(e.invalid_reason->find("intra_wg_overlap"), std::string::npos)
+            << *e.invalid_reason;
       ++invalid;
+    } else if (p.block_n == 192 && p.stages != 2) {
+      ASSERT_TRUE(e.invalid_reason.has_value());
+      EXPECT_NE(e.invalid_reason->find("stages 2"), std::string::npos) << *e.invalid_reason;
+    } else if (p.block_n == 192 && p.q_in_regs) {
+      // S, O and the P in flight leave no registers for Q's fragments (ptxas spilled).
+      ASSERT_TRUE(e.invalid_reason.has_value());
+      EXPECT_NE(e.invalid_reason->find("registers"), std::string::npos) << *e.invalid_reason;
     } else {
       EXPECT_FALSE(e.invalid_reason.has_value()) << *e.invalid_reason;
       valid_with_q += p.q_in_regs ? 1 : 0;
@@ -127,11 +172,31 @@ TEST(Fa3Fp8Host, QInRegsNeedsIntraWarpgroupOverlap) {
   EXPECT_GT(valid_with_q, 0);
 }
 
-TEST(Fa3Fp8Host, SharedMemoryFitsHopperAtEveryDepth) {
-  for (int st = 2; st <= fa3fp8::kMaxStages; ++st)
-    EXPECT_LE(fa3fp8::smem_bytes(fa3fp8::Params{st, true, true, true, true, true}),
-              fa3fp8::kSmemOptinHopper)
-        << "stages " << st;
+TEST(Fa3Fp8Host, Block192DescaleRunsMatchTheKeys) {
+  // Every key of a 192-key tile takes the descale of its own 128-token block.
+  for (int j = 0; j < 64; ++j)
+    for (int key = 0; key < 192; ++key)
+      ASSERT_EQ(fa3fp8::descale_block_192(j, key / 8), (192 * j + key) / kFp8ScaleBlock)
+          << "tile " << j << " key " << key;
+}
+
+TEST(Fa3Fp8Host, SharedMemoryFitsHopperAtEveryValidConfig) {
+  // Every config the space accepts fits Hopper's opt-in shared memory, the largest ones exactly.
+  int64_t largest = 0;
+  for (const auto &e : fp8().space().expand()) {
+    if (e.invalid_reason)
+      continue;
+    const int64_t smem = fa3fp8::smem_bytes(fa3fp8::params_of(e.config));
+    EXPECT_LE(smem, fa3fp8::kSmemOptinHopper) << fp8().space().to_string(e.config);
+    largest = std::max(largest, smem);
+  }
+  EXPECT_EQ(largest, fa3fp8::kSmemOptinHopper);
+  fa3fp8::Params p;
+  p.block_n = 192;
+  p.stages = 2;
+  EXPECT_EQ(fa3fp8::smem_bytes(p), fa3fp8::kSmemOptinHopper); // persistent, O through TMA
+  p.stages = 3;
+  EXPECT_GT(fa3fp8::smem_bytes(p), fa3fp8::kSmemOptinHopper);
 }
 
 } // namespace
