@@ -589,13 +589,16 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
         add_dq<D>(acc, dq, q_row0, q_col0 + ch * QCH, l3);
       }
       if (a.deterministic) {
+        // The warp's reductions, then (after the warp barrier, which orders them before lane 0's next
+        // operation) a release increment: cumulative over them, and only as strong as the acquire load
+        // it pairs with needs. __threadfence() before a relaxed add was a sequentially consistent fence
+        // (MEMBAR.SC.GPU) in every row block of every column block.
         __syncwarp();
         if (l3 == 0) {
-          __threadfence();
           if (n == 0)
             atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
           else
-            atomicAdd(ctr, 1);
+            asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(ctr) : "memory");
         }
       }
     }
