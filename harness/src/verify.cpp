@@ -3,10 +3,94 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 namespace fb {
+
+namespace {
+
+// A problem's outputs are compared in chunks of consecutive rows, on up to 16 host threads: a 33.5 M-element O
+// (16384 tokens x 2048) takes ~0.25 s on one core, which every verified point, and every tuner measurement, pays.
+// The chunks depend on the problem only, and partial sums are merged in chunk order, so a result does not depend
+// on the machine's thread count; the mismatches reported are the first ones in the serial walk's order.
+constexpr int kMaxReported = 3;
+constexpr int64_t kMaxChunks = 64;
+constexpr int64_t kSerialElements = int64_t(1)
+                                    << 20; // below this, threads cost more than they save
+
+struct Partial {
+  double max_abs = 0, worst = 0, diff_sq = 0, ref_sq = 0;
+  int64_t nonfinite = 0, mismatches = 0;
+  std::vector<std::string> reports; // the chunk's first kMaxReported mismatches
+};
+
+// Runs body(c, partial) for c in [0, chunks) and returns the partials in chunk order.
+template <class Body> std::vector<Partial> run_chunks(int64_t chunks, int64_t elements, Body body) {
+  std::vector<Partial> parts(static_cast<size_t>(chunks));
+  const int64_t workers =
+      elements < kSerialElements
+          ? 1
+          : std::min<int64_t>({chunks, 16, std::max(1u, std::thread::hardware_concurrency())});
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t c; (c = next.fetch_add(1)) < chunks;)
+      body(c, parts[static_cast<size_t>(c)]);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t t = 1; t < workers; ++t)
+    pool.emplace_back(work);
+  work();
+  for (auto &t : pool)
+    t.join();
+  return parts;
+}
+
+// [begin, end) of chunk c when `units` rows are split into `chunks` consecutive ranges.
+std::pair<int64_t, int64_t> chunk_range(int64_t units, int64_t chunks, int64_t c) {
+  return {units * c / chunks, units * (c + 1) / chunks};
+}
+
+// One element's comparison into a partial; `where` names the element for a report.
+template <class Where>
+void compare(Partial &q, double got, double want, double bound, Where where) {
+  const double err = std::abs(got - want);
+  bool bad = false;
+  if (!std::isfinite(got)) {
+    ++q.nonfinite;
+    bad = true;
+  } else {
+    q.max_abs = std::max(q.max_abs, err);
+    q.worst = std::max(q.worst, err / bound);
+    q.diff_sq += err * err;
+    bad = err > bound;
+  }
+  q.ref_sq += want * want;
+  if (bad && q.mismatches++ < kMaxReported)
+    q.reports.push_back(where());
+}
+
+// Partials merged in order; `reported` counts the reports already in `detail`.
+Partial merge(const std::vector<Partial> &parts, int &reported, std::ostringstream &detail) {
+  Partial m;
+  for (const Partial &q : parts) {
+    m.max_abs = std::max(m.max_abs, q.max_abs);
+    m.worst = std::max(m.worst, q.worst);
+    m.diff_sq += q.diff_sq;
+    m.ref_sq += q.ref_sq;
+    m.nonfinite += q.nonfinite;
+    m.mismatches += q.mismatches;
+    for (const std::string &line : q.reports)
+      if (reported++ < kMaxReported)
+        detail << (reported > 1 ? "; " : "") << line;
+  }
+  return m;
+}
+
+} // namespace
 
 Tolerance tolerance_for(DType t) {
   // O: fp32 kernels only reorder fp32 sums; fp16/bf16 kernels round P and O to 10/7 mantissa bits
@@ -75,13 +159,16 @@ VerifyResult verify(const AttentionProblem &p, const float *out, const float *ls
                     const RefT *ref_o, const RefT *ref_lse, const Tolerance &tol,
                     const RefT *ref_o_abs) {
   VerifyResult r;
-  constexpr int kMaxReported = 3;
   int reported = 0;
   std::ostringstream detail;
   const Strides s = p.q_strides();
-  double diff_sq = 0, ref_sq = 0;
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t h = 0; h < p.heads_q; ++h)
+  // Chunks of consecutive (batch, head) pairs; each walks its rows and columns as the serial loop did.
+  const int64_t units = p.batch * p.heads_q;
+  const int64_t chunks = std::min(units, kMaxChunks);
+  const auto parts = run_chunks(chunks, p.q_elems(), [&](int64_t c, Partial &q) {
+    const auto [u0, u1] = chunk_range(units, chunks, c);
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t b = u / p.heads_q, h = u % p.heads_q;
       for (int64_t i = 0; i < p.seqlen_q; ++i)
         for (int64_t d = 0; d < p.head_dim; ++d) {
           const int64_t idx = b * s.batch + i * s.seq + h * s.head + d;
@@ -90,25 +177,21 @@ VerifyResult verify(const AttentionProblem &p, const float *out, const float *ls
           double bound = tol.atol + tol.rtol * std::abs(want);
           if (ref_o_abs && tol.p_round > 0)
             bound += tol.p_round * static_cast<double>(ref_o_abs[idx]);
-          const double err = std::abs(got - want);
-          bool bad = false;
-          if (!std::isfinite(got)) {
-            ++r.nonfinite;
-            bad = true;
-          } else {
-            r.max_abs_error = std::max(r.max_abs_error, err);
-            r.worst_ratio = std::max(r.worst_ratio, err / bound);
-            diff_sq += err * err;
-            bad = err > bound;
-          }
-          ref_sq += want * want;
-          if (bad) {
-            ++r.mismatches;
-            if (reported++ < kMaxReported)
-              detail << (reported > 1 ? "; " : "") << "o[b=" << b << ",s=" << i << ",h=" << h
-                     << ",d=" << d << "]: got " << got << " want " << want;
-          }
+          compare(q, got, want, bound, [&] {
+            std::ostringstream os;
+            os << "o[b=" << b << ",s=" << i << ",h=" << h << ",d=" << d << "]: got " << got
+               << " want " << want;
+            return os.str();
+          });
         }
+    }
+  });
+  const Partial m = merge(parts, reported, detail);
+  r.max_abs_error = m.max_abs;
+  r.worst_ratio = m.worst;
+  r.nonfinite = m.nonfinite;
+  r.mismatches = m.mismatches;
+  const double diff_sq = m.diff_sq, ref_sq = m.ref_sq;
   for (int64_t i = 0; i < p.lse_elems(); ++i) {
     const double got = lse_out[i];
     const double want = static_cast<double>(ref_lse[i]);
@@ -150,47 +233,37 @@ template VerifyResult verify<float>(const AttentionProblem &, const float *, con
 
 namespace {
 
-// One gradient against its reference; appends up to `budget` mismatches to detail.
+// One gradient against its reference; appends its first mismatches to detail while `reported` < kMaxReported.
 TensorError check_gradient(const char *name, const float *got, const GradientReference &ref,
                            int64_t batch, int64_t seqlen, int64_t heads, int64_t head_dim,
-                           const GradTolerance &tol, int &reported, int max_reported,
-                           std::ostringstream &detail) {
+                           const GradTolerance &tol, int &reported, std::ostringstream &detail) {
+  // bshd, dense: chunks of consecutive (b, s) rows, each walking (h, d) in memory order.
+  const int64_t units = batch * seqlen, row = heads * head_dim;
+  const int64_t chunks = std::min(units, kMaxChunks);
+  const auto parts = run_chunks(chunks, units * row, [&](int64_t c, Partial &q) {
+    const auto [u0, u1] = chunk_range(units, chunks, c);
+    for (int64_t idx = u0 * row; idx < u1 * row; ++idx) {
+      const size_t i = static_cast<size_t>(idx);
+      const double g = got[idx], want = ref.value[i];
+      const double bound =
+          tol.atol + tol.rtol * std::abs(want) + tol.term * ref.abs[i] + tol.floor * ref.floor[i];
+      compare(q, g, want, bound, [&] {
+        const int64_t d = idx % head_dim, h = idx / head_dim % heads, bs = idx / row;
+        std::ostringstream os;
+        os << name << "[b=" << bs / seqlen << ",s=" << bs % seqlen << ",h=" << h << ",d=" << d
+           << "]: got " << g << " want " << want << " (bound " << bound << ")";
+        return os.str();
+      });
+    }
+  });
+  const Partial m = merge(parts, reported, detail);
   TensorError e;
   e.name = name;
-  double diff_sq = 0, ref_sq = 0;
-  // bshd, dense: the index walks (b, s, h, d) in memory order.
-  int64_t idx = 0;
-  for (int64_t b = 0; b < batch; ++b)
-    for (int64_t s = 0; s < seqlen; ++s)
-      for (int64_t h = 0; h < heads; ++h)
-        for (int64_t d = 0; d < head_dim; ++d, ++idx) {
-          const size_t i = static_cast<size_t>(idx);
-          const double g = got[idx], want = ref.value[i];
-          const double bound = tol.atol + tol.rtol * std::abs(want) + tol.term * ref.abs[i] +
-                               tol.floor * ref.floor[i];
-          const double err = std::abs(g - want);
-          bool bad;
-          if (!std::isfinite(g)) {
-            ++e.nonfinite;
-            bad = true;
-          } else {
-            e.max_abs_error = std::max(e.max_abs_error, err);
-            e.worst_ratio = std::max(e.worst_ratio, err / bound);
-            diff_sq += err * err;
-            bad = err > bound;
-          }
-          ref_sq += want * want;
-          if (bad) {
-            ++e.mismatches;
-            if (reported++ < max_reported)
-              detail << (reported > 1 ? "; " : "") << name << "[b=" << b << ",s=" << s << ",h=" << h
-                     << ",d=" << d << "]: got " << g << " want " << want << " (bound " << bound
-                     << ")";
-          }
-        }
-  if (e.nonfinite)
-    e.max_abs_error = INFINITY;
-  e.rel_l2_error = ref_sq > 0 ? std::sqrt(diff_sq / ref_sq) : std::sqrt(diff_sq);
+  e.max_abs_error = m.nonfinite ? INFINITY : m.max_abs;
+  e.worst_ratio = m.worst;
+  e.nonfinite = m.nonfinite;
+  e.mismatches = m.mismatches;
+  e.rel_l2_error = m.ref_sq > 0 ? std::sqrt(m.diff_sq / m.ref_sq) : std::sqrt(m.diff_sq);
   return e;
 }
 
@@ -200,15 +273,14 @@ VerifyResult verify_backward(const AttentionProblem &p, const float *dq, const f
                              const float *dv, const BackwardReference &ref,
                              const GradTolerance &tol) {
   VerifyResult r;
-  constexpr int kMaxReported = 3;
   int reported = 0;
   std::ostringstream detail;
   r.tensors.push_back(check_gradient("dq", dq, ref.dq, p.batch, p.seqlen_q, p.heads_q, p.head_dim,
-                                     tol, reported, kMaxReported, detail));
+                                     tol, reported, detail));
   r.tensors.push_back(check_gradient("dk", dk, ref.dk, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim,
-                                     tol, reported, kMaxReported, detail));
+                                     tol, reported, detail));
   r.tensors.push_back(check_gradient("dv", dv, ref.dv, p.batch, p.seqlen_kv, p.heads_kv, p.head_dim,
-                                     tol, reported, kMaxReported, detail));
+                                     tol, reported, detail));
   bool l2_ok = true;
   for (const TensorError &t : r.tensors) {
     r.max_abs_error = std::max(r.max_abs_error, t.max_abs_error);

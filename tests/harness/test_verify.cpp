@@ -56,6 +56,65 @@ TEST(Verify, UnwrittenNaNAndWrongMaskedRowsFail) {
   EXPECT_FALSE(verify<double>(p, out.data(), lse.data(), ref.data(), ref_lse.data(), t).pass);
 }
 
+// Large outputs are compared in chunks on several threads: the result must be the serial walk's (the same counts and
+// maxima, the norm to rounding, the first mismatches in (b, h, s, d) order), whatever the chunking.
+TEST(Verify, ChunkedComparisonMatchesTheSerialWalk) {
+  AttentionProblem p;
+  p.batch = 3;
+  p.heads_q = p.heads_kv = 5;
+  p.seqlen_q = p.seqlen_kv = 1111;
+  p.head_dim = 64; // 1.07 M elements of O: past the serial limit
+  p.dtype = DType::bf16;
+  const Tolerance t = tolerance_for(p.dtype);
+  const int64_t n = p.q_elems();
+  std::mt19937 g(7);
+  std::normal_distribution<double> nd;
+  std::vector<double> ref(static_cast<size_t>(n)), ref_lse(static_cast<size_t>(p.lse_elems()), 1.0);
+  std::vector<float> out(ref.size()), lse(ref_lse.size(), 1.0f);
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ref[i] = nd(g);
+    out[i] = static_cast<float>(ref[i] * (1 + 1e-3 * nd(g)));
+  }
+  // Mismatches in four (b, h) pairs; the first two in the walk's order (h before s) are the other way round in
+  // memory (s before h).
+  const Strides st = p.q_strides();
+  const auto at = [&](int64_t b, int64_t h, int64_t s, int64_t d) {
+    return static_cast<size_t>(b * st.batch + s * st.seq + h * st.head + d);
+  };
+  out[at(0, 1, 900, 9)] += 1.f;
+  out[at(0, 4, 2, 9)] += 1.f;
+  out[at(2, 2, 5, 5)] = NAN;
+  out[at(2, 4, 7, 1)] += 1.f;
+  const VerifyResult r = verify<double>(p, out.data(), lse.data(), ref.data(), ref_lse.data(), t);
+  double worst = 0, diff_sq = 0, ref_sq = 0;
+  int64_t bad = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double err = std::abs(out[i] - ref[i]), bound = t.atol + t.rtol * std::abs(ref[i]);
+    ref_sq += ref[i] * ref[i];
+    if (!std::isfinite(out[i])) {
+      ++bad;
+      continue;
+    }
+    worst = std::max(worst, err / bound);
+    diff_sq += err * err;
+    bad += err > bound;
+  }
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.mismatches, bad);
+  EXPECT_EQ(r.nonfinite, 1);
+  EXPECT_EQ(r.worst_ratio, worst);
+  EXPECT_NEAR(r.rel_l2_error, std::sqrt(diff_sq / ref_sq), 1e-12);
+  const size_t first = r.detail.find("o[b=0,s=900,h=1,d=9]"),
+               second = r.detail.find("o[b=0,s=2,h=4,d=9]"),
+               third = r.detail.find("o[b=2,s=5,h=2,d=5]");
+  ASSERT_NE(first, std::string::npos) << r.detail;
+  ASSERT_NE(second, std::string::npos) << r.detail;
+  ASSERT_NE(third, std::string::npos) << r.detail;
+  EXPECT_LT(first, second);
+  EXPECT_LT(second, third);
+  EXPECT_EQ(r.detail.find("o[b=2,s=7,h=4"), std::string::npos) << "only the first three are named";
+}
+
 TEST(Verify, TolerancesTightenWithPrecision) {
   EXPECT_LT(tolerance_for(DType::f32).rtol, tolerance_for(DType::f16).rtol);
   EXPECT_LT(tolerance_for(DType::f16).rtol, tolerance_for(DType::bf16).rtol);
