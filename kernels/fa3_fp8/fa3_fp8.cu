@@ -109,10 +109,12 @@ struct KernelArgs {
   int pingpong; // the two consumer warpgroups take turns to issue their GEMMs (Turns)
 };
 
-constexpr int kProducerRegs =
-    72; // the transposer: 16 words of V, 8 of V^T, 8 addresses (56 and 64 spilled)
-constexpr int kConsumerRegs =
-    216; // O (64) + S (64) + P (16) and the row state; 128 x 72 + 256 x 216 <= 64K
+// Registers a thread after setmaxnreg (128 x producer + 256 x consumer <= 64K): the transposers hold 16 words of
+// V, 8 of V^T and their lane offsets (thread 0's load cursors wait in shared memory); the consumers O (64), S (64),
+// P (16), Q's fragments with q_in_regs (16) and the row state. Block_n 192's transposers take three key groups,
+// which spill at 32 (8 bytes), so there the split is 40 / 232, which leaves q_in_regs 4 bytes short.
+template <int BN> constexpr int kProducerRegs = BN == 192 ? 40 : 32;
+template <int BN> constexpr int kConsumerRegs = BN == 192 ? 232 : 240;
 constexpr int kBarProducer = 1;
 constexpr int kBarTurn0 = 2; // 2, 3: consumer warpgroup 0's and 1's turn to issue (pingpong)
 constexpr int kBarEpi0 =
@@ -168,6 +170,9 @@ template <int BN, int HD = kHeadDim> struct Smem {
   __device__ __forceinline__ uint32_t pin_slot() const {
     return bars + 256 + 4 * (uint32_t(threadIdx.x) - 128);
   }
+  // Thread 0's load cursors (Loads, under 128 bytes) after the pin slots, in the barrier region's 2 KB.
+  static constexpr uint32_t kLoadsOffset = 256 + 4 * 256;
+  __device__ __forceinline__ uint32_t loads() const { return bars + kLoadsOffset; }
 };
 
 // V (raw tile: row = key, 128 bytes of head_dim) -> V^T (row = head_dim index, 128 bytes of keys),
@@ -192,22 +197,29 @@ template <int BN, int HD = kHeadDim> struct Smem {
 // TransposeLanes computes them once.
 template <int BN> struct TransposeLanes {
   static constexpr uint32_t G = BN / 64;
-  uint32_t ld[4], st[G], sel_a, sel_b; // ld: per head_dim group; st: per key group of the warp
+  // Head_dim group dg's load offset is ld ^ (dg << 5), key group k's store offset st ^ (k << 4) where G is 1 or
+  // 2 (the swizzle XORs the 16-byte column index with the row, and these columns differ from the first only
+  // in bits the row's term leaves alone); block_n 192's three key groups straddle V^T tiles, so they keep
+  // their own offsets. Fewer words a thread: the producer warpgroup runs on 40 registers.
+  static constexpr uint32_t kSt = G == 3 ? 3 : 1;
+  uint32_t ld, st[kSt], sel_a, sel_b;
   __device__ __forceinline__ explicit TransposeLanes(int u) {
     const uint32_t w = uint32_t(u) >> 5, t = uint32_t(u) & 31u, m = t >> 3, i = t & 7u;
-#pragma unroll
-    for (uint32_t dg = 0; dg < 4; ++dg)
-      ld[dg] = swizzle_128b(16u * (G * w) + 8u * (m & 1u) + i, 16u * (2u * dg + (m >> 1)));
+    ld = swizzle_128b(16u * (G * w) + 8u * (m & 1u) + i, 16u * (m >> 1));
     const uint32_t row = 16u * (m >> 1) + 2u * i + ((m & 1u) ^ (i >> 2));
 #pragma unroll
-    for (uint32_t k = 0; k < G; ++k) {
+    for (uint32_t k = 0; k < kSt; ++k) {
       const uint32_t kg = G * w + k; // BN 128: kg < 8, one V^T tile
-      st[k] = BN == 128 ? swizzle_128b(row, 16u * kg)
-                        : (kg / 8u) * uint32_t(kTileBytes) + swizzle_128b(row, 16u * (kg % 8u));
+      st[k] = G < 3 ? swizzle_128b(row, 16u * kg)
+                    : (kg / 8u) * uint32_t(kTileBytes) + swizzle_128b(row, 16u * (kg % 8u));
     }
     const bool hi = t >= 16;
     sel_a = hi ? 0x7531u : 0x6420u;
     sel_b = hi ? 0x6420u : 0x7531u;
+  }
+  __device__ __forceinline__ uint32_t load(uint32_t dg) const { return ld ^ (dg << 5); }
+  __device__ __forceinline__ uint32_t store(uint32_t k) const {
+    return G < 3 ? st[0] ^ (k << 4) : st[k];
   }
 };
 
@@ -220,8 +232,8 @@ __device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst,
 #pragma unroll
     for (uint32_t dg = 0; dg < 4; ++dg) { // head_dim group: 32 rows of V^T = 4096 bytes
       uint32_t r[4];
-      fb::kernels::ldmatrix_x4_trans(r, src + l.ld[dg] + 2048u * k);
-      stmatrix_x4(dst + l.st[k] + 4096u * dg, __byte_perm(r[0], r[1], l.sel_a),
+      fb::kernels::ldmatrix_x4_trans(r, src + l.load(dg) + 2048u * k);
+      stmatrix_x4(dst + l.store(k) + 4096u * dg, __byte_perm(r[0], r[1], l.sel_a),
                   __byte_perm(r[0], r[1], l.sel_b), __byte_perm(r[2], r[3], l.sel_a),
                   __byte_perm(r[2], r[3], l.sel_b));
     }
@@ -348,18 +360,28 @@ __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<BN, HD> &
   load_halves<HD>(&a.tm_q, sm.q_tile(b), kTileBytes, sm.q_full(b), c.t.q0, c.t.h, c.t.b);
 }
 
+// Thread 0's load cursors and its count of Q loads, kept in shared memory (Smem::loads) between its turns: in
+// registers they were 25 words of every producer thread's budget (a cursor is 8), which the consumers need more.
+template <int BN> struct Loads {
+  Cursor<BN> k, v, q;
+  int qn; // Q loads issued before q's
+};
+
 template <int BN, int HD>
-__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD> &sm) {
+__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                         Loads<BN> *loads) {
   const int u = int(threadIdx.x);
   Cursor<BN> vt = Cursor<BN>::first(a); // the tile being transposed; all 128 threads step it
-  Cursor<BN> kc = vt, vc = vt, qc = vt; // thread 0's load cursors
-  int qn = 0;                           // Q loads issued before qc's
-  if (u == 0 && vt.valid(a)) {
-    load_q(a, sm, qc, 0);
-    for (int i = 0; i < a.stages && kc.valid(a); ++i, kc.next(a))
-      load_k(a, sm, kc, i);
-    for (int i = 0; i < 2 && vc.valid(a); ++i, vc.next(a))
-      load_v(a, sm, vc, i);
+  if (u == 0) {
+    Cursor<BN> kc = vt, vc = vt;
+    if (vt.valid(a)) {
+      load_q(a, sm, vt, 0);
+      for (int i = 0; i < a.stages && kc.valid(a); ++i, kc.next(a))
+        load_k(a, sm, kc, i);
+      for (int i = 0; i < 2 && vc.valid(a); ++i, vc.next(a))
+        load_v(a, sm, vc, i);
+    }
+    *loads = Loads<BN>{kc, vc, vt, 0};
   }
   const TransposeLanes<BN> lanes(u);
   Ring ring; // global tile g's K and V^T slot
@@ -377,24 +399,29 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD>
     mbar_arrive(sm.vt_full(s));
     named_sync(kBarProducer, 128); // every transposer has read raw slot r
     if (u == 0) {
-      if (vc.valid(a)) { // global tile g + 2, into the raw slot just read
+      if (Cursor<BN> vc = loads->v; vc.valid(a)) { // global tile g + 2, into the raw slot just read
         load_v(a, sm, vc, r);
         vc.next(a);
+        loads->v = vc;
       }
-      if (kc.valid(a)) { // global tile g + stages, into K slot s once tile g's Q K^T released it
+      if (Cursor<BN> kc = loads->k; kc.valid(a)) {
+        // global tile g + stages, into K slot s once tile g's Q K^T released it
         mbar_wait(sm.k_empty(s), ring.phase);
         load_k(a, sm, kc, s);
         kc.next(a);
+        loads->k = kc;
       }
       if (vt.j == 0) { // the first tile of an item: the next item's Q
+        Cursor<BN> qc = loads->q;
         qc.lin += int(gridDim.x);
         qc.seek(a);
         if (qc.valid(a)) {
-          ++qn;
+          const int qn = ++loads->qn;
           if (qn >= 2)
             mbar_wait(sm.q_empty(qn & 1), uint32_t((qn >> 1) - 1) & 1u);
           load_q(a, sm, qc, qn & 1);
         }
+        loads->q = qc;
       }
     }
   }
@@ -945,11 +972,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {
-    regs_dealloc<kProducerRegs>();
-    producer(a, sm);
+    regs_dealloc<kProducerRegs<BN>>();
+    static_assert(sizeof(Loads<BN>) <= 2048 - Smem<BN, HD>::kLoadsOffset,
+                  "the barrier region's 2 KB");
+    producer(a, sm, reinterpret_cast<Loads<BN> *>(smem_raw + (sm.loads() - smem_addr(smem_raw))));
     return;
   }
-  regs_alloc<kConsumerRegs>();
+  regs_alloc<kConsumerRegs<BN>>();
   consumer<OVERLAP, QREG, BN, HD>(a, sm, wg - 1);
 }
 
@@ -973,7 +1002,7 @@ KernelFn pick(const Params &c, int head_dim) {
   if (!tile_compiled(head_dim, c.block_n))
     return nullptr;
   if (head_dim == 256)
-    return pick_bn<64, 256>(c);
+    return c.block_n == 128 ? pick_bn<128, 256>(c) : pick_bn<64, 256>(c);
   return c.block_n == 192 ? pick_bn<192, 128>(c) : pick_bn<128, 128>(c);
 }
 } // namespace

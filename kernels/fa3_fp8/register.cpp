@@ -48,7 +48,7 @@ public:
     if (!fa3fp8::tile_compiled(int(p.head_dim), prm.block_n))
       return Support::no("block_n " + std::to_string(prm.block_n) +
                          " is not compiled for head_dim " + std::to_string(p.head_dim) +
-                         " (head_dim 128: block_n 128 or 192; head_dim 256: block_n 64)");
+                         " (head_dim 128: block_n 128 or 192; head_dim 256: block_n 64 or 128)");
     if (p.head_dim == 256 && prm.q_in_regs)
       return Support::no(
           "q_in_regs at head_dim 256: Q's 32 fragment registers do not fit beside O's "

@@ -13,7 +13,8 @@
 namespace fb::fa3fp8 {
 
 // Tile geometry: block_m 128 (two consumer warpgroups of 64 rows); head_dim 128 with block_n 128 or 192, head_dim
-// 256 with block_n 64 (O's 128 registers a thread leave room for a 64-key S and P only).
+// 256 with block_n 64 or 128 (O's 128 registers a thread beside a 128-key S and P fit the consumers' 240; its
+// shared memory, 232448 bytes, fits the one-shot grid at stages 2 only).
 //  - block_m = kFp8ScaleBlock: a CTA's Q rows share one Q descale. A K/V tile of 128 keys has one K descale,
 //    folded into the softmax's one multiply per score (scale_log2 * q_descale * k_descale); a tile of 192 keys
 //    spans two descale blocks (split at key 128 of even tiles and key 64 of odd ones), so its scores take one of
@@ -45,9 +46,10 @@ constexpr int descale_block_192(int j, int g) {
   const int b0 = (3 * j) >> 1;
   return g < 8 ? b0 : g >= 16 ? b0 + 1 : b0 + (j & 1);
 }
-// The block_n a head_dim is compiled for: 128 and 192 at head_dim 128, 64 at 256.
+// The block_n a head_dim is compiled for: 128 and 192 at head_dim 128, 64 and 128 at 256.
 constexpr bool tile_compiled(int head_dim, int block_n) {
-  return head_dim == 128 ? (block_n == 128 || block_n == 192) : head_dim == 256 && block_n == 64;
+  return head_dim == 128 ? (block_n == 128 || block_n == 192)
+                         : head_dim == 256 && (block_n == 64 || block_n == 128);
 }
 
 // Defaults (the space's default config), from an ablation on an H100 (fastest samples): with O through TMA,

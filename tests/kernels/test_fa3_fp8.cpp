@@ -114,11 +114,24 @@ TEST(Fa3Fp8Host, SupportsE4m3HeadDim128And256) {
   p.dtype = DType::e4m3;
   p.head_dim = 64;
   EXPECT_NE(fp8().supports(p, c, none).reason.find("compiled for 128 and 256"), std::string::npos);
-  // head_dim 256: block_n 64, Q from shared memory, O from registers; its default is all three.
+  // head_dim 256: block_n 64 or 128, Q from shared memory, O from registers; its default is block_n 64 and the
+  // other two. Block_n 128 fits shared memory on the one-shot grid at stages 2 only.
   p.head_dim = 256;
-  EXPECT_NE(fp8().supports(p, c, none).reason.find("block_n 128 is not compiled for head_dim 256"),
-            std::string::npos)
+  EXPECT_NE(fp8().supports(p, c, none).reason.find("q_in_regs"), std::string::npos)
       << fp8().supports(p, c, none).reason;
+  Config b128 = c;
+  b128.set("q_in_regs", 0);
+  b128.set("o_store", 0);
+  b128.set("stages", 2);
+  EXPECT_NE(fp8().supports(p, b128, none).reason.find("shared memory"), std::string::npos)
+      << fp8().supports(p, b128, none).reason;
+  b128.set("scheduler", 0);
+  EXPECT_TRUE(fp8().supports(p, b128, none).ok) << fp8().supports(p, b128, none).reason;
+  b128.set("block_n", 192);
+  EXPECT_NE(
+      fp8().supports(p, b128, none).reason.find("block_n 192 is not compiled for head_dim 256"),
+      std::string::npos)
+      << fp8().supports(p, b128, none).reason;
   const Config d = fp8().space().default_config(p, none);
   EXPECT_TRUE(fp8().supports(p, d, none).ok) << fp8().supports(p, d, none).reason;
   Config q = d;
