@@ -109,12 +109,16 @@ struct KernelArgs {
   int pingpong; // the two consumer warpgroups take turns to issue their GEMMs (Turns)
 };
 
-// Registers a thread after setmaxnreg (128 x producer + 256 x consumer <= 64K): the transposers hold 16 words of
-// V, 8 of V^T and their lane offsets (thread 0's load cursors wait in shared memory); the consumers O (64), S (64),
-// P (16), Q's fragments with q_in_regs (16) and the row state. Block_n 192's transposers take three key groups,
-// which spill at 32 (8 bytes), so there the split is 40 / 232, which leaves q_in_regs 4 bytes short.
-template <int BN> constexpr int kProducerRegs = BN == 192 ? 40 : 32;
-template <int BN> constexpr int kConsumerRegs = BN == 192 ? 232 : 240;
+// Registers a thread after setmaxnreg. setmaxnreg.inc draws from the CTA's own pool, the registers it launched
+// with: 384 threads x 168 (__launch_bounds__(384, 1) on 64K), so 128 x producer + 256 x consumer <= 64512 or the
+// consumers wait forever (32 / 240, 65536, hung on an H100: HISTORY row 15). The transposers hold 16 words of V,
+// 8 of V^T and their lane offsets (thread 0's load cursors wait in shared memory); the consumers O (64, 128 at
+// d256), S, P, Q's fragments with q_in_regs (16) and the row state.
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
+              "setmaxnreg: the split must fit the registers the CTA launched with");
 constexpr int kBarProducer = 1;
 constexpr int kBarTurn0 = 2; // 2, 3: consumer warpgroup 0's and 1's turn to issue (pingpong)
 constexpr int kBarEpi0 =
@@ -972,13 +976,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {
-    regs_dealloc<kProducerRegs<BN>>();
+    regs_dealloc<kProducerRegs>();
     static_assert(sizeof(Loads<BN>) <= 2048 - Smem<BN, HD>::kLoadsOffset,
                   "the barrier region's 2 KB");
     producer(a, sm, reinterpret_cast<Loads<BN> *>(smem_raw + (sm.loads() - smem_addr(smem_raw))));
     return;
   }
-  regs_alloc<kConsumerRegs<BN>>();
+  regs_alloc<kConsumerRegs>();
   consumer<OVERLAP, QREG, BN, HD>(a, sm, wg - 1);
 }
 
@@ -991,11 +995,15 @@ using KernelFn = void (*)(detail::KernelArgs);
 template <int BN, int HD> KernelFn pick_bn(const Params &c) {
   if (!c.overlap)
     return detail::fa3_fp8_kernel<false, false, BN, HD>;
-  if constexpr (BN == 128 && HD == 128)
-    if (c.q_in_regs)
-      return detail::fa3_fp8_kernel<true, true, BN, HD>;
-  return detail::fa3_fp8_kernel<true, false, BN, HD>; // q_in_regs elsewhere: refused (traits.hpp,
-                                                      // register.cpp)
+  if constexpr (!overlap_compiled(BN, HD)) {
+    return nullptr; // refused (register.cpp)
+  } else {
+    if constexpr (BN == 128 && HD == 128)
+      if (c.q_in_regs)
+        return detail::fa3_fp8_kernel<true, true, BN, HD>;
+    return detail::fa3_fp8_kernel<true, false, BN, HD>; // q_in_regs elsewhere: refused (traits.hpp,
+                                                        // register.cpp)
+  }
 }
 // Null for a (head_dim, block_n) that is not compiled (tile_compiled).
 KernelFn pick(const Params &c, int head_dim) {
@@ -1062,6 +1070,9 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
   a.total_tiles = int(items);
   const int64_t smem = smem_bytes(c, hd);
   const KernelFn kernel = pick(c, hd);
+  if (!kernel)
+    throw std::invalid_argument(
+        "fa3_fp8: intra_wg_overlap is not compiled at head_dim 256 and block_n 128");
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   int64_t grid = items;

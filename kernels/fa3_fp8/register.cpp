@@ -53,6 +53,9 @@ public:
       return Support::no(
           "q_in_regs at head_dim 256: Q's 32 fragment registers do not fit beside O's "
           "128 (use q_in_regs off)");
+    if (prm.overlap && !fa3fp8::overlap_compiled(prm.block_n, int(p.head_dim)))
+      return Support::no("intra_wg_overlap at head_dim 256 and block_n 128 spills registers "
+                         "(use intra_wg_overlap off, or block_n 64)");
     if (p.head_dim == 256 && prm.o_tma)
       return Support::no(
           "o_store tma at head_dim 256 would need 64 KB of staging (use o_store regs)");

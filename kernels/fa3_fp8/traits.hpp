@@ -13,7 +13,7 @@
 namespace fb::fa3fp8 {
 
 // Tile geometry: block_m 128 (two consumer warpgroups of 64 rows); head_dim 128 with block_n 128 or 192, head_dim
-// 256 with block_n 64 or 128 (O's 128 registers a thread beside a 128-key S and P fit the consumers' 240; its
+// 256 with block_n 64 or 128 (O's 128 registers a thread beside a 128-key S and P fit the consumers' 232 without intra_wg_overlap; its
 // shared memory, 232448 bytes, fits the one-shot grid at stages 2 only).
 //  - block_m = kFp8ScaleBlock: a CTA's Q rows share one Q descale. A K/V tile of 128 keys has one K descale,
 //    folded into the softmax's one multiply per score (scale_log2 * q_descale * k_descale); a tile of 192 keys
@@ -45,6 +45,11 @@ constexpr int vt_tile_bytes(int block_n, int head_dim = kHeadDim) {
 constexpr int descale_block_192(int j, int g) {
   const int b0 = (3 * j) >> 1;
   return g < 8 ? b0 : g >= 16 ? b0 + 1 : b0 + (j & 1);
+}
+// intra_wg_overlap keeps tile j's S beside tile j−1's P: at head_dim 256 with block_n 128 that spills 48 bytes
+// beside O's 128 registers at the consumers' 232 (fa3_fp8.cu, kConsumerRegs), so that tile runs overlap off only.
+constexpr bool overlap_compiled(int block_n, int head_dim) {
+  return !(head_dim == 256 && block_n == 128);
 }
 // The block_n a head_dim is compiled for: 128 and 192 at head_dim 128, 64 and 128 at 256.
 constexpr bool tile_compiled(int head_dim, int block_n) {

@@ -126,6 +126,9 @@ TEST(Fa3Fp8Host, SupportsE4m3HeadDim128And256) {
   EXPECT_NE(fp8().supports(p, b128, none).reason.find("shared memory"), std::string::npos)
       << fp8().supports(p, b128, none).reason;
   b128.set("scheduler", 0);
+  EXPECT_NE(fp8().supports(p, b128, none).reason.find("intra_wg_overlap"), std::string::npos)
+      << fp8().supports(p, b128, none).reason;
+  b128.set("intra_wg_overlap", 0);
   EXPECT_TRUE(fp8().supports(p, b128, none).ok) << fp8().supports(p, b128, none).reason;
   b128.set("block_n", 192);
   EXPECT_NE(
