@@ -53,6 +53,8 @@ template <class T> struct Args {
   float scale, scale_log2;
   int stages, n_row_blocks, n_col_blocks;
   bool causal, deterministic;
+  bool
+      rotated; // row_order rotated (non-causal): column block n starts at row block rotated_start(n)
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -420,6 +422,13 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     return first_row <= 0 ? 0 : int(unsigned(first_row) / BM);
   };
 
+  // row_order rotated: the column block's first row block, kept in shared memory (one LDS a use) rather than
+  // a register across the loop, and read after the barrier below.
+  __shared__ int rot_start;
+  if (threadIdx.x == 0)
+    rot_start = a.rotated ? rotated_start(col(), a.n_row_blocks, a.n_col_blocks) : 0;
+  __syncthreads();
+
   {
     const int n = col(), hkv = fresh_ctaid<1>(), b = fresh_ctaid<2>();
     const int64_t kv_off = int64_t(b) * a.ks.batch + int64_t(hkv) * a.ks.head;
@@ -436,10 +445,17 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   };
   auto step_of = [&](int it) {
     const int first = first_row_block(col()), rows = a.n_row_blocks - first;
+    // Rotated (non-causal, so first is 0): row block (start + j) mod rows.
+    const auto rotate = [&](int m) {
+      if (!a.rotated)
+        return m;
+      m += rot_start;
+      return m >= rows ? m - rows : m;
+    };
     if (a.group == 1) // no GQA group: no division (~25 instructions, twice a row block)
-      return Step{0, first + it};
+      return Step{0, rotate(first + it)};
     const int g = it / rows;
-    return Step{g, first + it - g * rows};
+    return Step{g, rotate(first + it - g * rows)};
   };
   auto iterations = [&] { return (a.n_row_blocks - first_row_block(col())) * a.group; };
 
@@ -569,6 +585,12 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
       const int h = fresh_ctaid<1>() * a.group + g, b = fresh_ctaid<2>();
       float *acc = a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM) * D;
       int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
+      // Deterministic: the column blocks that add to row block m before this one (rotated: those that reach it
+      // first at one speed; otherwise those to its right) and how many add in all; the last resets the counter.
+      auto order = [&] {
+        const int cols = int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal));
+        return int2{a.rotated ? rotated_rank(n, m, a.n_row_blocks, cols) : cols - 1 - n, cols};
+      };
 #pragma unroll
       for (int ch = 0; ch < QC / QCH; ++ch) {
         float dq[MQ][QCH / 8][4];
@@ -576,9 +598,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
         gemm_ab<T, BN, D, MQ, QCH / 8, (kPf & kPfDQ) != 0>(dq, sbase + oDS, q_row0, sbase + oK,
                                                            q_col0 + ch * QCH);
         if (a.deterministic && ch == 0) {
-          // Column blocks right of this one that visit row block m add first.
-          const int before =
-              int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal)) - 1 - n;
+          const int before = order().x;
           // One lane polls, backing off a little so that waiting warps do not crowd the L2 slices that
           // serve the reductions they wait for.
           if (l3 == 0)
@@ -595,7 +615,8 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
         // (MEMBAR.SC.GPU) in every row block of every column block.
         __syncwarp();
         if (l3 == 0) {
-          if (n == 0)
+          const int2 o = order();
+          if (o.x == o.y - 1)
             atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
           else
             asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(ctr) : "memory");
@@ -666,6 +687,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.n_col_blocks = static_cast<int>(num_col_blocks(p, c));
   a.causal = p.causal;
   a.deterministic = c.deterministic != 0;
+  a.rotated = c.rotated != 0 && !p.causal;
 
   const kernels::bwd::RowArgs<T> rows = kernels::bwd::row_args<T>(p, args, c.block_m);
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
