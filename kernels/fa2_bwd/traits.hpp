@@ -203,6 +203,11 @@ constexpr int prefetch_products(int d, int bm, int bn, int w, int wm) {
   return kPfS | kPfKV | kPfDQ | kPfDP;
 }
 
+// Whether every product's passes are unrolled (fa2_bwd.cuh, k_loop): at d128 the straight-line body drops loop
+// control and per-pass address updates; at d64 it lost. H100, A/B of the defaults at B·N 16384 N 4096
+// (HISTORY.md row 15): d128 +2.9% (causal +3.8%), d64 -4.5% (causal -2.8%). d256 keeps the measured rolled loop.
+constexpr bool unrolled_passes(int d) { return d == 128; }
+
 // The padded row buffers of the workspace (dQ accumulator, base-2 LSE, D) and the row/column block ranges are
 // the backward kernels' common ones (kernels/common/bwd.hpp), with block_m rows a block.
 using kernels::bwd::padded_rows;
@@ -258,6 +263,16 @@ inline Config default_for(Config base, const AttentionProblem &p, const DeviceIn
   if (dev.smem_per_block_optin > 0 && head_dim_ok(p.head_dim) &&
       smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin)
     base.set("stages", 1);
+  // Deterministic and non-causal: row_order rotated wherever it is supported (a head's column blocks resident at
+  // once), so that the ordered dQ adds of a row block do not all wait on the same column at the same time. H100,
+  // deterministic / non-deterministic at B·N 16384, d64 and d128, N 1024-8192 (HISTORY.md row 16): same order
+  // 0.776-0.851, rotated 0.823-0.849 (non-deterministic rotated is 0.989-1.005 of same, so it keeps same).
+  const Params c = params_of(base);
+  const int64_t cols = num_col_blocks(p, c);
+  base.set("row_order", c.deterministic && !p.causal && dev.present && cols <= dev.sm_count &&
+                                num_row_blocks(p, c) * cols < (int64_t(1) << 31)
+                            ? 1
+                            : 0);
   return base;
 }
 
