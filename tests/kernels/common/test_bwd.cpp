@@ -20,9 +20,8 @@ TEST(BwdRotatedOrder, RanksAreTheArrivalOrderOfEveryRowBlock) {
         std::vector<int> order(static_cast<size_t>(cols));
         std::iota(order.begin(), order.end(), 0);
         const auto steps = [&](int n) { return (m - rotated_start(n, rows, cols) + rows) % rows; };
-        std::sort(order.begin(), order.end(), [&](int x, int y) {
-          return steps(x) != steps(y) ? steps(x) < steps(y) : x > y;
-        });
+        std::sort(order.begin(), order.end(),
+                  [&](int x, int y) { return steps(x) != steps(y) ? steps(x) < steps(y) : x > y; });
         for (int r = 0; r < cols; ++r)
           ASSERT_EQ(rotated_rank(order[static_cast<size_t>(r)], m, rows, cols), r)
               << "rows " << rows << " cols " << cols << " row block " << m;
