@@ -64,6 +64,11 @@ Config ConfigSpace::default_config(const AttentionProblem &p, const DeviceInfo &
   return default_rule_ ? default_rule_(default_, p, dev) : default_;
 }
 
+Config ConfigSpace::default_config(const Config &seed, const AttentionProblem &p,
+                                   const DeviceInfo &dev) const {
+  return default_rule_ ? default_rule_(seed, p, dev) : seed;
+}
+
 const Axis *ConfigSpace::axis(const std::string &name) const {
   for (const auto &a : axes_)
     if (a.name == name)

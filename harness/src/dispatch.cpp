@@ -35,7 +35,8 @@ std::optional<Config> supported_config(const Variant &v, const AttentionProblem 
 Config complete_config(const Variant &v, const std::map<std::string, std::string> &given,
                        const AttentionProblem &p, const DeviceInfo &dev, std::string *source) {
   const ConfigSpace &space = v.space();
-  Config c = space.make(given, space.default_config(p, dev));
+  // The rule sees the named axes (a deterministic run may want another order), and they win over what it sets.
+  Config c = space.make(given, space.default_config(space.make(given), p, dev));
   if (source)
     *source = "unnamed axes from the default for the problem";
   if (!space.check(c) && support_for(v, p, c, dev))

@@ -63,6 +63,25 @@ FB_HOST_DEVICE int64_t col_blocks_for(int64_t m, int64_t block_m, int64_t block_
   return (visible + block_n - 1) / block_n;
 }
 
+// Row order `rotated` (non-causal): column block n of C starts at row block rotated_start(n) = floor(n·R / C) of R
+// and wraps around, so that at any moment the column blocks of a head are on different row blocks and their dQ
+// additions do not all meet on one. Deterministic mode then adds a row block's partials in the order the columns
+// reach it when all run at one speed (no column waits in that steady state): the columns whose start is at or
+// before m in descending n, then the others in descending n. rotated_rank is n's place in that order (0: first,
+// C - 1: last, which resets the row block's counter).
+FB_HOST_DEVICE int rotated_start(int n, int rows, int cols) {
+  return static_cast<int>(static_cast<unsigned>(n) * static_cast<unsigned>(rows) /
+                          static_cast<unsigned>(cols));
+}
+FB_HOST_DEVICE int rotated_rank(int n, int m, int rows, int cols) {
+  // Columns 0 .. k-1 start at or before m: n·R / C < m + 1 for n < (m + 1)·C / R.
+  const unsigned kc = (static_cast<unsigned>(m + 1) * static_cast<unsigned>(cols) +
+                       static_cast<unsigned>(rows) - 1) /
+                      static_cast<unsigned>(rows);
+  const int k = kc < static_cast<unsigned>(cols) ? static_cast<int>(kc) : cols;
+  return n < k ? k - 1 - n : k + cols - 1 - n;
+}
+
 // A compiled instantiation of a backward variant with config parameters P, as its register.cpp finds it: the launch
 // (preprocess, main and convert kernels on a stream) and the kernels one launch queues, for the occupancy report.
 template <class P> struct Instance {

@@ -53,6 +53,8 @@ template <class T> struct Args {
   float scale, scale_log2;
   int stages, n_row_blocks, n_col_blocks;
   bool causal, deterministic;
+  bool
+      rotated; // row_order rotated (non-causal): column block n starts at row block rotated_start(n)
 };
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -151,13 +153,14 @@ __device__ __forceinline__ void mma_tile(float (&c)[MT][NT][4], const uint32_t (
     }
 }
 
-// The k-loop of every product: PASSES passes (a rolled loop, which bounds how many fragments the scheduler loads
-// ahead next to the dK/dV accumulators) of KK unrolled k-steps; a pass moves the A and B bases by A_STEP and
-// B_STEP bytes. load_a(frag, base, mt, kk) and load_b(frag, base, n2, kk) issue one ldmatrix.x4 each.
+// The k-loop of every product: PASSES passes of KK unrolled k-steps; a pass moves the A and B bases by A_STEP and
+// B_STEP bytes. The passes are a rolled loop (which bounds how many fragments the scheduler loads ahead next to
+// the dK/dV accumulators), or unrolled with UNR, so that every ldmatrix takes its k-step's offset as an immediate
+// from one base (HISTORY rows 14-15). load_a(frag, base, mt, kk) and load_b(frag, base, n2, kk) issue one ldmatrix.x4 each.
 // PF: fragments one k-step ahead in two buffers, across the pass boundary too, so the MMAs of step k issue while
 // the ldmatrix of step k + 1 are in flight and a new pass does not start on an empty pipeline.
-template <class T, int MT, int NT, bool PF, int PASSES, int KK, uint32_t A_STEP, uint32_t B_STEP,
-          class LA, class LB>
+template <class T, int MT, int NT, bool PF, bool UNR, int PASSES, int KK, uint32_t A_STEP,
+          uint32_t B_STEP, class LA, class LB>
 __device__ __forceinline__ void k_loop(float (&c)[MT][NT][4], uint32_t a_base, uint32_t b_base,
                                        const LA &load_a, const LB &load_b) {
   static_assert(KK % 2 == 0, "the two fragment buffers alternate across passes");
@@ -173,7 +176,7 @@ __device__ __forceinline__ void k_loop(float (&c)[MT][NT][4], uint32_t a_base, u
         load_b(b[n2], bb, n2, kk);
     };
     load(af[0], bf[0], a_base, b_base, 0);
-#pragma unroll 1
+#pragma unroll(UNR ? PASSES : 1)
     for (int kb = 0; kb < PASSES; ++kb, a_base += A_STEP, b_base += B_STEP) {
 #pragma unroll
       for (int kk = 0; kk < KK; ++kk) {
@@ -186,7 +189,7 @@ __device__ __forceinline__ void k_loop(float (&c)[MT][NT][4], uint32_t a_base, u
       }
     }
   } else {
-#pragma unroll 1
+#pragma unroll(UNR ? PASSES : 1)
     for (int kb = 0; kb < PASSES; ++kb, a_base += A_STEP, b_base += B_STEP) {
 #pragma unroll
       for (int kk = 0; kk < KK; ++kk) {
@@ -211,14 +214,14 @@ __device__ __forceinline__ void k_loop(float (&c)[MT][NT][4], uint32_t a_base, u
 
 // c += A·Bᵀ: A rows [a_row0, +16·MT) of a [·][KD] tile, B rows [b_row0, +8·NT) of a [·][KD] tile, depth KD.
 // (S = Q·Kᵀ and dP = dO·Vᵀ.) Four k-steps (128 bytes of every row) a pass.
-template <class T, int KD, int MT, int NT, bool PF>
+template <class T, int KD, int MT, int NT, bool PF, bool UNR>
 __device__ __forceinline__ void gemm_abt(float (&c)[MT][NT][4], uint32_t sA, int a_row0,
                                          uint32_t sB, int b_row0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
   const KChunks ac(lane / 16, x), bc((lane / 8) % 2, x);
   const uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
   const uint32_t b_base = sB + (b_row0 + (lane / 16) * 8 + lane % 8) * KD * 2;
-  k_loop<T, MT, NT, PF, KD / 64, 4, 128, 128>(
+  k_loop<T, MT, NT, PF, UNR, KD / 64, 4, 128, 128>(
       c, a_base, b_base,
       [&](uint32_t(&f)[4], uint32_t base, int mt, int kk) {
         ldmatrix_x4(f, base + mt * 16 * KD * 2 + ac.off[kk]);
@@ -232,14 +235,14 @@ __device__ __forceinline__ void gemm_abt(float (&c)[MT][NT][4], uint32_t sA, int
 // tile (columns [y_col0, +8·NT)), depth KD rows. (dV = Pᵀ·dO and dK = dSᵀ·Q.) Two k-steps (32 rows) a pass: each
 // k-step's fragments are 4·(MT + NT/2) registers (24 at d128 and d256), and a deeper look-ahead than two k-steps
 // spills next to the accumulators.
-template <class T, int KD, int XC, int YC, int MT, int NT, bool PF>
+template <class T, int KD, int XC, int YC, int MT, int NT, bool PF, bool UNR>
 __device__ __forceinline__ void gemm_atb(float (&c)[MT][NT][4], uint32_t sX, int x_col0,
                                          uint32_t sY, int y_col0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
   const uint32_t x_base = sX + ((lane / 16) * 8 + lane % 8) * XC * 2;
   const uint32_t y_base = sY + (((lane / 8) % 2) * 8 + lane % 8) * YC * 2;
   const int xc = x_col0 / 8 + (lane / 8) % 2, yc = y_col0 / 8 + lane / 16;
-  k_loop<T, MT, NT, PF, KD / 32, 2, 32 * XC * 2, 32 * YC * 2>(
+  k_loop<T, MT, NT, PF, UNR, KD / 32, 2, 32 * XC * 2, 32 * YC * 2>(
       c, x_base, y_base,
       [&](uint32_t(&f)[4], uint32_t base, int mt, int kk) {
         ldmatrix_x4_trans(f, base + kk * 16 * XC * 2 + (((xc + 2 * mt) ^ x) << 4));
@@ -251,7 +254,7 @@ __device__ __forceinline__ void gemm_atb(float (&c)[MT][NT][4], uint32_t sX, int
 
 // c += A·B: A rows [a_row0, +16·MT) of a [·][KD] tile, B a [KD][BC] tile (columns [b_col0, +8·NT)), depth KD.
 // (dQ = dS·K.) Four k-steps a pass.
-template <class T, int KD, int BC, int MT, int NT, bool PF>
+template <class T, int KD, int BC, int MT, int NT, bool PF, bool UNR>
 __device__ __forceinline__ void gemm_ab(float (&c)[MT][NT][4], uint32_t sA, int a_row0, uint32_t sB,
                                         int b_col0) {
   const int lane = int(fresh_tid() % 32), x = lane & 7;
@@ -259,7 +262,7 @@ __device__ __forceinline__ void gemm_ab(float (&c)[MT][NT][4], uint32_t sA, int 
   const uint32_t a_base = sA + (a_row0 + lane % 16) * KD * 2;
   const uint32_t b_base = sB + (((lane / 8) % 2) * 8 + lane % 8) * BC * 2;
   const int bc = b_col0 / 8 + lane / 16;
-  k_loop<T, MT, NT, PF, KD / 64, 4, 128, 64 * BC * 2>(
+  k_loop<T, MT, NT, PF, UNR, KD / 64, 4, 128, 64 * BC * 2>(
       c, a_base, b_base,
       [&](uint32_t(&f)[4], uint32_t base, int mt, int kk) {
         ldmatrix_x4(f, base + mt * 16 * KD * 2 + ac.off[kk]);
@@ -395,6 +398,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   static_assert(2 * BM <= 4 * kThreads, "LSE and D need BM / 2 copy threads");
   // frag_prefetch: the products that load their fragments one k-step ahead (traits.hpp, prefetch_products).
   constexpr int kPf = PF ? prefetch_products(D, BM, BN, W, WM) : 0;
+  constexpr bool kUnroll = unrolled_passes(D);
 
   // Shared memory: K, V, P, dS, then `stages` slots of (Q, dO, LSE₂, D).
   constexpr uint32_t kKV = BN * D * 2, kPS = BM * BN * 2, kQ = BM * D * 2,
@@ -420,6 +424,13 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     return first_row <= 0 ? 0 : int(unsigned(first_row) / BM);
   };
 
+  // row_order rotated: the column block's first row block, kept in shared memory (one LDS a use) rather than
+  // a register across the loop, and read after the barrier below.
+  __shared__ int rot_start;
+  if (threadIdx.x == 0)
+    rot_start = a.rotated ? rotated_start(col(), a.n_row_blocks, a.n_col_blocks) : 0;
+  __syncthreads();
+
   {
     const int n = col(), hkv = fresh_ctaid<1>(), b = fresh_ctaid<2>();
     const int64_t kv_off = int64_t(b) * a.ks.batch + int64_t(hkv) * a.ks.head;
@@ -436,10 +447,17 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   };
   auto step_of = [&](int it) {
     const int first = first_row_block(col()), rows = a.n_row_blocks - first;
+    // Rotated (non-causal, so first is 0): row block (start + j) mod rows.
+    const auto rotate = [&](int m) {
+      if (!a.rotated)
+        return m;
+      m += rot_start;
+      return m >= rows ? m - rows : m;
+    };
     if (a.group == 1) // no GQA group: no division (~25 instructions, twice a row block)
-      return Step{0, first + it};
+      return Step{0, rotate(first + it)};
     const int g = it / rows;
-    return Step{g, first + it - g * rows};
+    return Step{g, rotate(first + it - g * rows)};
   };
   auto iterations = [&] { return (a.n_row_blocks - first_row_block(col())) * a.group; };
 
@@ -488,7 +506,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     // S = Q·Kᵀ -> P.
     float p[MT][NT][4];
     zero(p);
-    gemm_abt<T, D, MT, NT, (kPf & kPfS) != 0>(p, sbase + oQ, s_row0, sbase + oK, s_col0);
+    gemm_abt<T, D, MT, NT, (kPf & kPfS) != 0, kUnroll>(p, sbase + oQ, s_row0, sbase + oK, s_col0);
     // P = exp2(S·scale·log2e − LSE₂), masked to 0, packed to T pair by pair as it is computed, so that the fp32
     // scores die one by one; the packed P costs half the registers while dP is computed, and dS = P∘(dP − D)
     // is rounded to T right after anyway.
@@ -536,7 +554,8 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     {
       float dp[MT][NT][4];
       zero(dp);
-      gemm_abt<T, D, MT, NT, (kPf & kPfDP) != 0>(dp, sbase + oDO, s_row0, sbase + oV, s_col0);
+      gemm_abt<T, D, MT, NT, (kPf & kPfDP) != 0, kUnroll>(dp, sbase + oDO, s_row0, sbase + oV,
+                                                          s_col0);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -556,10 +575,10 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     {
       const int w2 = int(fresh_tid() / 32);
       const int k_row0 = (w2 / WKD) * KR, k_col0 = (w2 % WKD) * KC;
-      gemm_atb<T, BM, BN, D, MK, NK, (kPf & kPfKV) != 0>(dv, sbase + oP, k_row0, sbase + oDO,
-                                                         k_col0);
-      gemm_atb<T, BM, BN, D, MK, NK, (kPf & kPfKV) != 0>(dk, sbase + oDS, k_row0, sbase + oQ,
-                                                         k_col0);
+      gemm_atb<T, BM, BN, D, MK, NK, (kPf & kPfKV) != 0, kUnroll>(dv, sbase + oP, k_row0,
+                                                                  sbase + oDO, k_col0);
+      gemm_atb<T, BM, BN, D, MK, NK, (kPf & kPfKV) != 0, kUnroll>(dk, sbase + oDS, k_row0,
+                                                                  sbase + oQ, k_col0);
     }
 
     {
@@ -569,16 +588,20 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
       const int h = fresh_ctaid<1>() * a.group + g, b = fresh_ctaid<2>();
       float *acc = a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM) * D;
       int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
+      // Deterministic: the column blocks that add to row block m before this one (rotated: those that reach it
+      // first at one speed; otherwise those to its right) and how many add in all; the last resets the counter.
+      auto order = [&] {
+        const int cols = int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal));
+        return int2{a.rotated ? rotated_rank(n, m, a.n_row_blocks, cols) : cols - 1 - n, cols};
+      };
 #pragma unroll
       for (int ch = 0; ch < QC / QCH; ++ch) {
         float dq[MQ][QCH / 8][4];
         zero(dq);
-        gemm_ab<T, BN, D, MQ, QCH / 8, (kPf & kPfDQ) != 0>(dq, sbase + oDS, q_row0, sbase + oK,
-                                                           q_col0 + ch * QCH);
+        gemm_ab<T, BN, D, MQ, QCH / 8, (kPf & kPfDQ) != 0, kUnroll>(dq, sbase + oDS, q_row0,
+                                                                    sbase + oK, q_col0 + ch * QCH);
         if (a.deterministic && ch == 0) {
-          // Column blocks right of this one that visit row block m add first.
-          const int before =
-              int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal)) - 1 - n;
+          const int before = order().x;
           // One lane polls, backing off a little so that waiting warps do not crowd the L2 slices that
           // serve the reductions they wait for.
           if (l3 == 0)
@@ -595,7 +618,8 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
         // (MEMBAR.SC.GPU) in every row block of every column block.
         __syncwarp();
         if (l3 == 0) {
-          if (n == 0)
+          const int2 o = order();
+          if (o.x == o.y - 1)
             atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
           else
             asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(ctr) : "memory");
@@ -666,6 +690,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.n_col_blocks = static_cast<int>(num_col_blocks(p, c));
   a.causal = p.causal;
   a.deterministic = c.deterministic != 0;
+  a.rotated = c.rotated != 0 && !p.causal;
 
   const kernels::bwd::RowArgs<T> rows = kernels::bwd::row_args<T>(p, args, c.block_m);
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);

@@ -32,6 +32,8 @@ struct Params {
       0; // 1: the column blocks add their dQ partials in a fixed order (bit-identical runs)
   int frag_prefetch = 0; // 1: every product loads the next k-step's ldmatrix fragments ahead
   int dq_warp_m = 0;     // dq_layout: warps along the query rows of dQ = dS·K (0: warp_m)
+  int rotated =
+      0; // row_order: 1 starts column block n at row block n·R / C (non-causal; kernels/common/bwd.hpp)
 };
 
 // Warps along the rows of dQ: dq_layout, or warp_layout when dq_layout is "same".
@@ -67,6 +69,8 @@ inline std::optional<std::string> config_problem(const Params &c) {
            "warps)";
   if (c.dq_warp_m != 0 && c.dq_warp_m != 4)
     return "dq_layout must be same or m4";
+  if (c.rotated != 0 && c.rotated != 1)
+    return "row_order must be same or rotated";
   const int wmq = dq_row_warps(c);
   if (c.warps % wmq)
     return "dq_layout: warps must be a multiple of the warps along the rows of dQ";
@@ -102,7 +106,8 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("warp_layout", d.warp_m)),
                 static_cast<int>(c.get_or("deterministic", d.deterministic)),
                 static_cast<int>(c.get_or("frag_prefetch", d.frag_prefetch)),
-                static_cast<int>(c.get_or("dq_layout", d.dq_warp_m))};
+                static_cast<int>(c.get_or("dq_layout", d.dq_warp_m)),
+                static_cast<int>(c.get_or("row_order", d.rotated))};
 }
 
 Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev);
@@ -137,7 +142,13 @@ inline ConfigSpace make_space() {
             {0, 4},
             {"same", "m4"},
             "warps along the query rows of dQ = dS·K (same: warp_layout's; the rest split "
-            "head_dim)"}},
+            "head_dim)"},
+       Axis{"row_order",
+            {0, 1},
+            {"same", "rotated"},
+            "non-causal: every column block walks the row blocks from the first (same), or column "
+            "block n of C from row block n·R/C, wrapping (rotated), so that the dQ adds of a head "
+            "spread over its row blocks"}},
       Config({{"block_m", d.block_m},
               {"block_n", d.block_n},
               {"warps", d.warps},
@@ -145,7 +156,8 @@ inline ConfigSpace make_space() {
               {"warp_layout", d.warp_m},
               {"deterministic", d.deterministic},
               {"frag_prefetch", d.frag_prefetch},
-              {"dq_layout", d.dq_warp_m}}),
+              {"dq_layout", d.dq_warp_m},
+              {"row_order", d.rotated}}),
       [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
@@ -191,6 +203,11 @@ constexpr int prefetch_products(int d, int bm, int bn, int w, int wm) {
   return kPfS | kPfKV | kPfDQ | kPfDP;
 }
 
+// Whether every product's passes are unrolled (fa2_bwd.cuh, k_loop): at d128 the straight-line body drops loop
+// control and per-pass address updates; at d64 it lost. H100, A/B of the defaults at B·N 16384 N 4096
+// (HISTORY.md row 15): d128 +2.9% (causal +3.8%), d64 -4.5% (causal -2.8%). d256 keeps the measured rolled loop.
+constexpr bool unrolled_passes(int d) { return d == 128; }
+
 // The padded row buffers of the workspace (dQ accumulator, base-2 LSE, D) and the row/column block ranges are
 // the backward kernels' common ones (kernels/common/bwd.hpp), with block_m rows a block.
 using kernels::bwd::padded_rows;
@@ -221,6 +238,8 @@ constexpr int64_t smem_bytes(int64_t head_dim, const Params &c) {
 }
 
 using kernels::bwd::col_blocks_for;
+using kernels::bwd::rotated_rank;
+using kernels::bwd::rotated_start;
 using kernels::bwd::row_blocks_for;
 using kernels::bwd::RowRange;
 
@@ -244,6 +263,16 @@ inline Config default_for(Config base, const AttentionProblem &p, const DeviceIn
   if (dev.smem_per_block_optin > 0 && head_dim_ok(p.head_dim) &&
       smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin)
     base.set("stages", 1);
+  // Deterministic and non-causal: row_order rotated wherever it is supported (a head's column blocks resident at
+  // once), so that the ordered dQ adds of a row block do not all wait on the same column at the same time. H100,
+  // deterministic / non-deterministic at B·N 16384, d64 and d128, N 1024-8192 (HISTORY.md row 16): same order
+  // 0.776-0.851, rotated 0.823-0.849 (non-deterministic rotated is 0.989-1.005 of same, so it keeps same).
+  const Params c = params_of(base);
+  const int64_t cols = num_col_blocks(p, c);
+  base.set("row_order", c.deterministic && !p.causal && dev.present && cols <= dev.sm_count &&
+                                num_row_blocks(p, c) * cols < (int64_t(1) << 31)
+                            ? 1
+                            : 0);
   return base;
 }
 

@@ -466,6 +466,23 @@ TEST(Spec, ConfigMapsCompleteFromEachProblemsDefault) {
   EXPECT_EQ(det.get("dq_layout"), 4);
   EXPECT_EQ(det.get("deterministic"), 1);
   EXPECT_THROW(complete_config(bwd, {{"no_such_axis", "1"}}, p, dev), UserError);
+  // The problem's rule sees the named axes: deterministic on, non-causal, on a device whose SMs hold a head's
+  // column blocks, takes row_order rotated; causal, or deterministic off, keeps same. A named value still wins.
+  DeviceInfo gpu = dev;
+  gpu.present = true, gpu.sm_count = 132;
+  EXPECT_EQ(complete_config(bwd, {{"deterministic", "on"}}, p, gpu).get("row_order"), 1);
+  EXPECT_EQ(complete_config(bwd, {}, p, gpu).get("row_order"), 0);
+  EXPECT_EQ(complete_config(bwd, {{"deterministic", "on"}, {"row_order", "same"}}, p, gpu)
+                .get("row_order"),
+            0);
+  AttentionProblem causal = p;
+  causal.causal = true;
+  EXPECT_EQ(complete_config(bwd, {{"deterministic", "on"}}, causal, gpu).get("row_order"), 0);
+  AttentionProblem longkv = p;
+  longkv.seqlen_kv = 32768; // 256 column blocks: more than the SMs
+  const Config lk = complete_config(bwd, {{"deterministic", "on"}}, longkv, gpu);
+  EXPECT_EQ(lk.get("row_order"), 0);
+  EXPECT_TRUE(support_for(bwd, longkv, lk, gpu)) << support_for(bwd, longkv, lk, gpu).reason;
 
   // The plan: one map, a config per problem.
   const SweepSpec s = parse_spec(R"(

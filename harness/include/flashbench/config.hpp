@@ -68,6 +68,9 @@ public:
   // The default for p on dev: what `configs: default`, the dispatcher, `configs: tuned` without an entry, the
   // C API's "default" and `check` use. The base default where the variant has no rule.
   Config default_config(const AttentionProblem &p, const DeviceInfo &dev) const;
+  // The same rule applied to `seed` in place of the base default, so that a rule may read axes a caller named
+  // (deterministic, say) when it picks the others: complete_config (dispatch.hpp).
+  Config default_config(const Config &seed, const AttentionProblem &p, const DeviceInfo &dev) const;
   const Axis *axis(const std::string &name) const;
 
   // Cartesian product of the axes, in axis order; each combination with the constraint's verdict.

@@ -31,6 +31,28 @@ TEST(Fa2Bwd, DeterministicIsBitIdentical) {
   fb::test::check_deterministic(bwd(), [](Config &c) { c.set("deterministic", 1); });
 }
 
+// row_order rotated with deterministic on: bit-identical, and right where a head has more column blocks than row
+// blocks (several share a start) and with a GQA group (each query head of it in turn).
+TEST(Fa2Bwd, RotatedDeterministicIsBitIdentical) {
+  FB_SKIP_WITHOUT_GPU();
+  for (const Shape &sh : {Shape{"rot", 2, 4, 2, 1024, 1024, 128, false, DType::bf16},
+                          Shape{"rot_wide", 1, 2, 2, 100, 1500, 64, false, DType::bf16},
+                          Shape{"rot_gqa", 1, 8, 2, 700, 900, 128, false, DType::f16}}) {
+    BwdCase c(sh.problem());
+    Config cfg = bwd().space().default_config(c.problem(), fb::test::test_device());
+    cfg.set("deterministic", 1);
+    cfg.set("row_order", 1);
+    ASSERT_TRUE(support_for(bwd(), c.problem(), cfg, fb::test::test_device()).ok)
+        << c.what(bwd(), cfg);
+    const BwdCase::Run a = c.run(bwd(), cfg, 2);
+    const BwdCase::Run b = c.run(bwd(), cfg, 1);
+    EXPECT_TRUE(a.verdict.pass) << c.what(bwd(), cfg) << ": " << a.verdict.summary();
+    EXPECT_TRUE(b.verdict.pass) << c.what(bwd(), cfg) << ": " << b.verdict.summary();
+    EXPECT_TRUE(a.dq == b.dq && a.dk == b.dk && a.dv == b.dv)
+        << c.what(bwd(), cfg) << ": a gradient differs between runs";
+  }
+}
+
 // Host-only: the acceptance head_dims have a compiled config on the nominal H100, both warp layouts at d128.
 TEST(Fa2Bwd, AcceptanceHeadDimsAreCompiled) {
   const DeviceInfo dev = nominal_device();

@@ -156,6 +156,30 @@ TEST(Fa2BwdVariant, SupportsSaysWhy) {
   EXPECT_TRUE(v.supports(d256, one, a100).ok) << v.supports(d256, one, a100).reason;
 }
 
+// row_order rotated: non-causal only; with deterministic on, a head's column blocks must fit the SMs at once.
+TEST(Fa2BwdVariant, RotatedRowOrderSaysWhereItRuns) {
+  const Variant &v = catalog().get("fa2_bwd");
+  DeviceInfo h100 = nominal_device();
+  h100.present = true;
+  h100.sm_count = 132;
+  AttentionProblem p = bwd_problem(4096, 4096, 128, false);
+  Config c = v.space().default_config(p, h100);
+  c.set("row_order", 1);
+  EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
+  c.set("deterministic", 1);
+  EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
+  AttentionProblem causal = p;
+  causal.causal = true;
+  EXPECT_NE(v.supports(causal, c, h100).reason.find("non-causal"), std::string::npos);
+  AttentionProblem longkv = p;
+  longkv.seqlen_kv = 32768; // 256 column blocks of 128 keys
+  EXPECT_NE(v.supports(longkv, c, h100).reason.find("256 column blocks resident"),
+            std::string::npos)
+      << v.supports(longkv, c, h100).reason;
+  c.set("deterministic", 0); // no waits without the order
+  EXPECT_TRUE(support_for(v, longkv, c, h100).ok) << support_for(v, longkv, c, h100).reason;
+}
+
 TEST(Fa2BwdVariant, DefaultsAreFa2Tiles) {
   const Variant &v = catalog().get("fa2_bwd");
   const DeviceInfo h100 = nominal_device();
