@@ -205,8 +205,9 @@ constexpr int prefetch_products(int d, int bm, int bn, int w, int wm) {
 
 // Whether every product's passes are unrolled (fa2_bwd.cuh, k_loop): at d128 the straight-line body drops loop
 // control and per-pass address updates; at d64 it lost. H100, A/B of the defaults at B·N 16384 N 4096
-// (HISTORY.md row 15): d128 +2.9% (causal +3.8%), d64 -4.5% (causal -2.8%). d256 keeps the measured rolled loop.
-constexpr bool unrolled_passes(int d) { return d == 128; }
+// (HISTORY.md row 15): d128 +2.9% (causal +3.8%), d64 -4.5% (causal -2.8%). d256 keeps the measured rolled loop,
+// and so do d128's 4-warp tiles, whose larger warp slices spill 20 B unrolled on sm_80.
+constexpr bool unrolled_passes(int d, int w) { return d == 128 && w == 8; }
 
 // The padded row buffers of the workspace (dQ accumulator, base-2 LSE, D) and the row/column block ranges are
 // the backward kernels' common ones (kernels/common/bwd.hpp), with block_m rows a block.
