@@ -398,7 +398,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   static_assert(2 * BM <= 4 * kThreads, "LSE and D need BM / 2 copy threads");
   // frag_prefetch: the products that load their fragments one k-step ahead (traits.hpp, prefetch_products).
   constexpr int kPf = PF ? prefetch_products(D, BM, BN, W, WM) : 0;
-  constexpr bool kUnroll = unrolled_passes(D);
+  constexpr bool kUnroll = unrolled_passes(D, W);
 
   // Shared memory: K, V, P, dS, then `stages` slots of (Q, dO, LSE₂, D).
   constexpr uint32_t kKV = BN * D * 2, kPS = BM * BN * 2, kQ = BM * D * 2,

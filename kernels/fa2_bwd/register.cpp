@@ -95,24 +95,9 @@ public:
                          fa2_bwd::tile_name(params) +
                          " is not compiled (it spills registers, or is not among the "
                          "instantiated tiles: kernels/fa2_bwd/traits.hpp, tile_compiled)");
-    if (params.rotated) {
-      if (p.causal)
-        return Support::no("row_order rotated is for non-causal problems (a causal column block "
-                           "starts at its diagonal); use row_order same");
-      const int64_t rows = fa2_bwd::num_row_blocks(p, params),
-                    cols = fa2_bwd::num_col_blocks(p, params);
-      if (rows * cols >= (int64_t(1) << 31))
-        return Support::no(
-            "row_order rotated: " + std::to_string(rows) + " row blocks x " + std::to_string(cols) +
-            " column blocks overflow its 32-bit order arithmetic; use row_order same");
-      // A column block may wait on one to its left, which starts after it: all of a head's column blocks
-      // must be resident at once, one CTA an SM at least.
-      if (params.deterministic && dev.present && cols > dev.sm_count)
-        return Support::no(
-            "row_order rotated with deterministic on needs a head's " + std::to_string(cols) +
-            " column blocks resident at once; the device has " + std::to_string(dev.sm_count) +
-            " SMs (use row_order same, or a larger block_n)");
-    }
+    if (params.rotated)
+      if (auto why = fa2_bwd::rotated_problem(p, params, dev))
+        return Support::no(*why);
     const int64_t smem = fa2_bwd::smem_bytes(p.head_dim, params);
     if (dev.smem_per_block_optin > 0 && smem > dev.smem_per_block_optin)
       return Support::no("needs " + kernels::format_kb(double(smem)) +

@@ -205,8 +205,9 @@ constexpr int prefetch_products(int d, int bm, int bn, int w, int wm) {
 
 // Whether every product's passes are unrolled (fa2_bwd.cuh, k_loop): at d128 the straight-line body drops loop
 // control and per-pass address updates; at d64 it lost. H100, A/B of the defaults at B·N 16384 N 4096
-// (HISTORY.md row 15): d128 +2.9% (causal +3.8%), d64 -4.5% (causal -2.8%). d256 keeps the measured rolled loop.
-constexpr bool unrolled_passes(int d) { return d == 128; }
+// (HISTORY.md row 15): d128 +2.9% (causal +3.8%), d64 -4.5% (causal -2.8%). d256 keeps the measured rolled loop,
+// and so do d128's 4-warp tiles, whose larger warp slices spill 20 B unrolled on sm_80.
+constexpr bool unrolled_passes(int d, int w) { return d == 128 && w == 8; }
 
 // The padded row buffers of the workspace (dQ accumulator, base-2 LSE, D) and the row/column block ranges are
 // the backward kernels' common ones (kernels/common/bwd.hpp), with block_m rows a block.
@@ -243,6 +244,26 @@ using kernels::bwd::rotated_start;
 using kernels::bwd::row_blocks_for;
 using kernels::bwd::RowRange;
 
+// Why row_order rotated cannot run p with c (c.rotated aside) on dev, or nothing: supports() and default_for's rule.
+inline std::optional<std::string> rotated_problem(const AttentionProblem &p, const Params &c,
+                                                  const DeviceInfo &dev) {
+  if (p.causal)
+    return "row_order rotated is for non-causal problems (a causal column block starts at its "
+           "diagonal); use "
+           "row_order same";
+  const int64_t rows = num_row_blocks(p, c), cols = num_col_blocks(p, c);
+  if (rows * cols >= (int64_t(1) << 31))
+    return "row_order rotated: " + std::to_string(rows) + " row blocks x " + std::to_string(cols) +
+           " column blocks overflow its 32-bit order arithmetic; use row_order same";
+  // A column block may wait on one to its left, which starts after it: all of a head's column blocks must be
+  // resident at once, one CTA an SM at least.
+  if (c.deterministic && dev.present && cols > dev.sm_count)
+    return "row_order rotated with deterministic on needs a head's " + std::to_string(cols) +
+           " column blocks resident at once; the device has " + std::to_string(dev.sm_count) +
+           " SMs (use row_order same, or a larger block_n)";
+  return std::nullopt;
+}
+
 // The default config of a problem (ConfigSpace::default_config(p, dev)), FlashAttention-2's own sm80 backward
 // tiles: d64 128 x 128 (8 warps; 2 along the rows, as FA2's 4 spills here), d128 64 x 128 (8 warps, 2 along the
 // rows: the base), d256 64 x 64 (8 warps, 2 along the rows). Where the device allows less shared memory per block
@@ -267,12 +288,9 @@ inline Config default_for(Config base, const AttentionProblem &p, const DeviceIn
   // once), so that the ordered dQ adds of a row block do not all wait on the same column at the same time. H100,
   // deterministic / non-deterministic at B·N 16384, d64 and d128, N 1024-8192 (HISTORY.md row 16): same order
   // 0.776-0.851, rotated 0.823-0.849 (non-deterministic rotated is 0.989-1.005 of same, so it keeps same).
+  // Without a device the SM count is unknown, so it keeps same.
   const Params c = params_of(base);
-  const int64_t cols = num_col_blocks(p, c);
-  base.set("row_order", c.deterministic && !p.causal && dev.present && cols <= dev.sm_count &&
-                                num_row_blocks(p, c) * cols < (int64_t(1) << 31)
-                            ? 1
-                            : 0);
+  base.set("row_order", c.deterministic && dev.present && !rotated_problem(p, c, dev) ? 1 : 0);
   return base;
 }
 

@@ -25,6 +25,13 @@ AttentionProblem bwd_problem(int64_t sq, int64_t skv, int64_t d, bool causal, in
   return p;
 }
 
+// support_for as a gtest assertion: its reason is the failure message.
+::testing::AssertionResult runs(const Variant &v, const AttentionProblem &p, const Config &c,
+                                const DeviceInfo &dev) {
+  const Support s = support_for(v, p, c, dev);
+  return s.ok ? ::testing::AssertionSuccess() : ::testing::AssertionFailure() << s.reason;
+}
+
 // Does some row of row block m see some key of column block n (brute force over the rows)?
 bool visits(int64_t m, int64_t n, int64_t bm, int64_t bn, const AttentionProblem &p) {
   for (int64_t r = m * bm; r < std::min((m + 1) * bm, p.seqlen_q); ++r)
@@ -99,7 +106,7 @@ TEST(Fa2BwdVariant, SupportsSaysWhy) {
   const DeviceInfo h100 = nominal_device();
   AttentionProblem p = bwd_problem(1024, 1024, 128, true);
   const Config def = v.space().default_config(p, h100);
-  EXPECT_TRUE(support_for(v, p, def, h100).ok) << support_for(v, p, def, h100).reason;
+  EXPECT_TRUE(runs(v, p, def, h100));
 
   AttentionProblem f = p;
   f.pass = Pass::fwd;
@@ -122,7 +129,7 @@ TEST(Fa2BwdVariant, SupportsSaysWhy) {
   // frag_prefetch on is compiled for the default tiles of head_dim 64 and 128 only.
   Config pf = def;
   pf.set("frag_prefetch", 1);
-  EXPECT_TRUE(support_for(v, p, pf, h100).ok) << support_for(v, p, pf, h100).reason;
+  EXPECT_TRUE(runs(v, p, pf, h100));
   pf.set("warp_layout", 4);
   EXPECT_NE(v.supports(p, pf, h100).reason.find("frag_prefetch on is not compiled"),
             std::string::npos)
@@ -137,9 +144,9 @@ TEST(Fa2BwdVariant, SupportsSaysWhy) {
   d64.head_dim = 64;
   Config dq64 = v.space().default_config(d64, h100);
   dq64.set("dq_layout", 4);
-  EXPECT_TRUE(support_for(v, d64, dq64, h100).ok) << support_for(v, d64, dq64, h100).reason;
+  EXPECT_TRUE(runs(v, d64, dq64, h100));
   dq64.set("frag_prefetch", 1);
-  EXPECT_TRUE(support_for(v, d64, dq64, h100).ok) << support_for(v, d64, dq64, h100).reason;
+  EXPECT_TRUE(runs(v, d64, dq64, h100));
 
   // d256 at two stages needs 209 KB: more than an A100 allows; its default takes one stage.
   DeviceInfo a100 = h100;
@@ -165,9 +172,9 @@ TEST(Fa2BwdVariant, RotatedRowOrderSaysWhereItRuns) {
   AttentionProblem p = bwd_problem(4096, 4096, 128, false);
   Config c = v.space().default_config(p, h100);
   c.set("row_order", 1);
-  EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
+  EXPECT_TRUE(runs(v, p, c, h100));
   c.set("deterministic", 1);
-  EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
+  EXPECT_TRUE(runs(v, p, c, h100));
   AttentionProblem causal = p;
   causal.causal = true;
   EXPECT_NE(v.supports(causal, c, h100).reason.find("non-causal"), std::string::npos);
@@ -177,7 +184,7 @@ TEST(Fa2BwdVariant, RotatedRowOrderSaysWhereItRuns) {
             std::string::npos)
       << v.supports(longkv, c, h100).reason;
   c.set("deterministic", 0); // no waits without the order
-  EXPECT_TRUE(support_for(v, longkv, c, h100).ok) << support_for(v, longkv, c, h100).reason;
+  EXPECT_TRUE(runs(v, longkv, c, h100));
 }
 
 TEST(Fa2BwdVariant, DefaultsAreFa2Tiles) {
