@@ -109,16 +109,21 @@ struct KernelArgs {
   int pingpong; // the two consumer warpgroups take turns to issue their GEMMs (Turns)
 };
 
-// Registers a thread after setmaxnreg. setmaxnreg.inc draws from the CTA's own pool, the registers it launched
-// with: 384 threads x 168 (__launch_bounds__(384, 1) on 64K), so 128 x producer + 256 x consumer <= 64512 or the
-// consumers wait forever (32 / 240, 65536, hung on an H100: HISTORY row 15). The transposers hold 16 words of V,
-// 8 of V^T and their lane offsets (thread 0's load cursors wait in shared memory); the consumers O (64, 128 at
-// d256), S, P, Q's fragments with q_in_regs (16) and the row state.
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
+// Registers a thread after setmaxnreg, per tile. setmaxnreg.inc draws from the CTA's own pool, the registers it
+// launched with: 384 threads x 168 (__launch_bounds__(384, 1) on 64K), so 128 x producer + 256 x consumer <= 64512
+// or the consumers wait forever (32 / 240, 65536, hung on an H100: HISTORY row 15). The transposers hold 16 words
+// of V, 8 of V^T and their lane offsets; the consumers O (64, 128 at d256), S, P, Q's fragments with q_in_regs (16)
+// and the row state. Only head_dim 256 at block_n 128 needs the consumers' 232 (a 128-key S and P beside O's 128):
+// there the producer runs on 40, with thread 0's load cursors in shared memory between its turns. Elsewhere 72 /
+// 216, the cursors in registers: 40 / 232 cost block_n 192 1-2% on an H200 and gained d128 nothing (HISTORY row 17).
 constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
-static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * kLaunchRegs,
-              "setmaxnreg: the split must fit the registers the CTA launched with");
+template <int BN, int HD> constexpr int kProducerRegs = HD == 256 && BN == 128 ? 40 : 72;
+template <int BN, int HD>
+constexpr int kConsumerRegs = (kThreads * kLaunchRegs - 128 * kProducerRegs<BN, HD>) / 256 / 8 * 8;
+// The producer keeps thread 0's load cursors in shared memory (Smem::loads) when its registers are short.
+template <int BN, int HD> constexpr bool kCursorsShared = kProducerRegs<BN, HD> < 72;
+static_assert(kConsumerRegs<128, 128> == 216 && kConsumerRegs<128, 256> == 232,
+              "setmaxnreg: 128 x producer + 256 x consumer within the registers the CTA launched with");
 constexpr int kBarProducer = 1;
 constexpr int kBarTurn0 = 2; // 2, 3: consumer warpgroup 0's and 1's turn to issue (pingpong)
 constexpr int kBarEpi0 =
@@ -976,13 +981,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {
-    regs_dealloc<kProducerRegs>();
+    regs_dealloc<kProducerRegs<BN, HD>>();
     static_assert(sizeof(Loads<BN>) <= 2048 - Smem<BN, HD>::kLoadsOffset,
                   "the barrier region's 2 KB");
-    producer(a, sm, reinterpret_cast<Loads<BN> *>(smem_raw + (sm.loads() - smem_addr(smem_raw))));
+    if constexpr (kCursorsShared<BN, HD>) {
+      producer(a, sm,
+               reinterpret_cast<Loads<BN> *>(smem_raw + (sm.loads() - smem_addr(smem_raw))));
+    } else {
+      Loads<BN> local; // a local object behind a pointer the compiler sees: kept in registers
+      producer(a, sm, &local);
+    }
     return;
   }
-  regs_alloc<kConsumerRegs>();
+  regs_alloc<kConsumerRegs<BN, HD>>();
   consumer<OVERLAP, QREG, BN, HD>(a, sm, wg - 1);
 }
 

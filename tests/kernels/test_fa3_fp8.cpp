@@ -81,6 +81,7 @@ TEST_P(Fa3Fp8Shapes, EveryConfigMatchesReference) {
     // The configs compiled for this head_dim that fit Hopper's shared memory (register.cpp's other refusals).
     const fa3fp8::Params prm = fa3fp8::params_of(e.config);
     if (!fa3fp8::tile_compiled(hd, prm.block_n) || (hd == 256 && (prm.q_in_regs || prm.o_tma)) ||
+        (prm.overlap && !fa3fp8::overlap_compiled(prm.block_n, hd)) ||
         fa3fp8::smem_bytes(prm, hd) > fa3fp8::kSmemOptinHopper)
       continue;
     cs.expect_pass(fp8(), e.config, /*launches=*/2);
@@ -114,8 +115,8 @@ TEST(Fa3Fp8Host, SupportsE4m3HeadDim128And256) {
   p.dtype = DType::e4m3;
   p.head_dim = 64;
   EXPECT_NE(fp8().supports(p, c, none).reason.find("compiled for 128 and 256"), std::string::npos);
-  // head_dim 256: block_n 64 or 128, Q from shared memory, O from registers; its default is block_n 64 and the
-  // other two. Block_n 128 fits shared memory on the one-shot grid at stages 2 only.
+  // head_dim 256: block_n 64 or 128, Q from shared memory, O from registers. Block_n 128 fits shared memory on the
+  // one-shot grid at stages 2 only, without intra_wg_overlap; that is its default.
   p.head_dim = 256;
   EXPECT_NE(fp8().supports(p, c, none).reason.find("q_in_regs"), std::string::npos)
       << fp8().supports(p, c, none).reason;
@@ -140,6 +141,8 @@ TEST(Fa3Fp8Host, SupportsE4m3HeadDim128And256) {
       << fp8().supports(p, b128, none).reason;
   const Config d = fp8().space().default_config(p, none);
   EXPECT_TRUE(fp8().supports(p, d, none).ok) << fp8().supports(p, d, none).reason;
+  EXPECT_EQ(d.get("block_n"), 128);
+  EXPECT_EQ(d.get("intra_wg_overlap"), 0);
   Config q = d;
   q.set("q_in_regs", 1);
   EXPECT_NE(fp8().supports(p, q, none).reason.find("q_in_regs"), std::string::npos);
