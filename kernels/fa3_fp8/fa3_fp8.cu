@@ -15,8 +15,8 @@
 //    writes V^T's keys in that same order (transpose_v), so the product pairs each P with its own V
 //    row. (FA3 permutes the same way.)
 //  - Descales: block_m = 128, one Q descale per work item and one K descale per 128 keys (per K/V
-//    tile at block_n 128, two a tile at 192: softmax), folded into the one multiply per score the softmax already makes (scale_log2 * q_descale *
-//    k_descale); V's descale folds into 1/l.
+//    tile at block_n 128, two a tile at 192: softmax), folded into the one multiply per score the
+//    softmax already makes (scale_log2 * q_descale * k_descale); V's descale folds into 1/l.
 //  - P is rounded to e4m3 for P V, scaled by 2^8 first (kPShift, folded into the exp2 offset, and
 //    out again through l, which sums the same scaled fp32 P unrounded): e4m3's normal range starts
 //    at 2^-6, so unscaled, every P below 1/64 would keep 0-2 mantissa bits (measured on an H100:
@@ -122,8 +122,9 @@ template <int BN, int HD>
 constexpr int kConsumerRegs = (kThreads * kLaunchRegs - 128 * kProducerRegs<BN, HD>) / 256 / 8 * 8;
 // The producer keeps thread 0's load cursors in shared memory (Smem::loads) when its registers are short.
 template <int BN, int HD> constexpr bool kCursorsShared = kProducerRegs<BN, HD> < 72;
-static_assert(kConsumerRegs<128, 128> == 216 && kConsumerRegs<128, 256> == 232,
-              "setmaxnreg: 128 x producer + 256 x consumer within the registers the CTA launched with");
+static_assert(
+    kConsumerRegs<128, 128> == 216 && kConsumerRegs<128, 256> == 232,
+    "setmaxnreg: 128 x producer + 256 x consumer within the registers the CTA launched with");
 constexpr int kBarProducer = 1;
 constexpr int kBarTurn0 = 2; // 2, 3: consumer warpgroup 0's and 1's turn to issue (pingpong)
 constexpr int kBarEpi0 =
@@ -985,8 +986,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     static_assert(sizeof(Loads<BN>) <= 2048 - Smem<BN, HD>::kLoadsOffset,
                   "the barrier region's 2 KB");
     if constexpr (kCursorsShared<BN, HD>) {
-      producer(a, sm,
-               reinterpret_cast<Loads<BN> *>(smem_raw + (sm.loads() - smem_addr(smem_raw))));
+      producer(a, sm, reinterpret_cast<Loads<BN> *>(smem_raw + (sm.loads() - smem_addr(smem_raw))));
     } else {
       Loads<BN> local; // a local object behind a pointer the compiler sees: kept in registers
       producer(a, sm, &local);

@@ -13,8 +13,8 @@
 namespace fb::fa3fp8 {
 
 // Tile geometry: block_m 128 (two consumer warpgroups of 64 rows); head_dim 128 with block_n 128 or 192, head_dim
-// 256 with block_n 64 or 128 (O's 128 registers a thread beside a 128-key S and P fit the consumers' 232 without intra_wg_overlap; its
-// shared memory, 232448 bytes, fits the one-shot grid at stages 2 only).
+// 256 with block_n 64 or 128 (O's 128 registers a thread beside a 128-key S and P fit the consumers' 232 without
+// intra_wg_overlap; its shared memory, 232448 bytes, fits the one-shot grid at stages 2 only).
 //  - block_m = kFp8ScaleBlock: a CTA's Q rows share one Q descale. A K/V tile of 128 keys has one K descale,
 //    folded into the softmax's one multiply per score (scale_log2 * q_descale * k_descale); a tile of 192 keys
 //    spans two descale blocks (split at key 128 of even tiles and key 64 of odd ones), so its scores take one of
