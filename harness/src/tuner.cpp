@@ -457,8 +457,11 @@ std::optional<size_t> pick_winner(const ConfigSpace &space, const std::vector<Me
       w = i;
       continue;
     }
+    // Fewer resources first; at equal resources the faster (a decode kernel at the read floor is separated from
+    // its neighbour by less than the tie, and config order would pick blindly), then config order.
     const int ra = resource_rank(space, x.config), rb = resource_rank(space, m[*w].config);
-    if (ra < rb || (ra == rb && x.config < m[*w].config))
+    const double ta = x.median_us, tb = m[*w].median_us;
+    if (ra < rb || (ra == rb && (ta < tb || (ta == tb && x.config < m[*w].config))))
       w = i;
   }
   return w;

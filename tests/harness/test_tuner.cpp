@@ -173,6 +173,17 @@ TEST(Tuner, TiesWithinOnePercentGoToFewerResources) {
     ASSERT_TRUE(w);
     EXPECT_EQ(ms[*w].config, small);
   }
+  // Within 1% at equal resources (the same axis positions summed): the faster, in either order.
+  const Config wide =
+      v.space().make({{"block_m", "64"}, {"block_n", "128"}, {"warps", "4"}, {"stages", "2"}});
+  const Config tall =
+      v.space().make({{"block_m", "128"}, {"block_n", "64"}, {"warps", "4"}, {"stages", "2"}});
+  for (const auto &ms : {std::vector<Measurement>{m(wide, 100.5), m(tall, 100.0)},
+                         std::vector<Measurement>{m(tall, 100.0), m(wide, 100.5)}}) {
+    const auto w = pick_winner(v.space(), ms);
+    ASSERT_TRUE(w);
+    EXPECT_EQ(ms[*w].config, tall);
+  }
   // Beyond 1%: the faster one.
   const std::vector<Measurement> far = {m(small, 102.0), m(big, 100.0)};
   EXPECT_EQ(far[*pick_winner(v.space(), far)].config, big);

@@ -175,7 +175,7 @@ SearchResult search_configs(const ConfigSpace &space, const std::vector<Config> 
                             const Evaluator &eval);
 
 // Among ok measurements of the given fidelity: the fastest, with configs within tie_fraction of it counted as ties
-// and won by the one with fewer resources (smaller axis positions summed), then by config order.
+// and won by the one with fewer resources (smaller axis positions summed), then by the faster, then by config order.
 std::optional<size_t> pick_winner(const ConfigSpace &space, const std::vector<Measurement> &m,
                                   double fidelity = 1.0, double tie_fraction = 0.01);
 
