@@ -156,7 +156,8 @@ __device__ __forceinline__ void mma_tile(float (&c)[MT][NT][4], const uint32_t (
 // The k-loop of every product: PASSES passes of KK unrolled k-steps; a pass moves the A and B bases by A_STEP and
 // B_STEP bytes. The passes are a rolled loop (which bounds how many fragments the scheduler loads ahead next to
 // the dK/dV accumulators), or unrolled with UNR, so that every ldmatrix takes its k-step's offset as an immediate
-// from one base (HISTORY rows 14-15). load_a(frag, base, mt, kk) and load_b(frag, base, n2, kk) issue one ldmatrix.x4 each.
+// from one base (HISTORY rows 14-15). load_a(frag, base, mt, kk) and load_b(frag, base, n2, kk) issue one
+// ldmatrix.x4 each.
 // PF: fragments one k-step ahead in two buffers, across the pass boundary too, so the MMAs of step k issue while
 // the ldmatrix of step k + 1 are in flight and a new pass does not start on an empty pipeline.
 template <class T, int MT, int NT, bool PF, bool UNR, int PASSES, int KK, uint32_t A_STEP,
