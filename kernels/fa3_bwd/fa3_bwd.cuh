@@ -88,7 +88,7 @@ __device__ __forceinline__ void rows_sync(int r) {
 // The shared-memory map of a launch (traits.hpp smem_map), as 32-bit shared addresses.
 template <int D> struct Smem {
   static constexpr int dq_bufs = dq_buffers(D);
-  static constexpr uint32_t dq_bytes = kBlockM * D * 4;
+  static constexpr uint32_t dq_bytes = block_m_for(D) * D * 4;
   uint32_t k, v, slots, slot_bytes, ds, ds_bytes, dq, rows, rows_bytes, bars;
   uint32_t q_off, dout_off; // inside a slot
   int stages;
@@ -123,18 +123,18 @@ template <int D> struct Smem {
 struct Work {
   int col, hkv, b, first, end;
 };
-__device__ __forceinline__ Work work_of(const KernelArgs &a) {
+template <int D> __device__ __forceinline__ Work work_of(const KernelArgs &a) {
   const GridSlot g =
       grid_order(blockIdx.x, a.n_col_blocks, a.bh_count, a.order, a.deterministic != 0, a.sections);
   const RowRange r =
-      row_blocks_for(g.col, kBlockM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0);
+      row_blocks_for(g.col, block_m_for(D), kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0);
   return {int(g.col), int(g.bh % a.heads_kv), int(g.bh / a.heads_kv), int(r.first), int(r.end)};
 }
 
 // ---- producer: one thread issues every load
 template <int D>
 __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D> &sm, const Work &w) {
-  constexpr int BM = kBlockM;
+  constexpr int BM = block_m_for(D);
   constexpr uint32_t kKvChunk = kBlockN * 128, kRowChunk = BM * 128;
   tma_prefetch_desc(&a.tm_q);
   tma_prefetch_desc(&a.tm_do);
@@ -162,7 +162,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D> &sm,
   }
 }
 
-// ---- one producer warp copies each row block's LSE₂ and D (two floats of each a lane) into buffer it % 2 and
+// ---- one producer warp copies each row block's LSE₂ and D (block_m / 32 floats of each a lane) into buffer it % 2 and
 // meets both consumers at that buffer's named barrier (rows_sync on both sides), which they pass at the start of
 // row block it. Its write of row block it + 2 into the same buffer comes after the barrier of row block it + 1,
 // which the consumers pass only when done with row block it: two buffers and one barrier each order both the
@@ -173,7 +173,8 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D> &sm,
 template <int D>
 __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D> &sm, const Work &w,
                                            int lane) {
-  static_assert(kBlockM == 64, "two floats a lane");
+  constexpr int BM = block_m_for(D);
+  static_assert(BM % 64 == 0, "two floats a lane per 64 rows");
   int it = 0;
 #pragma unroll 1 // the producer warpgroup's 24 registers
   for (int g = 0; g < a.group; ++g) {
@@ -182,18 +183,25 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D> &s
     for (int mb = w.first; mb < w.end; ++mb, ++it) {
       const int r = it % kRowsBuffers;
       const int64_t row =
-          (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * kBlockM + 2 * lane;
-      st_shared_f2(sm.lse2(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.lse2 + row)));
-      st_shared_f2(sm.delta(r) + 8u * lane, __ldg(reinterpret_cast<const float2 *>(a.delta + row)));
+          (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM + 2 * lane;
+#pragma unroll
+      for (int k = 0; k < BM / 64; ++k) {
+        const uint32_t o = 8u * lane + 256u * k;
+        st_shared_f2(sm.lse2(r) + o,
+                     __ldg(reinterpret_cast<const float2 *>(a.lse2 + row + 64 * k)));
+        st_shared_f2(sm.delta(r) + o,
+                     __ldg(reinterpret_cast<const float2 *>(a.delta + row + 64 * k)));
+      }
       rows_sync(r);
     }
   }
 }
 
 // The accumulator tile of (batch, query head hq, row block mb): block_m x D fp32, in DqTileOrder.
-__device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, int hq, int mb,
-                                          int d) {
-  return a.dq_acc + ((int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * kBlockM) * d;
+template <int D>
+__device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, int hq, int mb) {
+  return a.dq_acc +
+         ((int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * block_m_for(D)) * D;
 }
 
 // ---- dq_add bulk: one thread adds each row block's dQ partial from shared memory (the consumers' dq_full) with a
@@ -207,18 +215,18 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D> &sm
     const int hq = w.hkv * a.group + g;
     for (int mb = w.first; mb < w.end; ++mb, ++it) {
       mbar_wait(sm.dq_full(it), sm.dq_phase(it));
-      float *tile = dq_tile(a, w, hq, mb, D);
+      float *tile = dq_tile<D>(a, w, hq, mb);
       int *ctr = nullptr;
       if (a.deterministic) {
         ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
-        const int before =
-            int(col_blocks_for(mb, kBlockM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0)) - 1 -
-            w.col;
+        const int before = int(col_blocks_for(mb, block_m_for(D), kBlockN, a.seqlen_q, a.seqlen_kv,
+                                              a.causal != 0)) -
+                           1 - w.col;
         while (ld_acquire_gpu(ctr) != before)
           __nanosleep(32);
         fence_proxy_async_global(); // the earlier column blocks' adds before this one
       }
-      bulk_reduce_add_f32(tile, sm.dq_buf(it), uint32_t(kBlockM) * D * 4);
+      bulk_reduce_add_f32(tile, sm.dq_buf(it), Smem<D>::dq_bytes);
       bulk_commit();
       if (a.deterministic) {
         bulk_wait_all(); // complete in global memory before the counter says so
@@ -252,12 +260,12 @@ __device__ __forceinline__ void pack_a(uint32_t (&pa)[N / 16][4], const float (&
       pa[kt][r] = fb::kernels::Mma<T>::pack(acc[8 * kt + 2 * r], acc[8 * kt + 2 * r + 1]);
 }
 
-// C[64 x 64] = A·Bᵀ over head_dim: A = 64 rows of a [128][D] key tile (this warpgroup's), B = a [64][D] row
-// tile; both K-major in 128B-swizzled column chunks of 64.
+// C[64 x block_m] = A·Bᵀ over head_dim: A = 64 rows of a [128][D] key tile (this warpgroup's), B = a
+// [block_m][D] row tile; both K-major in 128B-swizzled column chunks of 64.
 template <class T, int D>
-__device__ __forceinline__ void issue_scores(float (&c)[kBlockM / 2], uint32_t key_tile, int wg,
-                                             uint32_t row_tile) {
-  constexpr int BM = kBlockM;
+__device__ __forceinline__ void issue_scores(float (&c)[block_m_for(D) / 2], uint32_t key_tile,
+                                             int wg, uint32_t row_tile) {
+  constexpr int BM = block_m_for(D);
   constexpr uint32_t kKvChunk16 = kBlockN * 128 / 16, kRowChunk = BM * 128;
   const DescBase da = desc_base(key_tile + uint32_t(wg) * kKeysPerWarpgroup * 128, 16);
   const DescBase db = desc_base(row_tile, 16);
@@ -268,28 +276,32 @@ __device__ __forceinline__ void issue_scores(float (&c)[kBlockM / 2], uint32_t k
              typename TypeOps<T>::Tag{}, IntC<BM>{});
 }
 
-// acc[64 x D] += A-fragments (64 x 64, registers) · B, B a [64][D] row tile as an MN-major operand (K = rows).
+// acc[64 x D] += A-fragments (64 x block_m, registers) · B, B a [block_m][D] row tile as an MN-major operand
+// (K = rows).
 template <class T, int D>
 __device__ __forceinline__ void
-issue_grad(float (&acc)[D / 2], const uint32_t (&pa)[kBlockM / 16][4], uint32_t row_tile) {
-  constexpr int BM = kBlockM;
+issue_grad(float (&acc)[D / 2], const uint32_t (&pa)[block_m_for(D) / 16][4], uint32_t row_tile) {
+  constexpr int BM = block_m_for(D);
   const DescBase db = desc_base(row_tile, BM * 128);
 #pragma unroll
   for (int kt = 0; kt < BM / 16; ++kt)
     wgmma_rs(acc, pa[kt], db.at(kt * 16 * 128), typename TypeOps<T>::Tag{}, IntC<D>{});
 }
 
-// This warpgroup's dQ slice [64 x D/2] = dS · K[:, columns (D/2)·wg ..] over the 128 keys: A from the dS buffer
-// ([64][128 keys], two 64-key chunks), B from the K tile as an MN-major operand (head_dim 128: the warpgroup's
-// 64-column chunk; head_dim 64: its 32-column half of the one chunk, 64 bytes into the swizzle row).
-template <class T, int D>
-__device__ __forceinline__ void issue_dq(float (&dq)[D / 4], uint32_t ds_buf, uint32_t k_tile,
+// This warpgroup's dQ piece [64 x DQN] = dS · K over the 128 keys (DqTileOrder): split by columns, rows
+// [0, 64) and columns [DQN·wg, DQN·wg + DQN) (DQN = D/2; head_dim 128: the warpgroup's 64-column chunk of K); split
+// by rows, rows [64·wg, 64·wg + 64) and every column (DQN = D). A from the dS buffer ([block_m][128 keys], two
+// 64-key chunks), B from the K tile as an MN-major operand.
+template <class T, int D, int DQN>
+__device__ __forceinline__ void issue_dq(float (&dq)[DQN / 2], uint32_t ds_buf, uint32_t k_tile,
                                          int wg) {
-  constexpr int DQN = D / 2;
-  constexpr uint32_t kDsChunk16 = kBlockM * 128 / 16, kKvChunk = kBlockN * 128;
-  const int c0 = wg * DQN;
+  constexpr int BM = block_m_for(D);
+  constexpr bool by_rows = dq_split_rows(BM);
+  constexpr uint32_t kDsChunk16 = BM * 128 / 16, kKvChunk = kBlockN * 128;
+  const int c0 = by_rows ? 0 : wg * DQN;
+  const uint32_t a_base = ds_buf + (by_rows ? uint32_t(wg) * 64 * 128 : 0u);
   const uint32_t b_base = k_tile + uint32_t(c0 / 64) * kKvChunk + uint32_t(c0 % 64) * 2;
-  const DescBase da = desc_base(ds_buf, 16), db = desc_base(b_base, kKvChunk);
+  const DescBase da = desc_base(a_base, 16), db = desc_base(b_base, kKvChunk);
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk)
     wgmma_ss_tb(dq, da.plus16((kk / 4) * kDsChunk16).at((kk % 4) * 32), db.at(kk * 16 * 128),
@@ -298,9 +310,9 @@ __device__ __forceinline__ void issue_dq(float (&dq)[D / 4], uint32_t ds_buf, ui
 
 // This warpgroup's dSᵀ (packed as A fragments) into its 64-key chunk of the dS buffer, transposed: row q of the
 // chunk holds keys [0, 64) of query row q, 16-byte units XOR-swizzled by q % 8 (the 128B swizzle WGMMA reads).
-__device__ __forceinline__ void store_ds(uint32_t ds_buf, const uint32_t (&dsa)[kBlockM / 16][4],
-                                         int wg, int warp, int lane) {
-  constexpr int BM = kBlockM;
+template <int BM>
+__device__ __forceinline__ void store_ds(uint32_t ds_buf, const uint32_t (&dsa)[BM / 16][4], int wg,
+                                         int warp, int lane) {
   const uint32_t chunk = ds_buf + uint32_t(wg) * BM * 128;
   const int j = lane / 8, r = lane % 8;
   const uint32_t unit = uint32_t(2 * warp + j % 2); // 8 keys: 16·warp + 8·(j % 2)
@@ -312,7 +324,7 @@ __device__ __forceinline__ void store_ds(uint32_t ds_buf, const uint32_t (&dsa)[
   }
 }
 
-// This warpgroup's dQ partial (its half of the row block's tile, DqTileOrder: thread t's fragment j is float4
+// This warpgroup's dQ partial (its piece of the row block's tile, DqTileOrder: thread t's fragment j is float4
 // 128j + t) added to the accumulator tile with 16-byte vector reductions, 512 consecutive bytes a warp.
 template <int N>
 __device__ __forceinline__ void add_dq_red(float *half, const float (&dq)[N / 2], int t) {
@@ -335,7 +347,12 @@ __device__ __forceinline__ void store_dq(uint32_t half, const float (&dq)[N / 2]
 template <class T, int D>
 __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm, const Work &w,
                                          int wg) {
-  constexpr int BM = kBlockM, DQN = D / 2;
+  constexpr int BM = block_m_for(D);
+  constexpr int DQN = dq_split_rows(BM) ? D : D / 2; // the columns of this warpgroup's dQ piece
+  // 64-row blocks issue dV's product as soon as Pᵀ is packed, under dPᵀ's wait and dSᵀ's arithmetic; 128-row
+  // blocks only once dSᵀ is packed too, so that the fp32 Sᵀ and dPᵀ (64 + 64 registers) are dead by the time
+  // the packed Pᵀ and dSᵀ must stay live for their products (traits.hpp, block_m_for).
+  constexpr bool kDvEarly = BM == 64;
   const int t = int(threadIdx.x) % 128, warp = t / 32, lane = t % 32;
   float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -386,11 +403,15 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
         }
       }
       uint32_t pa[BM / 16][4];
-      pack_a<T, BM>(pa, sacc);
-      wgmma_fence();
-      issue_grad<T, D>(dv, pa, slot + sm.dout_off);
-      wgmma_commit();
-      wgmma_wait<1>(); // dPᵀ
+      if constexpr (kDvEarly) {
+        pack_a<T, BM>(pa, sacc);
+        wgmma_fence();
+        issue_grad<T, D>(dv, pa, slot + sm.dout_off);
+        wgmma_commit();
+        wgmma_wait<1>(); // dPᵀ
+      } else {
+        wgmma_wait<0>(); // dPᵀ
+      }
       fence_operands(dpacc);
 
       const uint32_t delta_row = sm.delta(r) + uint32_t(2 * (lane % 4)) * 4;
@@ -403,15 +424,21 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
       }
       uint32_t dsa[BM / 16][4];
       pack_a<T, BM>(dsa, dpacc);
+      if constexpr (!kDvEarly) {
+        pack_a<T, BM>(pa, sacc);
+        wgmma_fence();
+        issue_grad<T, D>(dv, pa, slot + sm.dout_off);
+        wgmma_commit();
+      }
       const uint32_t ds_buf = sm.ds_buf(it & 1);
-      store_ds(ds_buf, dsa, wg, warp, lane);
+      store_ds<BM>(ds_buf, dsa, wg, warp, lane);
       fence_proxy_async_smem(); // the stmatrix writes, visible to WGMMA (the async proxy)
       named_sync(kBarDsReady, kConsumerThreads);
 
       // dQ before dK, so that the dQ partial is stored while dK runs.
       float dq[DQN / 2];
       wgmma_fence();
-      issue_dq<T, D>(dq, ds_buf, sm.k, wg);
+      issue_dq<T, D, DQN>(dq, ds_buf, sm.k, wg);
       wgmma_commit();
       issue_grad<T, D>(dk, dsa, slot + sm.q_off);
       wgmma_commit();
@@ -421,13 +448,13 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
       if (a.dq_add == kDqBulk) {
         if (it >= sm.dq_bufs) // the buffer's previous row block has been read by the bulk reduce
           mbar_wait(sm.dq_empty(it), sm.dq_phase(it) ^ 1u);
-        store_dq<DQN>(sm.dq_buf(it) + uint32_t(wg) * BM * DQN * 4, dq, t);
+        store_dq<DQN>(sm.dq_buf(it) + uint32_t(wg) * 64 * DQN * 4, dq, t);
         fence_proxy_async_smem(); // the stores, visible to the bulk reduce
         __syncwarp();
         if (lane == 0)
           mbar_arrive(sm.dq_full(it));
       } else {
-        add_dq_red<DQN>(dq_tile(a, w, hq, mb, D) + wg * BM * DQN, dq, t);
+        add_dq_red<DQN>(dq_tile<D>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
       }
       wgmma_wait<0>();
       fence_operands(pa);
@@ -471,10 +498,15 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constan
     mbar_fence_init();
   }
   __syncthreads();
-  const Work w = work_of(a);
+  // Where each role works out its CTA's work is ptxas's taste, found by trying. head_dim 64: after the setmaxnreg
+  // split, in each role (computed once before it, the first row block went to local memory); head_dim 128: once,
+  // before it (after it, the producers' 24 registers spilled 32 bytes).
+  constexpr bool kWorkAfterSplit = D == 64;
+  const Work w0 = kWorkAfterSplit ? Work{} : work_of<D>(a);
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {
     regs_dealloc<kProducerRegs>();
+    const Work w = kWorkAfterSplit ? work_of<D>(a) : w0;
     if (threadIdx.x == 0)
       producer<D>(a, sm, w);
     else if (threadIdx.x == 32 && a.dq_add == kDqBulk)
@@ -484,17 +516,18 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constan
     return;
   }
   regs_alloc<kConsumerRegs>();
-  consumer<T, D>(a, sm, w, wg - 1);
+  consumer<T, D>(a, sm, kWorkAfterSplit ? work_of<D>(a) : w0, wg - 1);
 }
 
 template <class T, int D>
 void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
                  cudaStream_t stream) {
-  const kernels::bwd::RowArgs<T> rows = kernels::bwd::row_args<T>(p, args, kBlockM);
+  const kernels::bwd::RowArgs<T> rows = kernels::bwd::row_args<T>(p, args, block_m_for(D));
   KernelArgs a{};
   const Strides qs = p.q_strides(), ks = p.kv_strides();
-  a.tm_q = make_tile_map(args.q, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, kBlockM);
-  a.tm_do = make_tile_map(args.dout, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, kBlockM);
+  a.tm_q = make_tile_map(args.q, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, block_m_for(D));
+  a.tm_do =
+      make_tile_map(args.dout, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, block_m_for(D));
   a.tm_k = make_tile_map(args.k, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, kBlockN);
   a.tm_v = make_tile_map(args.v, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, kBlockN);
   a.tm_dk =
@@ -537,7 +570,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
 
 template <class T, int D>
 std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {
-  return {kernels::bwd::preprocess_desc<T, D>("fa3_bwd", p, kBlockM),
+  return {kernels::bwd::preprocess_desc<T, D>("fa3_bwd", p, block_m_for(D)),
           {"fa3_bwd_main", reinterpret_cast<const void *>(&fa3_bwd_main<T, D>), kThreads,
            static_cast<size_t>(smem_bytes(D, c)), num_col_blocks(p) * p.heads_kv * p.batch},
           kernels::bwd::convert_desc<T, D, DqTileOrder>("fa3_bwd", p)};

@@ -10,10 +10,10 @@
 namespace fb::fa3_bwd {
 
 // The no-reuse bound of the column-parallel loop (kernels/common/traffic.hpp, backward_bound) with this variant's
-// blocks (kBlockM x kBlockN; the config does not change them).
+// blocks (block_m_for(head_dim) x kBlockN; the config does not change them).
 using Traffic = kernels::traffic::BackwardBound;
 inline Traffic traffic(const AttentionProblem &p, const Params &) {
-  return kernels::traffic::backward_bound(p, kBlockM, kBlockN);
+  return kernels::traffic::backward_bound(p, block_m_for(p.head_dim), kBlockN);
 }
 
 inline double traffic_bytes(const AttentionProblem &p, const Params &c) {

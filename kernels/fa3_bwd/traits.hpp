@@ -43,11 +43,18 @@ constexpr int kOrderSections = 2;
 constexpr int kDqRed = 0;
 constexpr int kDqBulk = 1;
 
-// Query rows per row block (the inner loop's step). Each consumer's Sᵀ and dPᵀ are then 64 x 64 (32 + 32
-// registers), dK and dV 64 x head_dim (head_dim registers), and its dQ slice 64 x head_dim/2 (dQ = dS·K is split
-// between the two consumers by columns). block_m 128 at head_dim 64 (Sᵀ and dPᵀ 64 + 64 registers, dQ split by
-// rows) spilled 48 bytes and had ptxas serialise its WGMMAs for want of registers.
-constexpr int kBlockM = 64;
+// Query rows per row block (the inner loop's step), by head_dim. head_dim 128: 64 rows; each consumer's Sᵀ and
+// dPᵀ are 64 x 64 (32 + 32 registers), dK and dV 64 x 128 (128 registers), and its dQ slice 64 x 64 (dQ = dS·K
+// split between the two consumers by columns); 128 rows would not fit the 240 registers. head_dim 64: 128 rows,
+// so that each row block's chain of waits and barriers carries as much tensor work as at head_dim 128: Sᵀ and dPᵀ
+// 64 x 128 (64 + 64 registers), dK and dV 64 + 64, and dQ split by rows (each consumer 64 rows x 64 columns, 32
+// registers). It fits because at 128 rows dV's product is issued only once dSᵀ is computed and Pᵀ and dSᵀ are
+// packed (fa3_bwd.cuh), so the fp32 Sᵀ and dPᵀ are dead before the packed operands and dQ are live.
+constexpr int block_m_for(int64_t head_dim) { return head_dim == 64 ? 128 : 64; }
+constexpr int kMaxBlockM = 128;
+// How a row block's dQ = dS·K is split between the consumers: by columns (64 rows: each takes head_dim / 2
+// columns) or by rows (128 rows: each takes 64 rows, every column).
+constexpr bool dq_split_rows(int block_m) { return block_m > 64; }
 
 struct Params {
   int stages = 2;            // Q/dO/LSE/D row blocks in the shared-memory ring
@@ -126,7 +133,8 @@ inline ConfigSpace make_space() {
 }
 
 inline int64_t num_row_blocks(const AttentionProblem &p) {
-  return (p.seqlen_q + kBlockM - 1) / kBlockM;
+  const int bm = block_m_for(p.head_dim);
+  return (p.seqlen_q + bm - 1) / bm;
 }
 inline int64_t num_col_blocks(const AttentionProblem &p) {
   return (p.seqlen_kv + kBlockN - 1) / kBlockN;
@@ -156,10 +164,9 @@ constexpr int kBarriers = 1 + 2 * kMaxStages + 2 * kMaxDqBuffers;
 constexpr int64_t align1k(int64_t x) { return (x + 1023) / 1024 * 1024; }
 constexpr SmemMap smem_map(int64_t head_dim, int stages, int dq_add,
                            int64_t limit = kernels::kSmemOptinHopper) {
-  constexpr int block_m = kBlockM;
-  constexpr int64_t kRowsBytes = 2 * 4 * block_m; // LSE₂ and D of a row block
-  constexpr int64_t kTail =
-      kRowsBuffers * kRowsBytes + 8 * kBarriers + 1024; // + the alignment slack
+  const int block_m = block_m_for(head_dim);
+  const int64_t kRowsBytes = 2 * 4 * block_m; // LSE₂ and D of a row block
+  const int64_t kTail = kRowsBuffers * kRowsBytes + 8 * kBarriers + 1024; // + the alignment slack
   SmemMap m;
   const int64_t kv = int64_t(kBlockN) * head_dim * 2, qt = int64_t(block_m) * head_dim * 2;
   m.k = 0;
@@ -190,16 +197,19 @@ inline int64_t smem_bytes(int64_t head_dim, const Params &c) {
 
 // The fp32 dQ accumulator of a (batch, query head) holds each row block's block_m x head_dim tile contiguously, as
 // the row-major layout does, but in the order of the consumers' WGMMA fragments, so that a warp's 16-byte pieces
-// are consecutive: consumer h's dQ half (columns [h·d/2, (h + 1)·d/2)) is a run of d/2 · block_m floats in which
-// float4 number 128j + t is thread t's fragment j (rows r and r + 8, columns 8j + 2(t%4) and the next;
+// are consecutive. Consumer h's piece of the tile (dq_split_rows: rows [64h, 64h + 64), every column; otherwise
+// every row, columns [h·d/2, (h + 1)·d/2)) is a run of 64 · n floats (n its columns) in which float4 number
+// 128j + t is thread t's fragment j (rows r and r + 8 of the piece, columns 8j + 2(t%4) and the next;
 // r = 16(t/32) + (t%32)/4). The convert kernel (kernels/common/bwd_rows.cuh) reads it through offset().
 struct DqTileOrder {
   static constexpr bool kRowMajor = false;
   template <int D> FB_HOST_DEVICE static int64_t offset(int row, int col) {
-    constexpr int half = D / 2;
-    const int m = row % kBlockM, h = col / half, cc = col % half, rr = m % 16;
-    const int t = 32 * (m / 16) + 4 * (rr % 8) + (cc % 8) / 2, e = 2 * (rr / 8) + cc % 2;
-    return int64_t(row - m) * D + int64_t(h) * kBlockM * half + (int64_t(cc / 8) * 128 + t) * 4 + e;
+    constexpr int bm = block_m_for(D);
+    constexpr bool by_rows = dq_split_rows(bm);
+    constexpr int n = by_rows ? D : D / 2; // a piece's columns
+    const int m = row % bm, h = by_rows ? m / 64 : col / n, mm = m % 64, cc = col % n, rr = mm % 16;
+    const int t = 32 * (mm / 16) + 4 * (rr % 8) + (cc % 8) / 2, e = 2 * (rr / 8) + cc % 2;
+    return int64_t(row - m) * D + int64_t(h) * 64 * n + (int64_t(cc / 8) * 128 + t) * 4 + e;
   }
 };
 
@@ -244,8 +254,8 @@ FB_HOST_DEVICE GridSlot grid_order(int64_t x, int64_t cols, int64_t bh_count, in
 inline int64_t section_count(const AttentionProblem &p, int64_t cols, int64_t sms,
                              int64_t l2_bytes) {
   const int64_t pairs = p.batch * p.heads_kv;
-  const int64_t rows_bytes =
-      8 * kernels::bwd::padded_rows(p.seqlen_q, kBlockM) * p.head_dim * p.group_size();
+  const int64_t rows_bytes = 8 * kernels::bwd::padded_rows(p.seqlen_q, block_m_for(p.head_dim)) *
+                             p.head_dim * p.group_size();
   int64_t per = std::max<int64_t>(1, (l2_bytes / 2) / std::max<int64_t>(1, rows_bytes));
   per = std::min(per, std::max<int64_t>(1, 2 * sms / std::max<int64_t>(1, cols)));
   per = std::min(per, pairs);
@@ -258,7 +268,7 @@ using kernels::bwd::row_blocks_for;
 using kernels::bwd::RowRange;
 using kernels::bwd::Workspace;
 inline Workspace workspace_layout(const AttentionProblem &p, const Params &) {
-  return kernels::bwd::workspace_layout(p, kBlockM);
+  return kernels::bwd::workspace_layout(p, block_m_for(p.head_dim));
 }
 
 using Instance = kernels::bwd::Instance<Params>;

@@ -87,7 +87,7 @@ TEST(Fa3BwdTraits, ConfigProblemSaysWhy) {
 
 TEST(Fa3BwdTraits, DefaultFollowsTheMask) {
   const ConfigSpace &space = variant().space();
-  EXPECT_EQ(space.axis("block_m"), nullptr); // one row-block height, kBlockM, at every head_dim
+  EXPECT_EQ(space.axis("block_m"), nullptr); // the row-block height is the head_dim's (block_m_for)
   for (int64_t d : {64, 128})
     for (int64_t n : {1, 1024, 4096, 4097, 16384})
       for (bool causal : {false, true}) {
@@ -219,8 +219,10 @@ TEST(Fa3BwdTraits, LptLaunchesEveryHeadsFirstColumnBeforeAnySecond) {
 }
 
 TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
-  constexpr int bm = fa3_bwd::kBlockM;
+  EXPECT_EQ(fa3_bwd::block_m_for(64), 128);
+  EXPECT_EQ(fa3_bwd::block_m_for(128), 64);
   for (int64_t d : {64, 128}) {
+    const int bm = fa3_bwd::block_m_for(d);
     for (int stages : {1, 2})
       for (int dq_add : {fa3_bwd::kDqRed, fa3_bwd::kDqBulk}) {
         const fa3_bwd::SmemMap m = fa3_bwd::smem_map(d, stages, dq_add);
@@ -243,8 +245,9 @@ TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
         EXPECT_GE(m.dq, m.ds + 2 * m.ds_bytes);
         EXPECT_EQ(m.dq % 16, 0);
         EXPECT_EQ(m.dq_bytes, dq_add == fa3_bwd::kDqBulk ? int64_t(bm) * d * 4 : 0);
-        // Two dQ buffers wherever they fit (so at head_dim 64 and 128 with two stages on a Hopper GPU).
-        EXPECT_EQ(m.dq_bufs, dq_add == fa3_bwd::kDqBulk ? 2 : 0);
+        // Two dQ buffers wherever they fit with two stages on a Hopper GPU: at head_dim 128; head_dim 64's
+        // 128-row tiles leave room for one (72 bytes short of two).
+        EXPECT_EQ(m.dq_bufs, dq_add == fa3_bwd::kDqBulk ? (d == 128 ? 2 : 1) : 0);
         EXPECT_GE(m.rows, m.dq + m.dq_bufs * m.dq_bytes);
         EXPECT_EQ(m.rows % 16, 0);
         EXPECT_EQ(m.rows_bytes, 8 * bm); // LSE₂ and D
@@ -261,9 +264,12 @@ TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
 
 // The accumulator's tile order is a permutation of each block_m x head_dim tile (the convert kernel reads every
 // element once), keeps column pairs adjacent (its float2 loads), and gives each consumer thread's fragment j the
-// float4 at 128j + t of its half (the kernel's stores).
+// float4 at 128j + t of its piece (the kernel's stores): the piece of consumer h is rows [64h, 64h + 64) where dQ
+// is split by rows (128-row blocks), columns [h·D/2, (h + 1)·D/2) otherwise.
 template <int D> void check_dq_tile_order() {
-  constexpr int bm = fa3_bwd::kBlockM, half = D / 2;
+  constexpr int bm = fa3_bwd::block_m_for(D);
+  constexpr bool by_rows = fa3_bwd::dq_split_rows(bm);
+  constexpr int n = by_rows ? D : D / 2; // a piece's columns
   std::vector<int> seen(2 * bm * D, 0);
   for (int row = 0; row < 2 * bm; ++row)
     for (int col = 0; col < D; ++col) {
@@ -274,13 +280,15 @@ template <int D> void check_dq_tile_order() {
       if (col % 2 == 0)
         EXPECT_EQ(fa3_bwd::DqTileOrder::offset<D>(row, col + 1), o + 1);
     }
-  for (int n : seen)
-    ASSERT_EQ(n, 1);
+  for (int k : seen)
+    ASSERT_EQ(k, 1);
   for (int h = 0; h < 2; ++h)
     for (int t = 0; t < 128; t += 37)
-      for (int j = 0; j < half / 8; ++j) {
-        const int w = t / 32, l = t % 32, r = 16 * w + l / 4, c = h * half + 8 * j + 2 * (l % 4);
-        const int64_t base = int64_t(h) * bm * half + (128 * j + t) * 4;
+      for (int j = 0; j < n / 8; ++j) {
+        const int w = t / 32, l = t % 32;
+        const int r = (by_rows ? 64 * h : 0) + 16 * w + l / 4;
+        const int c = (by_rows ? 0 : h * n) + 8 * j + 2 * (l % 4);
+        const int64_t base = int64_t(h) * 64 * n + (128 * j + t) * 4;
         EXPECT_EQ(fa3_bwd::DqTileOrder::offset<D>(r, c), base);
         EXPECT_EQ(fa3_bwd::DqTileOrder::offset<D>(r + 8, c + 1), base + 3);
       }
