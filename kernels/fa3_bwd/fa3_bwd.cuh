@@ -11,8 +11,9 @@
 //       Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ (SS WGMMA, both from shared memory)
 //       Pᵀ = exp2(Sᵀ·scale·log2e − LSE₂) (masked: 0); dV += Pᵀ·dO (RS WGMMA: Pᵀ from registers)
 //       dSᵀ = Pᵀ∘(dPᵀ − D); dS to shared memory (stmatrix.trans: queries as rows), both warpgroups' halves
-//       dQ_partial = dS·K (SS WGMMA, K as an MN-major B), split between the warpgroups by columns (head_dim / 2
-//       each); then dK += dSᵀ·Q (RS WGMMA), which runs while the dQ partial is handed on:
+//       dQ_partial = dS·K (SS WGMMA, K as an MN-major B), split between the warpgroups by columns (64-row blocks)
+//       or by rows (128-row blocks, head_dim 64); then dK += dSᵀ·Q (RS WGMMA), which runs while the dQ partial is
+//       handed on:
 //       dq_add bulk: stored to shared memory in the accumulator's tile order (DqTileOrder), from where warp 1
 //       adds the whole tile with one bulk reduce-add (cp.reduce.async.bulk) while the consumers go on; two
 //       buffers, so a consumer waits only if the reduce of two row blocks back has not been read yet.
