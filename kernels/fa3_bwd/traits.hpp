@@ -51,7 +51,6 @@ constexpr int kDqBulk = 1;
 // registers). It fits because at 128 rows dV's product is issued only once dSᵀ is computed and Pᵀ and dSᵀ are
 // packed (fa3_bwd.cuh), so the fp32 Sᵀ and dPᵀ are dead before the packed operands and dQ are live.
 constexpr int block_m_for(int64_t head_dim) { return head_dim == 64 ? 128 : 64; }
-constexpr int kMaxBlockM = 128;
 // How a row block's dQ = dS·K is split between the consumers: by columns (64 rows: each takes head_dim / 2
 // columns) or by rows (128 rows: each takes 64 rows, every column).
 constexpr bool dq_split_rows(int block_m) { return block_m > 64; }
