@@ -125,8 +125,8 @@ struct Work {
   int col, hkv, b, first, end;
 };
 template <int D> __device__ __forceinline__ Work work_of(const KernelArgs &a) {
-  const GridSlot g =
-      grid_order(blockIdx.x, a.n_col_blocks, a.bh_count, a.order, a.deterministic != 0, a.sections);
+  const GridSlot g = grid_order_in<int>(int(blockIdx.x), a.n_col_blocks, a.bh_count, a.order,
+                                        a.deterministic != 0, a.sections);
   const RowRange r =
       row_blocks_for(g.col, block_m_for(D), kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0);
   return {int(g.col), int(g.bh % a.heads_kv), int(g.bh / a.heads_kv), int(r.first), int(r.end)};
@@ -499,15 +499,10 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constan
     mbar_fence_init();
   }
   __syncthreads();
-  // Where each role works out its CTA's work is ptxas's taste, found by trying. head_dim 64: after the setmaxnreg
-  // split, in each role (computed once before it, the first row block went to local memory); head_dim 128: once,
-  // before it (after it, the producers' 24 registers spilled 32 bytes).
-  constexpr bool kWorkAfterSplit = D == 64;
-  const Work w0 = kWorkAfterSplit ? Work{} : work_of<D>(a);
+  const Work w = work_of<D>(a);
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {
     regs_dealloc<kProducerRegs>();
-    const Work w = kWorkAfterSplit ? work_of<D>(a) : w0;
     if (threadIdx.x == 0)
       producer<D>(a, sm, w);
     else if (threadIdx.x == 32 && a.dq_add == kDqBulk)
@@ -517,7 +512,7 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constan
     return;
   }
   regs_alloc<kConsumerRegs>();
-  consumer<T, D>(a, sm, kWorkAfterSplit ? work_of<D>(a) : w0, wg - 1);
+  consumer<T, D>(a, sm, w, wg - 1);
 }
 
 template <class T, int D>

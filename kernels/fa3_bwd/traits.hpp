@@ -227,23 +227,29 @@ struct DqTileOrder {
 struct GridSlot {
   int64_t col, bh;
 };
-FB_HOST_DEVICE GridSlot grid_order(int64_t x, int64_t cols, int64_t bh_count, int order,
-                                   bool deterministic, int64_t sections = 1) {
+template <class I>
+FB_HOST_DEVICE GridSlot grid_order_in(I x, I cols, I bh_count, int order, bool deterministic,
+                                      I sections) {
   if (order == kOrderLpt)
     return {x / bh_count, x % bh_count};
   if (order == kOrderSections) {
-    const int64_t small = bh_count / sections, big = bh_count % sections;
-    const int64_t big_ctas = big * (small + 1) * cols;
-    const int64_t n = x < big_ctas ? small + 1 : small; // pairs in x's section
-    const int64_t u =
-        x < big_ctas ? x : x - big_ctas; // x counted from the first section of its size
-    const int64_t s = u / (n * cols),
-                  r = u - s * n * cols; // section (among its size) and place in it
-    const int64_t first = x < big_ctas ? s * (small + 1) : big * (small + 1) + s * small;
+    const I small = bh_count / sections, big = bh_count % sections;
+    const I big_ctas = big * (small + 1) * cols;
+    const I n = x < big_ctas ? small + 1 : small; // pairs in x's section
+    const I u = x < big_ctas ? x : x - big_ctas;  // x counted from the first section of its size
+    const I s = u / (n * cols),
+            r = u - s * n * cols; // section (among its size) and place in it
+    const I first = x < big_ctas ? s * (small + 1) : big * (small + 1) + s * small;
     return {r / n, first + r % n};
   }
-  const int64_t c = x % cols;
+  const I c = x % cols;
   return {deterministic ? cols - 1 - c : c, x / cols};
+}
+// The same in 64-bit arithmetic (the host's). The kernel calls grid_order_in<int>: a grid has fewer than 2^31 CTAs,
+// so every intermediate fits, and the producer warps' 24 registers are spared a 64-bit division.
+FB_HOST_DEVICE GridSlot grid_order(int64_t x, int64_t cols, int64_t bh_count, int order,
+                                   bool deterministic, int64_t sections = 1) {
+  return grid_order_in<int64_t>(x, cols, bh_count, order, deterministic, sections);
 }
 
 // The sections of the `sections` order: as few as keep a section's rows within half the L2, and a section's CTAs

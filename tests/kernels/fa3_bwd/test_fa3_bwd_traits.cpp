@@ -201,6 +201,24 @@ TEST(Fa3BwdTraits, DeterministicOrderLaunchesEachHeadFromItsLastColumn) {
   }
 }
 
+// The kernel runs the order in 32-bit ints (grid_order_in<int>): the same CTA order as the host's 64-bit one.
+TEST(Fa3BwdTraits, GridOrderIn32BitsMatches64) {
+  for (auto [cols, bhs] : {std::pair<int, int>{1, 3}, {5, 7}, {16, 12}, {7, 33}, {128, 16}})
+    for (int order : {fa3_bwd::kOrderNatural, fa3_bwd::kOrderLpt, fa3_bwd::kOrderSections})
+      for (bool det : {false, true})
+        for (int sections : {1, 3, 5}) {
+          if (sections > bhs)
+            continue;
+          for (int x = 0; x < cols * bhs; ++x) {
+            const fa3_bwd::GridSlot a =
+                fa3_bwd::grid_order_in<int>(x, cols, bhs, order, det, sections);
+            const fa3_bwd::GridSlot b = fa3_bwd::grid_order(x, cols, bhs, order, det, sections);
+            ASSERT_EQ(a.col, b.col) << "x " << x << " order " << order;
+            ASSERT_EQ(a.bh, b.bh) << "x " << x << " order " << order;
+          }
+        }
+}
+
 TEST(Fa3BwdTraits, LptLaunchesEveryHeadsFirstColumnBeforeAnySecond) {
   for (auto [cols, bhs] : {std::pair<int64_t, int64_t>{2, 1}, {5, 3}, {16, 12}, {7, 33}}) {
     int64_t last_col0 = -1, first_col1 = cols * bhs, prev_col = 0;
