@@ -49,6 +49,16 @@ RowArgs<T> row_args(const AttentionProblem &p, const LaunchArgs &args, int block
   return a;
 }
 
+// Values the optimiser can neither hoist out of a main kernel's row-block loop nor keep live across it: per-lane
+// addresses (ldmatrix bases, copy offsets, mask coordinates, shared-memory rows) are recomputed from these each
+// iteration for a few integer instructions, instead of hoisted registers that spill next to the dK and dV
+// accumulators.
+__device__ __forceinline__ unsigned fresh_tid() {
+  unsigned t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return t;
+}
+
 // Threads of the preprocess and convert kernels; D / 8 lanes (16 bytes each) per row.
 constexpr int kRowThreads = 256;
 

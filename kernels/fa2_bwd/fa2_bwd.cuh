@@ -68,12 +68,8 @@ template <int COLS> __device__ __forceinline__ uint32_t swz(int row, int chunk) 
 // Values the optimiser can neither hoist out of the row-block loop nor keep live across it: the loop's per-lane
 // addresses (a dozen products' ldmatrix bases, the cp.async chunk offsets, the mask coordinates) are recomputed
 // from these each iteration for a few integer instructions, instead of ~50 hoisted registers that spill next to
-// the 128 dK/dV accumulators.
-__device__ __forceinline__ unsigned fresh_tid() {
-  unsigned t;
-  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
-  return t;
-}
+// the 128 dK/dV accumulators (fresh_tid: kernels/common/bwd_rows.cuh).
+using kernels::bwd::fresh_tid;
 template <int DIM> __device__ __forceinline__ int fresh_ctaid() {
   int t;
   if constexpr (DIM == 0)

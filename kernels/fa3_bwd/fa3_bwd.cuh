@@ -12,13 +12,16 @@
 //       Pᵀ = exp2(Sᵀ·scale·log2e − LSE₂) (masked: 0); dV += Pᵀ·dO (RS WGMMA: Pᵀ from registers)
 //       dSᵀ = Pᵀ∘(dPᵀ − D); dS to shared memory (stmatrix.trans: queries as rows), both warpgroups' halves
 //       dQ_partial = dS·K (SS WGMMA, K as an MN-major B), split between the warpgroups by columns (64-row blocks)
-//       or by rows (128-row blocks, head_dim 64); then dK += dSᵀ·Q (RS WGMMA), which runs while the dQ partial is
-//       handed on:
+//       or by rows (128-row blocks, head_dim 64); at 80-row blocks transposed, dQᵀ = Kᵀ·dSᵀ (SS WGMMA, K as an
+//       MN-major A), each warpgroup 64 head_dim columns. Then dK += dSᵀ·Q (RS WGMMA), which runs while the dQ
+//       partial is handed on:
 //       dq_add bulk: stored to shared memory in the accumulator's tile order (DqTileOrder), from where warp 1
-//       adds the whole tile with one bulk reduce-add (cp.reduce.async.bulk) while the consumers go on; two
-//       buffers, so a consumer waits only if the reduce of two row blocks back has not been read yet.
-//       dq_add red: each consumer thread adds its fragments with red.global.add.v4.f32 (512 consecutive bytes a
-//       warp, in the same order).
+//       adds the whole tile with one bulk reduce-add (cp.reduce.async.bulk) while the consumers go on; at 80
+//       rows as four 128B-swizzled [80][32] boxes that warp 1 adds with TMA reduce-adds into a row-major
+//       accumulator. Two buffers where they fit, so a consumer waits only if the reduce of two row blocks back
+//       has not been read yet.
+//       dq_add red: each consumer thread adds its fragments with red.global.add (v4: 512 consecutive bytes a
+//       warp, in the same order; at 80 rows one float at a time, row-major).
 //     dS has two buffers, so one barrier of the two consumers per row block (dS written) is all they share: a
 //     warpgroup passing the barrier of row block i knows that the other finished row block i − 1, whose dQ
 //     product read the buffer that row block i + 1 will write.
@@ -27,11 +30,12 @@
 //     in; column block 0 resets it. A causal diagonal column block reaches a row block first, and CTAs are
 //     launched rightmost column first (grid_order), so a CTA only ever waits on one launched before it.
 //     Epilogue: dK (times scale) and dV through the K and V tiles' shared memory and TMA stores.
-//  3. convert (bwd_rows.cuh): dQ = scale · accumulator, reading it in DqTileOrder.
+//  3. convert (bwd_rows.cuh): dQ = scale · accumulator, reading it in DqTileOrder (row-major at 80 rows).
 // scale is applied once: to dK in the epilogue and to dQ in convert.
 #pragma once
 
 #include "kernels/common/bwd_rows.cuh"
+#include "kernels/common/hopper/bwd_n80.cuh"
 #include "kernels/common/hopper/epilogue.cuh"
 #include "kernels/common/hopper/sync.cuh"
 #include "kernels/common/hopper/tensor_map.hpp"
@@ -51,6 +55,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace fb::fa3_bwd {
 namespace detail {
@@ -60,7 +65,8 @@ using namespace fb::hopper;
 struct KernelArgs {
   CUtensorMap tm_q, tm_do, tm_k, tm_v; // loads: Q, dO (block_m-row boxes), K, V (128-row boxes)
   CUtensorMap tm_dk, tm_dv;            // stores: 64-row boxes, one per consumer warpgroup
-  const float *lse2, *delta;           // workspace rows (kernels/common/bwd.hpp)
+  CUtensorMap tm_dq; // 80-row blocks: the fp32 accumulator, [block_m][32] boxes (reduce-adds)
+  const float *lse2, *delta; // workspace rows (kernels/common/bwd.hpp)
   float *dq_acc;
   int *sem; // deterministic: one counter per (batch, query head, row block)
   int seqlen_q, seqlen_kv, rows_pad;
@@ -87,14 +93,14 @@ __device__ __forceinline__ void rows_sync(int r) {
 }
 
 // The shared-memory map of a launch (traits.hpp smem_map), as 32-bit shared addresses.
-template <int D> struct Smem {
-  static constexpr int dq_bufs = dq_buffers(D);
-  static constexpr uint32_t dq_bytes = block_m_for(D) * D * 4;
+template <int D, int BM> struct Smem {
+  static constexpr int dq_bufs = dq_buffers(D, BM);
+  static constexpr uint32_t dq_bytes = BM * D * 4;
   uint32_t k, v, slots, slot_bytes, ds, ds_bytes, dq, rows, rows_bytes, bars;
   uint32_t q_off, dout_off; // inside a slot
   int stages;
   __device__ Smem(uint32_t base, int stages_, int dq_add) : stages(stages_) {
-    const SmemMap m = smem_map(D, stages_, dq_add);
+    const SmemMap m = smem_map(D, BM, stages_, dq_add);
     k = base + uint32_t(m.k), v = base + uint32_t(m.v), slots = base + uint32_t(m.slots);
     slot_bytes = uint32_t(m.slot_bytes), ds = base + uint32_t(m.ds),
     ds_bytes = uint32_t(m.ds_bytes);
@@ -124,18 +130,17 @@ template <int D> struct Smem {
 struct Work {
   int col, hkv, b, first, end;
 };
-template <int D> __device__ __forceinline__ Work work_of(const KernelArgs &a) {
+template <int BM> __device__ __forceinline__ Work work_of(const KernelArgs &a) {
   const GridSlot g = grid_order_in<int>(int(blockIdx.x), a.n_col_blocks, a.bh_count, a.order,
                                         a.deterministic != 0, a.sections);
-  const RowRange r =
-      row_blocks_for(g.col, block_m_for(D), kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0);
+  const RowRange r = row_blocks_for(g.col, BM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0);
   return {int(g.col), int(g.bh % a.heads_kv), int(g.bh / a.heads_kv), int(r.first), int(r.end)};
 }
 
 // ---- producer: one thread issues every load
-template <int D>
-__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D> &sm, const Work &w) {
-  constexpr int BM = block_m_for(D);
+template <int D, int BM>
+__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BM> &sm,
+                                         const Work &w) {
   constexpr uint32_t kKvChunk = kBlockN * 128, kRowChunk = BM * 128;
   tma_prefetch_desc(&a.tm_q);
   tma_prefetch_desc(&a.tm_do);
@@ -163,7 +168,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D> &sm,
   }
 }
 
-// ---- one producer warp copies each row block's LSE₂ and D (block_m / 32 floats of each a lane) into buffer it % 2 and
+// ---- one producer warp copies each row block's LSE₂ and D (float pairs, lane i the i-th, i + 32-th, ...) into buffer it % 2 and
 // meets both consumers at that buffer's named barrier (rows_sync on both sides), which they pass at the start of
 // row block it. Its write of row block it + 2 into the same buffer comes after the barrier of row block it + 1,
 // which the consumers pass only when done with row block it: two buffers and one barrier each order both the
@@ -171,11 +176,10 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D> &sm,
 // because compute-sanitizer's racecheck orders shared-memory accesses by bar.sync alone (it reports mbarrier- or
 // bar.arrive-ordered hand-overs as races); the barrier also keeps the loader one row block ahead, so its loads
 // from L2 are off the consumers' path.
-template <int D>
-__device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D> &sm, const Work &w,
-                                           int lane) {
-  constexpr int BM = block_m_for(D);
-  static_assert(BM % 64 == 0, "two floats a lane per 64 rows");
+template <int D, int BM>
+__device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D, BM> &sm,
+                                           const Work &w, int lane) {
+  static_assert(BM % 2 == 0, "rows in pairs");
   int it = 0;
 #pragma unroll 1 // the producer warpgroup's 24 registers
   for (int g = 0; g < a.group; ++g) {
@@ -183,51 +187,59 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D> &s
 #pragma unroll 1
     for (int mb = w.first; mb < w.end; ++mb, ++it) {
       const int r = it % kRowsBuffers;
-      const int64_t row =
-          (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM + 2 * lane;
+      const int64_t row = (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM;
 #pragma unroll
-      for (int k = 0; k < BM / 64; ++k) {
-        const uint32_t o = 8u * lane + 256u * k;
-        st_shared_f2(sm.lse2(r) + o,
-                     __ldg(reinterpret_cast<const float2 *>(a.lse2 + row + 64 * k)));
-        st_shared_f2(sm.delta(r) + o,
-                     __ldg(reinterpret_cast<const float2 *>(a.delta + row + 64 * k)));
+      for (int k = 0; k < (BM / 2 + 31) / 32; ++k) {
+        const int i = lane + 32 * k; // rows 2i and 2i + 1
+        if (BM % 64 == 0 || i < BM / 2) {
+          st_shared_f2(sm.lse2(r) + 8u * uint32_t(i),
+                       __ldg(reinterpret_cast<const float2 *>(a.lse2 + row + 2 * i)));
+          st_shared_f2(sm.delta(r) + 8u * uint32_t(i),
+                       __ldg(reinterpret_cast<const float2 *>(a.delta + row + 2 * i)));
+        }
       }
       rows_sync(r);
     }
   }
 }
 
-// The accumulator tile of (batch, query head hq, row block mb): block_m x D fp32, in DqTileOrder.
-template <int D>
+// The accumulator tile of (batch, query head hq, row block mb): block_m x D fp32, in DqTileOrder (row-major at 80
+// rows).
+template <int D, int BM>
 __device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, int hq, int mb) {
-  return a.dq_acc +
-         ((int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * block_m_for(D)) * D;
+  return a.dq_acc + ((int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM) * D;
 }
 
 // ---- dq_add bulk: one thread adds each row block's dQ partial from shared memory (the consumers' dq_full) with a
 // bulk reduce-add and frees the buffer (dq_empty) once the engine has read it. deterministic: it first waits
 // until every column block to the right has added its partial to this row block (its counter), and counts itself
 // in once its own add is complete; column block 0 resets the counter.
-template <int D>
-__device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D> &sm, const Work &w) {
+template <int D, int BM>
+__device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM> &sm,
+                                          const Work &w) {
   int it = 0;
   for (int g = 0; g < a.group; ++g) {
     const int hq = w.hkv * a.group + g;
     for (int mb = w.first; mb < w.end; ++mb, ++it) {
       mbar_wait(sm.dq_full(it), sm.dq_phase(it));
-      float *tile = dq_tile<D>(a, w, hq, mb);
       int *ctr = nullptr;
       if (a.deterministic) {
         ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
-        const int before = int(col_blocks_for(mb, block_m_for(D), kBlockN, a.seqlen_q, a.seqlen_kv,
-                                              a.causal != 0)) -
-                           1 - w.col;
+        const int before =
+            int(col_blocks_for(mb, BM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0)) - 1 -
+            w.col;
         while (ld_acquire_gpu(ctr) != before)
           __nanosleep(32);
         fence_proxy_async_global(); // the earlier column blocks' adds before this one
       }
-      bulk_reduce_add_f32(tile, sm.dq_buf(it), Smem<D>::dq_bytes);
+      if constexpr (dq_split(BM) == DqSplit::transposed) {
+#pragma unroll
+        for (int c = 0; c < D / 32; ++c)
+          tma_reduce_add_4d(&a.tm_dq, sm.dq_buf(it) + uint32_t(c) * BM * 128, 32 * c, mb * BM, hq,
+                            w.b);
+      } else {
+        bulk_reduce_add_f32(dq_tile<D, BM>(a, w, hq, mb), sm.dq_buf(it), Smem<D, BM>::dq_bytes);
+      }
       bulk_commit();
       if (a.deterministic) {
         bulk_wait_all(); // complete in global memory before the counter says so
@@ -253,20 +265,23 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D> &sm
 // Packs an m64 x N accumulator into the A fragments of N/16 k-steps (bf16/fp16): pa[kt] covers columns
 // [16kt, 16kt + 16), in the m16n8k16 A layout of the thread's warp's 16 rows.
 template <class T, int N>
+__device__ __forceinline__ void pack_step(uint32_t (&pa)[4], const float (&acc)[N / 2], int kt) {
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    pa[r] = fb::kernels::Mma<T>::pack(acc[8 * kt + 2 * r], acc[8 * kt + 2 * r + 1]);
+}
+template <class T, int N>
 __device__ __forceinline__ void pack_a(uint32_t (&pa)[N / 16][4], const float (&acc)[N / 2]) {
 #pragma unroll
   for (int kt = 0; kt < N / 16; ++kt)
-#pragma unroll
-    for (int r = 0; r < 4; ++r)
-      pa[kt][r] = fb::kernels::Mma<T>::pack(acc[8 * kt + 2 * r], acc[8 * kt + 2 * r + 1]);
+    pack_step<T, N>(pa[kt], acc, kt);
 }
 
 // C[64 x block_m] = A·Bᵀ over head_dim: A = 64 rows of a [128][D] key tile (this warpgroup's), B = a
 // [block_m][D] row tile; both K-major in 128B-swizzled column chunks of 64.
-template <class T, int D>
-__device__ __forceinline__ void issue_scores(float (&c)[block_m_for(D) / 2], uint32_t key_tile,
-                                             int wg, uint32_t row_tile) {
-  constexpr int BM = block_m_for(D);
+template <class T, int D, int BM>
+__device__ __forceinline__ void issue_scores(float (&c)[BM / 2], uint32_t key_tile, int wg,
+                                             uint32_t row_tile) {
   constexpr uint32_t kKvChunk16 = kBlockN * 128 / 16, kRowChunk = BM * 128;
   const DescBase da = desc_base(key_tile + uint32_t(wg) * kKeysPerWarpgroup * 128, 16);
   const DescBase db = desc_base(row_tile, 16);
@@ -279,34 +294,47 @@ __device__ __forceinline__ void issue_scores(float (&c)[block_m_for(D) / 2], uin
 
 // acc[64 x D] += A-fragments (64 x block_m, registers) · B, B a [block_m][D] row tile as an MN-major operand
 // (K = rows).
-template <class T, int D>
-__device__ __forceinline__ void
-issue_grad(float (&acc)[D / 2], const uint32_t (&pa)[block_m_for(D) / 16][4], uint32_t row_tile) {
-  constexpr int BM = block_m_for(D);
+template <class T, int D, int BM>
+__device__ __forceinline__ void issue_grad(float (&acc)[D / 2], const uint32_t (&pa)[BM / 16][4],
+                                           uint32_t row_tile) {
   const DescBase db = desc_base(row_tile, BM * 128);
 #pragma unroll
   for (int kt = 0; kt < BM / 16; ++kt)
     wgmma_rs(acc, pa[kt], db.at(kt * 16 * 128), typename TypeOps<T>::Tag{}, IntC<D>{});
 }
 
-// This warpgroup's dQ piece [64 x DQN] = dS · K over the 128 keys (DqTileOrder): split by columns, rows
-// [0, 64) and columns [DQN·wg, DQN·wg + DQN) (DQN = D/2; head_dim 128: the warpgroup's 64-column chunk of K); split
-// by rows, rows [64·wg, 64·wg + 64) and every column (DQN = D). A from the dS buffer ([block_m][128 keys], two
-// 64-key chunks), B from the K tile as an MN-major operand.
-template <class T, int D, int DQN>
+// This warpgroup's dQ piece [64 x DQN] over the 128 keys (DqTileOrder), from the dS buffer ([block_m][128 keys],
+// two 64-key chunks) and the K tile:
+//  - split by columns (64 rows): dS · K, rows [0, 64) and columns [DQN·wg, DQN·wg + DQN) (DQN = D/2; head_dim
+//    128: the warpgroup's 64-column chunk of K); A the dS buffer, B the K tile as an MN-major operand;
+//  - split by rows (128 rows): the same product for rows [64·wg, 64·wg + 64) and every column (DQN = D);
+//  - transposed (80 rows): dQᵀ = Kᵀ · dSᵀ, head_dim columns [64·wg, 64·wg + 64) (the M) by the block's rows
+//    (DQN = BM); A the warpgroup's 64-column chunk of the K tile as an MN-major operand, B the dS buffer (K-major:
+//    keys contiguous along each query row).
+template <class T, int D, int BM, int DQN>
 __device__ __forceinline__ void issue_dq(float (&dq)[DQN / 2], uint32_t ds_buf, uint32_t k_tile,
                                          int wg) {
-  constexpr int BM = block_m_for(D);
-  constexpr bool by_rows = dq_split_rows(BM);
+  constexpr bool by_rows = dq_split(BM) == DqSplit::rows;
   constexpr uint32_t kDsChunk16 = BM * 128 / 16, kKvChunk = kBlockN * 128;
-  const int c0 = by_rows ? 0 : wg * DQN;
-  const uint32_t a_base = ds_buf + (by_rows ? uint32_t(wg) * 64 * 128 : 0u);
-  const uint32_t b_base = k_tile + uint32_t(c0 / 64) * kKvChunk + uint32_t(c0 % 64) * 2;
-  const DescBase da = desc_base(a_base, 16), db = desc_base(b_base, kKvChunk);
+  if constexpr (dq_split(BM) == DqSplit::transposed) {
+    static_assert(D == 128 && DQN == BM,
+                  "a warpgroup's 64 head_dim columns are one 64-column chunk of K");
+    const DescBase da = desc_base(k_tile + uint32_t(wg) * kKvChunk, kKvChunk),
+                   db = desc_base(ds_buf, 16);
 #pragma unroll
-  for (int kk = 0; kk < kBlockN / 16; ++kk)
-    wgmma_ss_tb(dq, da.plus16((kk / 4) * kDsChunk16).at((kk % 4) * 32), db.at(kk * 16 * 128),
-                kk > 0 ? 1 : 0, typename TypeOps<T>::Tag{}, IntC<DQN>{});
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      wgmma_ss_ta(dq, da.at(kk * 16 * 128), db.plus16((kk / 4) * kDsChunk16).at((kk % 4) * 32),
+                  kk > 0 ? 1 : 0, typename TypeOps<T>::Tag{}, IntC<DQN>{});
+  } else {
+    const int c0 = by_rows ? 0 : wg * DQN;
+    const uint32_t a_base = ds_buf + (by_rows ? uint32_t(wg) * 64 * 128 : 0u);
+    const uint32_t b_base = k_tile + uint32_t(c0 / 64) * kKvChunk + uint32_t(c0 % 64) * 2;
+    const DescBase da = desc_base(a_base, 16), db = desc_base(b_base, kKvChunk);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      wgmma_ss_tb(dq, da.plus16((kk / 4) * kDsChunk16).at((kk % 4) * 32), db.at(kk * 16 * 128),
+                  kk > 0 ? 1 : 0, typename TypeOps<T>::Tag{}, IntC<DQN>{});
+  }
 }
 
 // This warpgroup's dSᵀ (packed as A fragments) into its 64-key chunk of the dS buffer, transposed: row q of the
@@ -345,22 +373,55 @@ __device__ __forceinline__ void store_dq(uint32_t half, const float (&dq)[N / 2]
                            __float_as_int(dq[4 * j + 2]), __float_as_int(dq[4 * j + 3])));
 }
 
-template <class T, int D>
-__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm, const Work &w,
+// 80-row blocks: this warpgroup's dQᵀ piece (fragment j, element e: head_dim column 64·wg + 16·warp + lane/4 +
+// 8·(e/2), query row 8j + 2·(lane%4) + e%2) into the shared dQ buffer as the TMA reduce-add reads it: four
+// [BM][32] boxes of head_dim columns, each 128B-swizzled (16-byte unit u of query row q at u ^ (q % 8)). Scalar
+// stores without bank conflicts: a store's 32 lanes write 8 columns of 4 rows, whose swizzled units (the
+// column's unit XOR the row's q % 8) fall on 32 different banks.
+template <int BM>
+__device__ __forceinline__ void store_dq_t(uint32_t buf, const float (&dq)[BM / 2], int wg,
+                                           int warp, int lane) {
+  const uint32_t box = buf + uint32_t(2 * wg + warp / 2) * BM * 128;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    // Row q = 8j + r has q % 8 = r whatever j: one address for element e, fragment j 1024·j bytes on.
+    const int c = 16 * (warp % 2) + 8 * (e / 2) + lane / 4, r = 2 * (lane % 4) + e % 2;
+    const uint32_t at =
+        box + uint32_t(r) * 128 + ((uint32_t(c / 4) ^ uint32_t(r)) << 4) + uint32_t(c % 4) * 4;
+#pragma unroll
+    for (int j = 0; j < BM / 8; ++j)
+      st_shared_f32(at + uint32_t(j) * 1024, dq[4 * j + e]);
+  }
+}
+// The same piece added to the row-major accumulator tile by the consumer threads (dq_add red), one float at a
+// time: a warp's reduction covers 8 consecutive columns of 4 rows.
+template <int D, int BM>
+__device__ __forceinline__ void add_dq_red_t(float *tile, const float (&dq)[BM / 2], int wg,
+                                             int warp, int lane) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float *at = tile + (2 * (lane % 4) + e % 2) * D + 64 * wg + 16 * warp + 8 * (e / 2) + lane / 4;
+#pragma unroll
+    for (int j = 0; j < BM / 8; ++j)
+      asm volatile("red.global.add.f32 [%0], %1;" ::"l"(at + 8 * j * D), "f"(dq[4 * j + e])
+                   : "memory");
+  }
+}
+
+template <class T, int D, int BM>
+__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> &sm, const Work &w,
                                          int wg) {
-  constexpr int BM = block_m_for(D);
-  constexpr int DQN = dq_split_rows(BM) ? D : D / 2; // the columns of this warpgroup's dQ piece
-  // 64-row blocks issue dV's product as soon as Pᵀ is packed, under dPᵀ's wait and dSᵀ's arithmetic; 128-row
-  // blocks only once dSᵀ is packed too, so that the fp32 Sᵀ and dPᵀ (64 + 64 registers) are dead by the time
-  // the packed Pᵀ and dSᵀ must stay live for their products (traits.hpp, block_m_for).
+  constexpr int DQN = dq_piece_n(D, BM); // the N of this warpgroup's dQ piece
+  constexpr bool kDqT = dq_split(BM) == DqSplit::transposed;
+  // 64-row blocks issue dV's product as soon as Pᵀ is packed, under dPᵀ's wait and dSᵀ's arithmetic; 80- and
+  // 128-row blocks only once dSᵀ is packed too, so that the fp32 Sᵀ and dPᵀ (40 + 40 or 64 + 64 registers) are
+  // dead by the time the packed Pᵀ and dSᵀ must stay live for their products (traits.hpp, block_m_compiled).
   constexpr bool kDvEarly = BM == 64;
-  const int t = int(threadIdx.x) % 128, warp = t / 32, lane = t % 32;
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i)
     dk[i] = 0.f, dv[i] = 0.f;
   const int off = a.seqlen_kv - a.seqlen_q; // causal: row q sees keys <= q + off
-  const int key_lo = w.col * kBlockN + wg * kKeysPerWarpgroup + 16 * warp + lane / 4;
   mbar_wait(sm.kv_full(), 0);
 
   int it = 0;
@@ -370,17 +431,21 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
       const int s = it % sm.stages;
       const uint32_t slot = sm.slot(s);
       mbar_wait(sm.full(s), (it / sm.stages) & 1);
+      // The lane coordinates afresh each row block (kernels::bwd::fresh_tid): hoisted, their derived addresses
+      // spill beside the 80-row blocks' accumulators.
+      const int t = int(kernels::bwd::fresh_tid() % 128), warp = t / 32, lane = t % 32;
 
       float sacc[BM / 2], dpacc[BM / 2];
       wgmma_fence();
-      issue_scores<T, D>(sacc, sm.k, wg, slot + sm.q_off);
+      issue_scores<T, D, BM>(sacc, sm.k, wg, slot + sm.q_off);
       wgmma_commit();
-      issue_scores<T, D>(dpacc, sm.v, wg, slot + sm.dout_off);
+      issue_scores<T, D, BM>(dpacc, sm.v, wg, slot + sm.dout_off);
       wgmma_commit();
       wgmma_wait<1>();
       fence_operands(sacc);
 
       // Pᵀ, masked where a key is past the sequence end or (causal) right of a query's diagonal.
+      const int key_lo = w.col * kBlockN + wg * kKeysPerWarpgroup + 16 * warp + lane / 4;
       const int q_lo = mb * BM + 2 * (lane % 4);
       const bool need_mask = (w.col + 1) * kBlockN > a.seqlen_kv ||
                              (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
@@ -407,7 +472,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
       if constexpr (kDvEarly) {
         pack_a<T, BM>(pa, sacc);
         wgmma_fence();
-        issue_grad<T, D>(dv, pa, slot + sm.dout_off);
+        issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
         wgmma_commit();
         wgmma_wait<1>(); // dPᵀ
       } else {
@@ -415,20 +480,26 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
       }
       fence_operands(dpacc);
 
+      // dSᵀ a k-step at a time, each step packed (with Pᵀ where dV is issued late) as soon as it is computed, so
+      // that the fp32 Sᵀ and dPᵀ of a step die before the next is computed.
       const uint32_t delta_row = sm.delta(r) + uint32_t(2 * (lane % 4)) * 4;
-#pragma unroll
-      for (int i = 0; i < BM / 8; ++i) {
-        const float2 dd = ld_shared_f2(delta_row + uint32_t(8 * i) * 4);
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          dpacc[4 * i + e] = sacc[4 * i + e] * (dpacc[4 * i + e] - (e % 2 ? dd.y : dd.x));
-      }
       uint32_t dsa[BM / 16][4];
-      pack_a<T, BM>(dsa, dpacc);
+#pragma unroll
+      for (int kt = 0; kt < BM / 16; ++kt) {
+#pragma unroll
+        for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
+          const float2 dd = ld_shared_f2(delta_row + uint32_t(8 * i) * 4);
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            dpacc[4 * i + e] = sacc[4 * i + e] * (dpacc[4 * i + e] - (e % 2 ? dd.y : dd.x));
+        }
+        pack_step<T, BM>(dsa[kt], dpacc, kt);
+        if constexpr (!kDvEarly)
+          pack_step<T, BM>(pa[kt], sacc, kt);
+      }
       if constexpr (!kDvEarly) {
-        pack_a<T, BM>(pa, sacc);
         wgmma_fence();
-        issue_grad<T, D>(dv, pa, slot + sm.dout_off);
+        issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
         wgmma_commit();
       }
       const uint32_t ds_buf = sm.ds_buf(it & 1);
@@ -437,11 +508,15 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
       named_sync(kBarDsReady, kConsumerThreads);
 
       // dQ before dK, so that the dQ partial is stored while dK runs.
+      if constexpr (kDqT) { // dV's product retired, so that Pᵀ's registers are free for dQᵀ's 40
+        wgmma_wait<0>();
+        fence_operands(pa);
+      }
       float dq[DQN / 2];
       wgmma_fence();
-      issue_dq<T, D, DQN>(dq, ds_buf, sm.k, wg);
+      issue_dq<T, D, BM, DQN>(dq, ds_buf, sm.k, wg);
       wgmma_commit();
-      issue_grad<T, D>(dk, dsa, slot + sm.q_off);
+      issue_grad<T, D, BM>(dk, dsa, slot + sm.q_off);
       wgmma_commit();
       wgmma_wait<1>();
       fence_operands(dq);
@@ -449,13 +524,19 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
       if (a.dq_add == kDqBulk) {
         if (it >= sm.dq_bufs) // the buffer's previous row block has been read by the bulk reduce
           mbar_wait(sm.dq_empty(it), sm.dq_phase(it) ^ 1u);
-        store_dq<DQN>(sm.dq_buf(it) + uint32_t(wg) * 64 * DQN * 4, dq, t);
+        if constexpr (kDqT)
+          store_dq_t<BM>(sm.dq_buf(it), dq, wg, warp, lane);
+        else
+          store_dq<DQN>(sm.dq_buf(it) + uint32_t(wg) * 64 * DQN * 4, dq, t);
         fence_proxy_async_smem(); // the stores, visible to the bulk reduce
         __syncwarp();
         if (lane == 0)
           mbar_arrive(sm.dq_full(it));
       } else {
-        add_dq_red<DQN>(dq_tile<D>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
+        if constexpr (kDqT)
+          add_dq_red_t<D, BM>(dq_tile<D, BM>(a, w, hq, mb), dq, wg, warp, lane);
+        else
+          add_dq_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
       }
       wgmma_wait<0>();
       fence_operands(pa);
@@ -477,15 +558,15 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D> &sm,
                        wg * kKeysPerWarpgroup);
   store_tile_tma<T, D>(&a.tm_dv, sm.v, kBlockN * 128, kBarWg0 + wg, key0, w.hkv, w.b, dv, one2,
                        wg * kKeysPerWarpgroup);
-  if (t == 0)
+  if (threadIdx.x % 128 == 0)
     bulk_wait_all();
 }
 
-template <class T, int D>
+template <class T, int D, int BM>
 __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const Smem<D> sm(base, a.stages, a.dq_add);
+  const Smem<D, BM> sm(base, a.stages, a.dq_add);
   if (threadIdx.x == 0) {
     mbar_init(sm.kv_full(), 1);
     for (int s = 0; s < a.stages; ++s) {
@@ -499,37 +580,49 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constan
     mbar_fence_init();
   }
   __syncthreads();
-  const Work w = work_of<D>(a);
+  const Work w = work_of<BM>(a);
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {
     regs_dealloc<kProducerRegs>();
     if (threadIdx.x == 0)
-      producer<D>(a, sm, w);
+      producer<D, BM>(a, sm, w);
     else if (threadIdx.x == 32 && a.dq_add == kDqBulk)
-      dq_writer<D>(a, sm, w);
+      dq_writer<D, BM>(a, sm, w);
     else if (threadIdx.x / 32 == 2)
-      row_loader<D>(a, sm, w, int(threadIdx.x) % 32);
+      row_loader<D, BM>(a, sm, w, int(threadIdx.x) % 32);
     return;
   }
   regs_alloc<kConsumerRegs>();
-  consumer<T, D>(a, sm, w, wg - 1);
+  consumer<T, D, BM>(a, sm, w, wg - 1);
 }
 
-template <class T, int D>
+// The accumulator's order as the convert kernel reads it: the fragment order at 64 and 128 rows, row-major at 80
+// (written through the tensor map).
+template <int BM>
+using DqOrder = std::conditional_t<dq_split(BM) == DqSplit::transposed, kernels::bwd::RowMajorOrder,
+                                   DqTileOrder<BM>>;
+
+template <class T, int D, int BM>
 void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
                  cudaStream_t stream) {
-  const kernels::bwd::RowArgs<T> rows = kernels::bwd::row_args<T>(p, args, block_m_for(D));
+  const kernels::bwd::RowArgs<T> rows = kernels::bwd::row_args<T>(p, args, BM);
   KernelArgs a{};
   const Strides qs = p.q_strides(), ks = p.kv_strides();
-  a.tm_q = make_tile_map(args.q, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, block_m_for(D));
-  a.tm_do =
-      make_tile_map(args.dout, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, block_m_for(D));
+  a.tm_q = make_tile_map(args.q, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, BM);
+  a.tm_do = make_tile_map(args.dout, p.dtype, D, p.seqlen_q, p.heads_q, p.batch, qs, BM);
   a.tm_k = make_tile_map(args.k, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, kBlockN);
   a.tm_v = make_tile_map(args.v, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, kBlockN);
   a.tm_dk =
       make_tile_map(args.dk, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, kKeysPerWarpgroup);
   a.tm_dv =
       make_tile_map(args.dv, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, kKeysPerWarpgroup);
+  if constexpr (dq_split(BM) == DqSplit::transposed) {
+    // The accumulator [batch, heads_q, rows_pad, D], row-major fp32, in [BM][32] boxes (128 bytes a row, the
+    // 128B swizzle's span) of one head.
+    const Strides acc{int64_t(p.heads_q) * rows.rows_pad * D, D, int64_t(rows.rows_pad) * D};
+    a.tm_dq = make_map(rows.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, D, rows.rows_pad, p.heads_q,
+                       p.batch, acc, 32, BM);
+  }
   a.lse2 = rows.lse2;
   a.delta = rows.delta;
   a.dq_acc = rows.dq_acc;
@@ -540,7 +633,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.heads_q = static_cast<int>(p.heads_q);
   a.heads_kv = static_cast<int>(p.heads_kv);
   a.group = static_cast<int>(p.group_size());
-  a.n_row_blocks = static_cast<int>(num_row_blocks(p));
+  a.n_row_blocks = static_cast<int>(num_row_blocks(p, c));
   a.n_col_blocks = static_cast<int>(num_col_blocks(p));
   a.bh_count = static_cast<int>(p.heads_kv * p.batch);
   a.scale = static_cast<float>(p.softmax_scale());
@@ -551,32 +644,42 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.deterministic = c.deterministic;
   a.dq_add = c.dq_add;
   a.sections = static_cast<int>(
-      section_count(p, a.n_col_blocks, fb::kernels::sm_count(), fb::kernels::l2_bytes()));
+      section_count(p, BM, a.n_col_blocks, fb::kernels::sm_count(), fb::kernels::l2_bytes()));
 
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
-  auto *kernel = fa3_bwd_main<T, D>;
+  auto *kernel = fa3_bwd_main<T, D, BM>;
   const int64_t smem = smem_bytes(D, c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
   const int64_t ctas = int64_t(a.n_col_blocks) * p.heads_kv * p.batch;
   kernel<<<static_cast<unsigned>(ctas), kThreads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
-  kernels::bwd::launch_convert<T, D, DqTileOrder>(rows, p.batch, stream);
+  kernels::bwd::launch_convert<T, D, DqOrder<BM>>(rows, p.batch, stream);
 }
 
-template <class T, int D>
+template <class T, int D, int BM>
 std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {
-  return {kernels::bwd::preprocess_desc<T, D>("fa3_bwd", p, block_m_for(D)),
-          {"fa3_bwd_main", reinterpret_cast<const void *>(&fa3_bwd_main<T, D>), kThreads,
+  return {kernels::bwd::preprocess_desc<T, D>("fa3_bwd", p, BM),
+          {"fa3_bwd_main", reinterpret_cast<const void *>(&fa3_bwd_main<T, D, BM>), kThreads,
            static_cast<size_t>(smem_bytes(D, c)), num_col_blocks(p) * p.heads_kv * p.batch},
-          kernels::bwd::convert_desc<T, D, DqTileOrder>("fa3_bwd", p)};
+          kernels::bwd::convert_desc<T, D, DqOrder<BM>>("fa3_bwd", p)};
 }
 
 } // namespace detail
 
-// The launch and kernel-list functions of the compiled tile of (T, D) when the config asks for it, else nulls.
-template <class T, int D> Instance pick_tile(const Params &) {
-  return {&detail::launch_tile<T, D>, &detail::describe_tile<T, D>};
+// The launch and kernel-list functions of the compiled tile of (T, D) that the config's block_m asks for
+// (block_m_compiled), else nulls.
+template <class T, int D> Instance pick_tile(const Params &c) {
+  if (c.block_m == 64)
+    return {&detail::launch_tile<T, D, 64>, &detail::describe_tile<T, D, 64>};
+  if constexpr (D == 64) {
+    if (c.block_m == 128)
+      return {&detail::launch_tile<T, D, 128>, &detail::describe_tile<T, D, 128>};
+  } else {
+    if (c.block_m == 80)
+      return {&detail::launch_tile<T, D, 80>, &detail::describe_tile<T, D, 80>};
+  }
+  return {};
 }
 
 } // namespace fb::fa3_bwd

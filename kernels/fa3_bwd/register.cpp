@@ -53,9 +53,9 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
     throw std::invalid_argument("fa3_bwd: " + *why);
   const Instance in = find_instance(p.dtype, p.head_dim, c);
   if (!in.launch)
-    throw std::invalid_argument("fa3_bwd: no compiled kernel for " +
-                                std::string(to_string(p.dtype)) + " head_dim " +
-                                std::to_string(p.head_dim));
+    throw std::invalid_argument(
+        "fa3_bwd: no compiled kernel for " + std::string(to_string(p.dtype)) + " head_dim " +
+        std::to_string(p.head_dim) + " block_m " + std::to_string(c.block_m));
   check_aligned(args);
   in.launch(p, c, args, stream);
 }
@@ -75,10 +75,10 @@ class Fa3BwdVariant : public Variant {
 public:
   std::string name() const override { return "fa3_bwd"; }
   std::string description() const override {
-    return "FlashAttention-3 style backward (Hopper sm_90a; not yet run on a GPU): one CTA per "
-           "128-key column block, TMA Q/dO ring on mbarriers, WGMMA with P^T and dS^T from "
-           "registers, producer/consumer warpgroups with setmaxnreg, dQ reduced in fp32 by "
-           "red.global.add (optionally in a fixed order)";
+    return "FlashAttention-3 style backward (Hopper sm_90a): one CTA per 128-key column block, "
+           "TMA Q/dO ring on mbarriers, WGMMA with P^T and dS^T from registers, producer/consumer "
+           "warpgroups with setmaxnreg, dQ reduced in fp32 by bulk reduce-adds or red.global.add "
+           "(optionally in a fixed order)";
   }
   Pass pass() const override { return Pass::bwd; }
   const ConfigSpace &space() const override { return space_; }
@@ -101,6 +101,10 @@ public:
                                "thread, over the 240 a consumer gets; use fa2_bwd)"
                              : ""));
     const fa3_bwd::Params params = fa3_bwd::params_of(c);
+    if (!fa3_bwd::block_m_compiled(p.head_dim, params.block_m))
+      return Support::no("block_m " + std::to_string(params.block_m) +
+                         " is not compiled for head_dim " + std::to_string(p.head_dim) +
+                         " (head_dim 64: block_m 64 or 128; head_dim 128: 64 or 80)");
     const int64_t limit =
         dev.smem_per_block_optin > 0 ? dev.smem_per_block_optin : kernels::kSmemOptinHopper;
     const int64_t smem = fa3_bwd::smem_bytes(p.head_dim, params);

@@ -10,10 +10,10 @@
 namespace fb::fa3_bwd {
 
 // The no-reuse bound of the column-parallel loop (kernels/common/traffic.hpp, backward_bound) with this variant's
-// blocks (block_m_for(head_dim) x kBlockN; the config does not change them).
+// blocks (the config's block_m x kBlockN).
 using Traffic = kernels::traffic::BackwardBound;
-inline Traffic traffic(const AttentionProblem &p, const Params &) {
-  return kernels::traffic::backward_bound(p, block_m_for(p.head_dim), kBlockN);
+inline Traffic traffic(const AttentionProblem &p, const Params &c) {
+  return kernels::traffic::backward_bound(p, c.block_m, kBlockN);
 }
 
 inline double traffic_bytes(const AttentionProblem &p, const Params &c) {

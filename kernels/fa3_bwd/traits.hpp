@@ -43,23 +43,42 @@ constexpr int kOrderSections = 2;
 constexpr int kDqRed = 0;
 constexpr int kDqBulk = 1;
 
-// Query rows per row block (the inner loop's step), by head_dim. head_dim 128: 64 rows; each consumer's Sᵀ and
-// dPᵀ are 64 x 64 (32 + 32 registers), dK and dV 64 x 128 (128 registers), and its dQ slice 64 x 64 (dQ = dS·K
-// split between the two consumers by columns); 128 rows would not fit the 240 registers. head_dim 64: 128 rows,
-// so that each row block's chain of waits and barriers carries as much tensor work as at head_dim 128: Sᵀ and dPᵀ
-// 64 x 128 (64 + 64 registers), dK and dV 64 + 64, and dQ split by rows (each consumer 64 rows x 64 columns, 32
-// registers). It fits because at 128 rows dV's product is issued only once dSᵀ is computed and Pᵀ and dSᵀ are
-// packed (fa3_bwd.cuh), so the fp32 Sᵀ and dPᵀ are dead before the packed operands and dQ are live.
-constexpr int block_m_for(int64_t head_dim) { return head_dim == 64 ? 128 : 64; }
-// How a row block's dQ = dS·K is split between the consumers: by columns (64 rows: each takes head_dim / 2
-// columns) or by rows (128 rows: each takes 64 rows, every column).
-constexpr bool dq_split_rows(int block_m) { return block_m > 64; }
+// Query rows per row block (the inner loop's step, the `block_m` axis), compiled per head_dim:
+//  - head_dim 64: 64 rows (each consumer's dQ piece 64 x 32) or 128, the default, so that each row block's chain of waits and barriers carries as much tensor work as at
+//    head_dim 128: Sᵀ and dPᵀ 64 x 128 (64 + 64 registers), dK and dV 64 + 64, and dQ split by rows (each
+//    consumer 64 rows x 64 columns, 32 registers). It fits because dV's product is issued only once dSᵀ is
+//    computed and Pᵀ and dSᵀ are packed (fa3_bwd.cuh), so the fp32 Sᵀ and dPᵀ are dead before the packed operands
+//    and dQ are live.
+//  - head_dim 128: 64 rows (Sᵀ and dPᵀ 64 x 64, 32 + 32 registers; dK and dV 64 x 128, 128 registers; dQ = dS·K
+//    split between the consumers by columns, 64 x 64 each) or 80 (Sᵀ and dPᵀ 40 + 40 registers, dV issued late as
+//    at 128 rows; 80 rows are not a WGMMA M, so dQ is computed transposed, dQᵀ = Kᵀ·dSᵀ, each consumer 64 head_dim
+//    columns x 80 rows, 40 registers). FlashAttention-3's backward takes 80-row blocks at head_dim 128 without a
+//    causal mask and 64 with one. 128 rows do not fit the 240 registers.
+constexpr bool block_m_compiled(int64_t head_dim, int block_m) {
+  return head_dim == 64 ? block_m == 64 || block_m == 128
+                        : head_dim == 128 && (block_m == 64 || block_m == 80);
+}
+// How a row block's dQ is split between the consumers:
+//  - cols (64 rows): dQ = dS·K, each consumer every row and head_dim / 2 columns;
+//  - rows (128 rows): dQ = dS·K, each consumer 64 rows and every column;
+//  - transposed (80 rows): dQᵀ = Kᵀ·dSᵀ, each consumer 64 head_dim columns (the WGMMA's M) and every row.
+enum class DqSplit { cols, rows, transposed };
+constexpr DqSplit dq_split(int block_m) {
+  return block_m == 64 ? DqSplit::cols : block_m == 128 ? DqSplit::rows : DqSplit::transposed;
+}
+// The N of a consumer's dQ piece as an m64 accumulator.
+constexpr int dq_piece_n(int head_dim, int block_m) {
+  return dq_split(block_m) == DqSplit::cols   ? head_dim / 2
+         : dq_split(block_m) == DqSplit::rows ? head_dim
+                                              : block_m;
+}
 
 struct Params {
   int stages = 2;            // Q/dO/LSE/D row blocks in the shared-memory ring
   int order = kOrderNatural; // launch order of the column blocks (see grid_order)
   int deterministic = 0;     // 1: column blocks add their dQ partials in a fixed order
   int dq_add = kDqBulk;      // kDqRed or kDqBulk
+  int block_m = 64; // query rows per row block (block_m_compiled; default_for picks by head_dim)
 };
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128; }
@@ -73,6 +92,8 @@ inline std::optional<std::string> config_problem(const Params &c) {
     return "deterministic must be off or on";
   if (c.dq_add != kDqRed && c.dq_add != kDqBulk)
     return "dq_add must be red or bulk";
+  if (c.block_m != 64 && c.block_m != 80 && c.block_m != 128)
+    return "block_m must be 64, 80 or 128";
   if (c.deterministic && c.dq_add != kDqBulk)
     return "deterministic orders the bulk dQ adds (one thread per CTA waits on the counters): use "
            "dq_add bulk";
@@ -88,16 +109,22 @@ inline Params params_of(const Config &c) {
   return Params{static_cast<int>(c.get_or("stages", d.stages)),
                 static_cast<int>(c.get_or("order", d.order)),
                 static_cast<int>(c.get_or("deterministic", d.deterministic)),
-                static_cast<int>(c.get_or("dq_add", d.dq_add))};
+                static_cast<int>(c.get_or("dq_add", d.dq_add)),
+                static_cast<int>(c.get_or("block_m", d.block_m))};
 }
 
 // The default of a problem: 2 stages; natural where column blocks have equal length (no causal mask) or the order
 // is fixed (deterministic); sections under a causal mask. Measured on an H100 and an H200
 // (sweeps/ablation/fa3-bwd-order.yaml, HISTORY.md): sections beat lpt by 3-68% at N 1024-4096 and by 0-10% at
-// 16384, and lost 5-9% to it at d128 N 8192 only.
+// 16384, and lost 5-9% to it at d128 N 8192 only. block_m: 128 at head_dim 64; at head_dim 128, 80 without a
+// causal mask and 64 with one (HISTORY.md: the A/B of 64 and 80 rows).
+inline int default_block_m(int64_t head_dim, bool causal) {
+  return head_dim == 64 ? 128 : causal ? 64 : 80;
+}
 inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &) {
   const bool det = base.get_or("deterministic", 0) != 0;
   base.set("order", p.causal && !det ? kOrderSections : kOrderNatural);
+  base.set("block_m", default_block_m(p.head_dim, p.causal));
   return base;
 }
 
@@ -123,17 +150,21 @@ inline ConfigSpace make_space() {
             {kDqRed, kDqBulk},
             {"red", "bulk"},
             "dQ partials: red (consumer threads' red.global.add) or bulk (shared memory, then one "
-            "thread's bulk reduce-add)"}},
+            "thread's bulk reduce-add)"},
+       Axis{"block_m",
+            {64, 80, 128},
+            {},
+            "query rows per row block (head_dim 64: 64 or 128; head_dim 128: 64 or 80)"}},
       Config({{"stages", d.stages},
               {"order", d.order},
               {"deterministic", d.deterministic},
-              {"dq_add", d.dq_add}}),
+              {"dq_add", d.dq_add},
+              {"block_m", d.block_m}}),
       [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
-inline int64_t num_row_blocks(const AttentionProblem &p) {
-  const int bm = block_m_for(p.head_dim);
-  return (p.seqlen_q + bm - 1) / bm;
+inline int64_t num_row_blocks(const AttentionProblem &p, const Params &c) {
+  return (p.seqlen_q + c.block_m - 1) / c.block_m;
 }
 inline int64_t num_col_blocks(const AttentionProblem &p) {
   return (p.seqlen_kv + kBlockN - 1) / kBlockN;
@@ -141,13 +172,14 @@ inline int64_t num_col_blocks(const AttentionProblem &p) {
 // Semaphores (deterministic only): one int per (batch, query head, row block), the number of column blocks that
 // have added their dQ partial to it so far (zero between launches).
 inline int64_t semaphore_count(const AttentionProblem &p, const Params &c) {
-  return c.deterministic ? p.batch * p.heads_q * num_row_blocks(p) : 0;
+  return c.deterministic ? p.batch * p.heads_q * num_row_blocks(p, c) : 0;
 }
 
 // Shared memory, every tile 1024-byte aligned (the 128B swizzle): K and V of the column block; `stages` slots of
 // Q and dO (TMA, 128B-swizzled column chunks of 64); two dS buffers (bf16/fp16, [block_m][128 keys] in two 64-key
-// chunks: the A operand of dQ = dS·K, written by both consumers); with dq_add bulk, one or two buffers (two where
-// they fit) of the row block's fp32 dQ partial in the accumulator's tile order (DqTileOrder); two buffers of a row
+// chunks: the A operand of dQ = dS·K, or the B operand of dQᵀ = Kᵀ·dSᵀ, written by both consumers); with dq_add
+// bulk, one or two buffers (two where they fit) of the row block's fp32 dQ partial, in the accumulator's tile
+// order (DqTileOrder) or, at 80 rows, as the 128B-swizzled [block_m][32] boxes of its TMA reduce-add; two buffers of a row
 // block's LSE₂ and D (block_m floats each), outside the 1024-byte-aligned slots so that two dQ buffers fit at
 // head_dim 128; the mbarriers (kv_full; full and empty per stage; dq_full and dq_empty per dQ buffer). LSE₂ and D
 // are copied by a producer warp with ordinary loads and stores (fa3_bwd.cuh, row_loader) rather than a bulk copy:
@@ -161,9 +193,8 @@ constexpr int kMaxDqBuffers = 2;
 constexpr int kRowsBuffers = 2; // LSE₂ and D of the row block and the next, whatever the stages
 constexpr int kBarriers = 1 + 2 * kMaxStages + 2 * kMaxDqBuffers;
 constexpr int64_t align1k(int64_t x) { return (x + 1023) / 1024 * 1024; }
-constexpr SmemMap smem_map(int64_t head_dim, int stages, int dq_add,
+constexpr SmemMap smem_map(int64_t head_dim, int block_m, int stages, int dq_add,
                            int64_t limit = kernels::kSmemOptinHopper) {
-  const int block_m = block_m_for(head_dim);
   const int64_t kRowsBytes = 2 * 4 * block_m; // LSE₂ and D of a row block
   const int64_t kTail = kRowsBuffers * kRowsBytes + 8 * kBarriers + 1024; // + the alignment slack
   SmemMap m;
@@ -178,7 +209,7 @@ constexpr SmemMap smem_map(int64_t head_dim, int stages, int dq_add,
   m.ds_bytes = int64_t(block_m) * kBlockN * 2;
   m.dq = m.ds + 2 * m.ds_bytes;
   m.dq_bytes = dq_add == kDqBulk ? int64_t(block_m) * head_dim * 4 : 0;
-  // Two where they fit with the most stages (so the count is the head_dim's alone: the kernel's constant).
+  // Two where they fit with the most stages (so the count is the tile's alone: the kernel's constant).
   const int64_t dq_at_max = m.slots + kMaxStages * m.slot_bytes + 2 * m.ds_bytes;
   m.dq_bufs = dq_add != kDqBulk ? 0 : dq_at_max + 2 * m.dq_bytes + kTail <= limit ? 2 : 1;
   m.rows = m.dq + m.dq_bufs * m.dq_bytes;
@@ -187,25 +218,27 @@ constexpr SmemMap smem_map(int64_t head_dim, int stages, int dq_add,
   m.total = m.bars + 8 * kBarriers + 1024;
   return m;
 }
-constexpr int dq_buffers(int64_t head_dim) {
-  return int(smem_map(head_dim, kMaxStages, kDqBulk).dq_bufs);
+constexpr int dq_buffers(int64_t head_dim, int block_m) {
+  return int(smem_map(head_dim, block_m, kMaxStages, kDqBulk).dq_bufs);
 }
 inline int64_t smem_bytes(int64_t head_dim, const Params &c) {
-  return smem_map(head_dim, c.stages, c.dq_add).total;
+  return smem_map(head_dim, c.block_m, c.stages, c.dq_add).total;
 }
 
-// The fp32 dQ accumulator of a (batch, query head) holds each row block's block_m x head_dim tile contiguously, as
-// the row-major layout does, but in the order of the consumers' WGMMA fragments, so that a warp's 16-byte pieces
-// are consecutive. Consumer h's piece of the tile (dq_split_rows: rows [64h, 64h + 64), every column; otherwise
-// every row, columns [h·d/2, (h + 1)·d/2)) is a run of 64 · n floats (n its columns) in which float4 number
-// 128j + t is thread t's fragment j (rows r and r + 8 of the piece, columns 8j + 2(t%4) and the next;
-// r = 16(t/32) + (t%32)/4). The convert kernel (kernels/common/bwd_rows.cuh) reads it through offset().
-struct DqTileOrder {
+// The fp32 dQ accumulator of a (batch, query head) at 64- and 128-row blocks holds each row block's block_m x
+// head_dim tile contiguously, as the row-major layout does, but in the order of the consumers' WGMMA fragments, so
+// that a warp's 16-byte pieces are consecutive. Consumer h's piece of the tile (split by rows: rows [64h, 64h + 64),
+// every column; by columns: every row, columns [h·d/2, (h + 1)·d/2)) is a run of 64 · n floats (n its columns) in
+// which float4 number 128j + t is thread t's fragment j (rows r and r + 8 of the piece, columns 8j + 2(t%4) and the
+// next; r = 16(t/32) + (t%32)/4). The convert kernel (kernels/common/bwd_rows.cuh) reads it through offset(). At
+// 80 rows the accumulator is row-major (the TMA reduce-add writes it through a tensor map).
+template <int BM> struct DqTileOrder {
+  static_assert(BM == 64 || BM == 128, "fragment order at 64 and 128 rows");
   static constexpr bool kRowMajor = false;
   template <int D> FB_HOST_DEVICE static int64_t offset(int row, int col) {
-    constexpr int bm = block_m_for(D);
-    constexpr bool by_rows = dq_split_rows(bm);
-    constexpr int n = by_rows ? D : D / 2; // a piece's columns
+    constexpr int bm = BM;
+    constexpr bool by_rows = dq_split(BM) == DqSplit::rows;
+    constexpr int n = dq_piece_n(D, BM); // a piece's columns
     const int m = row % bm, h = by_rows ? m / 64 : col / n, mm = m % 64, cc = col % n, rr = mm % 16;
     const int t = 32 * (mm / 16) + 4 * (rr % 8) + (cc % 8) / 2, e = 2 * (rr / 8) + cc % 2;
     return int64_t(row - m) * D + int64_t(h) * 64 * n + (int64_t(cc / 8) * 128 + t) * 4 + e;
@@ -256,11 +289,11 @@ FB_HOST_DEVICE GridSlot grid_order(int64_t x, int64_t cols, int64_t bh_count, in
 // within two waves (two CTAs an SM; one CTA fits an SM), so that a head's column blocks run close together and
 // its Q, dO and dQ rows are read from DRAM about once. A (batch, kv head) pair's rows: Q and dO of its query
 // heads, 16-bit, and their fp32 dQ accumulator, 8 bytes per element.
-inline int64_t section_count(const AttentionProblem &p, int64_t cols, int64_t sms,
+inline int64_t section_count(const AttentionProblem &p, int block_m, int64_t cols, int64_t sms,
                              int64_t l2_bytes) {
   const int64_t pairs = p.batch * p.heads_kv;
-  const int64_t rows_bytes = 8 * kernels::bwd::padded_rows(p.seqlen_q, block_m_for(p.head_dim)) *
-                             p.head_dim * p.group_size();
+  const int64_t rows_bytes =
+      8 * kernels::bwd::padded_rows(p.seqlen_q, block_m) * p.head_dim * p.group_size();
   int64_t per = std::max<int64_t>(1, (l2_bytes / 2) / std::max<int64_t>(1, rows_bytes));
   per = std::min(per, std::max<int64_t>(1, 2 * sms / std::max<int64_t>(1, cols)));
   per = std::min(per, pairs);
@@ -272,8 +305,8 @@ using kernels::bwd::padded_rows;
 using kernels::bwd::row_blocks_for;
 using kernels::bwd::RowRange;
 using kernels::bwd::Workspace;
-inline Workspace workspace_layout(const AttentionProblem &p, const Params &) {
-  return kernels::bwd::workspace_layout(p, block_m_for(p.head_dim));
+inline Workspace workspace_layout(const AttentionProblem &p, const Params &c) {
+  return kernels::bwd::workspace_layout(p, c.block_m);
 }
 
 using Instance = kernels::bwd::Instance<Params>;

@@ -87,7 +87,6 @@ TEST(Fa3BwdTraits, ConfigProblemSaysWhy) {
 
 TEST(Fa3BwdTraits, DefaultFollowsTheMask) {
   const ConfigSpace &space = variant().space();
-  EXPECT_EQ(space.axis("block_m"), nullptr); // the row-block height is the head_dim's (block_m_for)
   for (int64_t d : {64, 128})
     for (int64_t n : {1, 1024, 4096, 4097, 16384})
       for (bool causal : {false, true}) {
@@ -97,6 +96,9 @@ TEST(Fa3BwdTraits, DefaultFollowsTheMask) {
         EXPECT_EQ(c.get("deterministic"), 0);
         EXPECT_EQ(c.get("dq_add"), fa3_bwd::kDqBulk);
         EXPECT_EQ(c.get("order"), causal ? fa3_bwd::kOrderSections : fa3_bwd::kOrderNatural) << n;
+        // 128 rows at head_dim 64; at 128, 80 without a causal mask and 64 with one.
+        EXPECT_EQ(c.get("block_m"), d == 64 ? 128 : causal ? 64 : 80) << n;
+        EXPECT_TRUE(fa3_bwd::block_m_compiled(d, int(c.get("block_m"))));
         EXPECT_FALSE(space.check(c)) << space.to_string(c);
       }
   // Deterministic fixes the order: natural even under a causal mask.
@@ -171,15 +173,15 @@ TEST(Fa3BwdTraits, SectionCountKeepsASectionsRowsInHalfTheL2AndTwoWaves) {
   constexpr int64_t sms = 132, l2 = 50 << 20;
   // d128 N2048, 8 x 16 heads: 2 MiB of Q, dO and dQ rows a head, 12 of them in half the L2 (16 would fill two
   // waves of 16 column blocks): 11 sections of 11-12 heads.
-  EXPECT_EQ(fa3_bwd::section_count(prob(8, 16, 16, 2048, 128), 16, sms, l2), 11);
+  EXPECT_EQ(fa3_bwd::section_count(prob(8, 16, 16, 2048, 128), 64, 16, sms, l2), 11);
   // d128 N16384, 16 heads: 16 MiB a head, one head a section.
-  EXPECT_EQ(fa3_bwd::section_count(prob(1, 16, 16, 16384, 128), 128, sms, l2), 16);
+  EXPECT_EQ(fa3_bwd::section_count(prob(1, 16, 16, 16384, 128), 64, 128, sms, l2), 16);
   // d64 N1024, 16 x 32 heads: 0.5 MiB a head, but two waves hold 33 heads' 8 column blocks: 16 sections.
-  EXPECT_EQ(fa3_bwd::section_count(prob(16, 32, 32, 1024, 64), 8, sms, l2), 16);
+  EXPECT_EQ(fa3_bwd::section_count(prob(16, 32, 32, 1024, 64), 128, 8, sms, l2), 16);
   // GQA counts the group's query heads: 8 query heads a pair at d128 N4096 are 32 MiB, one pair a section.
-  EXPECT_EQ(fa3_bwd::section_count(prob(4, 64, 8, 4096, 128), 32, sms, l2), 32);
+  EXPECT_EQ(fa3_bwd::section_count(prob(4, 64, 8, 4096, 128), 64, 32, sms, l2), 32);
   // Never more sections than pairs, never fewer than one.
-  EXPECT_EQ(fa3_bwd::section_count(prob(1, 1, 1, 1, 64), 1, sms, l2), 1);
+  EXPECT_EQ(fa3_bwd::section_count(prob(1, 1, 1, 1, 64), 128, 1, sms, l2), 1);
 }
 
 TEST(Fa3BwdTraits, DeterministicOrderLaunchesEachHeadFromItsLastColumn) {
@@ -237,15 +239,13 @@ TEST(Fa3BwdTraits, LptLaunchesEveryHeadsFirstColumnBeforeAnySecond) {
 }
 
 TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
-  EXPECT_EQ(fa3_bwd::block_m_for(64), 128);
-  EXPECT_EQ(fa3_bwd::block_m_for(128), 64);
-  for (int64_t d : {64, 128}) {
-    const int bm = fa3_bwd::block_m_for(d);
+  for (auto [d, bm] : {std::pair<int64_t, int>{64, 64}, {64, 128}, {128, 64}, {128, 80}}) {
+    EXPECT_TRUE(fa3_bwd::block_m_compiled(d, bm));
     for (int stages : {1, 2})
       for (int dq_add : {fa3_bwd::kDqRed, fa3_bwd::kDqBulk}) {
-        const fa3_bwd::SmemMap m = fa3_bwd::smem_map(d, stages, dq_add);
-        SCOPED_TRACE("d" + std::to_string(d) + " stages " + std::to_string(stages) + " dq_add " +
-                     std::to_string(dq_add));
+        const fa3_bwd::SmemMap m = fa3_bwd::smem_map(d, bm, stages, dq_add);
+        SCOPED_TRACE("d" + std::to_string(d) + " block_m " + std::to_string(bm) + " stages " +
+                     std::to_string(stages) + " dq_add " + std::to_string(dq_add));
         // Every TMA / WGMMA tile at a 1024-byte boundary (the 128B swizzle's period), in each slot too.
         for (int64_t off : {m.k, m.v, m.slots, m.slot_bytes, m.q, m.dout, m.ds, m.ds_bytes})
           EXPECT_EQ(off % 1024, 0) << off;
@@ -259,13 +259,14 @@ TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
         EXPECT_LE(m.dout + qt, m.slot_bytes);
         EXPECT_GE(m.ds, m.slots + stages * m.slot_bytes);
         EXPECT_EQ(m.ds_bytes, int64_t(bm) * fa3_bwd::kBlockN * 2);
-        // The bulk reduce's source: 16-byte aligned, the whole fp32 tile; none with dq_add red.
+        // The bulk reduce's source: 16-byte aligned (1024 at 80 rows: the TMA reduce-add's 128B-swizzled
+        // boxes), the whole fp32 tile; none with dq_add red.
         EXPECT_GE(m.dq, m.ds + 2 * m.ds_bytes);
-        EXPECT_EQ(m.dq % 16, 0);
+        EXPECT_EQ(m.dq % (bm == 80 ? 1024 : 16), 0);
         EXPECT_EQ(m.dq_bytes, dq_add == fa3_bwd::kDqBulk ? int64_t(bm) * d * 4 : 0);
-        // Two dQ buffers wherever they fit with two stages on a Hopper GPU: at head_dim 128; head_dim 64's
-        // 128-row tiles leave room for one (72 bytes short of two).
-        EXPECT_EQ(m.dq_bufs, dq_add == fa3_bwd::kDqBulk ? (d == 128 ? 2 : 1) : 0);
+        // Two dQ buffers wherever they fit with two stages on a Hopper GPU: at head_dim 128's 64-row blocks;
+        // head_dim 64's 128-row tiles leave room for one (72 bytes short of two), head_dim 128's 80-row ones too.
+        EXPECT_EQ(m.dq_bufs, dq_add == fa3_bwd::kDqBulk ? (bm == 64 ? 2 : 1) : 0);
         EXPECT_GE(m.rows, m.dq + m.dq_bufs * m.dq_bytes);
         EXPECT_EQ(m.rows % 16, 0);
         EXPECT_EQ(m.rows_bytes, 8 * bm); // LSE₂ and D
@@ -275,6 +276,7 @@ TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
         fa3_bwd::Params c;
         c.stages = stages;
         c.dq_add = dq_add;
+        c.block_m = bm;
         EXPECT_EQ(fa3_bwd::smem_bytes(d, c), m.total);
       }
   }
@@ -284,19 +286,20 @@ TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
 // element once), keeps column pairs adjacent (its float2 loads), and gives each consumer thread's fragment j the
 // float4 at 128j + t of its piece (the kernel's stores): the piece of consumer h is rows [64h, 64h + 64) where dQ
 // is split by rows (128-row blocks), columns [h·D/2, (h + 1)·D/2) otherwise.
-template <int D> void check_dq_tile_order() {
-  constexpr int bm = fa3_bwd::block_m_for(D);
-  constexpr bool by_rows = fa3_bwd::dq_split_rows(bm);
-  constexpr int n = by_rows ? D : D / 2; // a piece's columns
+template <int D, int bm> void check_dq_tile_order() {
+  using Order = fa3_bwd::DqTileOrder<bm>;
+  constexpr bool by_rows = fa3_bwd::dq_split(bm) == fa3_bwd::DqSplit::rows;
+  constexpr int n = fa3_bwd::dq_piece_n(D, bm); // a piece's columns
+  static_assert(n == (by_rows ? D : D / 2));
   std::vector<int> seen(2 * bm * D, 0);
   for (int row = 0; row < 2 * bm; ++row)
     for (int col = 0; col < D; ++col) {
-      const int64_t o = fa3_bwd::DqTileOrder::offset<D>(row, col);
+      const int64_t o = Order::template offset<D>(row, col);
       ASSERT_GE(o, int64_t(row / bm) * bm * D);
       ASSERT_LT(o, int64_t(row / bm + 1) * bm * D);
       ++seen[size_t(o)];
       if (col % 2 == 0)
-        EXPECT_EQ(fa3_bwd::DqTileOrder::offset<D>(row, col + 1), o + 1);
+        EXPECT_EQ(Order::template offset<D>(row, col + 1), o + 1);
     }
   for (int k : seen)
     ASSERT_EQ(k, 1);
@@ -307,13 +310,14 @@ template <int D> void check_dq_tile_order() {
         const int r = (by_rows ? 64 * h : 0) + 16 * w + l / 4;
         const int c = (by_rows ? 0 : h * n) + 8 * j + 2 * (l % 4);
         const int64_t base = int64_t(h) * 64 * n + (128 * j + t) * 4;
-        EXPECT_EQ(fa3_bwd::DqTileOrder::offset<D>(r, c), base);
-        EXPECT_EQ(fa3_bwd::DqTileOrder::offset<D>(r + 8, c + 1), base + 3);
+        EXPECT_EQ(Order::template offset<D>(r, c), base);
+        EXPECT_EQ(Order::template offset<D>(r + 8, c + 1), base + 3);
       }
 }
 TEST(Fa3BwdTraits, DqTileOrderIsAPermutationOfFragments) {
-  check_dq_tile_order<64>();
-  check_dq_tile_order<128>();
+  check_dq_tile_order<64, 64>();
+  check_dq_tile_order<64, 128>();
+  check_dq_tile_order<128, 64>();
 }
 
 TEST(Fa3BwdTraits, WorkspaceAndSemaphores) {
@@ -351,8 +355,9 @@ TEST(Fa3BwdTraits, TrafficModelParts) {
   EXPECT_DOUBLE_EQ(t.q_rows, pairs * (2 * e * d * 64 + 8 * 64));
   EXPECT_DOUBLE_EQ(t.dq_add, pairs * 4 * d * 64);
   EXPECT_DOUBLE_EQ(t.total(), fa3_bwd::traffic_bytes(p, c));
-  EXPECT_DOUBLE_EQ(variant().model_bytes(p, variant().space().default_config(p, h100())),
-                   t.total());
+  Config def = variant().space().default_config(p, h100());
+  def.set("block_m", 64);
+  EXPECT_DOUBLE_EQ(variant().model_bytes(p, def), t.total());
   // Causal visits fewer pairs.
   AttentionProblem pc = p;
   pc.causal = true;
@@ -401,11 +406,19 @@ TEST(Fa3BwdVariant, SupportsSaysWhy) {
   EXPECT_TRUE(v.supports(p, def, h200).ok);
   EXPECT_TRUE(v.supports(p, def, nominal_device()).ok); // planning without a GPU: against an H100
 
-  // One row-block height at every head_dim: a spec that sets block_m is refused when it is read.
-  EXPECT_THROW(v.space().make({{"block_m", "128"}}), UserError);
+  // Row-block heights: compiled per head_dim, refused with the ones that are.
+  EXPECT_THROW(v.space().make({{"block_m", "96"}}), UserError);
   AttentionProblem d64 = p;
   d64.head_dim = 64;
   EXPECT_TRUE(v.supports(d64, v.space().default_config(d64, dev), dev).ok);
+  Config bm = def;
+  bm.set("block_m", 80);
+  EXPECT_TRUE(v.supports(p, bm, dev).ok);
+  const std::string rbm = reason(d64, bm, dev);
+  EXPECT_TRUE(has(rbm, "block_m 80 is not compiled for head_dim 64") && has(rbm, "64 or 128"))
+      << rbm;
+  bm.set("block_m", 128);
+  EXPECT_TRUE(has(reason(p, bm, dev), "block_m 128 is not compiled for head_dim 128"));
 
   // Deterministic fixes the launch order.
   const Config det_lpt = v.space().make({{"order", "lpt"}, {"deterministic", "on"}});
@@ -475,8 +488,9 @@ TEST(Fa3BwdVariant, TheDefaultSupportsEveryProblemThatAnyConfigSupports) {
   for (const auto &e : v.space().expand())
     if (!e.invalid_reason)
       valid.push_back(e.config);
-  // 2 stages x (natural, lpt, sections with either dQ add; natural + deterministic with bulk adds)
-  EXPECT_EQ(valid.size(), 14u);
+  // 3 row-block heights x 2 stages x (natural, lpt, sections with either dQ add; natural + deterministic with
+  // bulk adds); which heights a head_dim compiles is supports()'s.
+  EXPECT_EQ(valid.size(), 42u);
   int supported = 0;
   for (const DeviceInfo &dev : {h100(), a100(), nominal_device()})
     for (DType t : {DType::bf16, DType::f16, DType::f32})

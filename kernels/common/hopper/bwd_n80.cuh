@@ -1,0 +1,55 @@
+// Hopper pieces that only the backward's 80-row blocks use (fa3_bwd at head_dim 128), kept out of the shared
+// wrappers (wgmma_f16.cuh, tma.cuh) so that the forward kernels' sources, and the tuning tables' hashes of them,
+// stay as they are.
+#pragma once
+
+#include "kernels/common/hopper/wgmma_f16.cuh"
+
+#include <cstdint>
+
+namespace fb::hopper {
+
+__device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
+}
+
+// Adds a shared-memory box to global memory through a tensor map (the element type and the swizzle are the map's;
+// fp32 adds element by element), as one operation of this thread's bulk group (bulk_commit, bulk_wait_*).
+__device__ __forceinline__ void tma_reduce_add_4d(const void *tmap, uint32_t src, int c0, int c1,
+                                                  int c2, int c3) {
+  asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group "
+               "[%0, {%2, %3, %4, %5}], [%1];" ::"l"(reinterpret_cast<uint64_t>(tmap)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
+// N = 80 (the 80-row blocks of the backward at head_dim 128): SS with both operands K-major (Sᵀ = K·Qᵀ and
+// dPᵀ = V·dOᵀ), and SS with an MN-major A (tnspA = 1: dQᵀ = Kᵀ·dSᵀ, A the K tile, whose head_dim columns are
+// contiguous). One macro writes the four (form, type) wrappers: their operand lists differ only in the type and the
+// transpose flag.
+#define FB_WGMMA_N80(NAME, TAG, TY, TNSP_A)                                                          \
+  __device__ __forceinline__ void NAME(float(&d)[40], uint64_t desc_a, uint64_t desc_b, int scale_d, \
+                                       TAG, IntC<80>) {                                              \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"                                      \
+                 "wgmma.mma_async.sync.aligned.m64n80k16.f32." TY "." TY "\n"                      \
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
+                 "%32, %33, %34, %35, %36, %37, %38, %39}, "  \
+                 "%40, %41, p, 1, 1, " TNSP_A ", 0;\n}\n"  \
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]),  \
+                   "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),  \
+                   "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),  \
+                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),  \
+                   "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),  \
+                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),  \
+                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),  \
+                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])  \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));  \
+  }
+FB_WGMMA_N80(wgmma_ss, Bf16Tag, "bf16", "0")
+FB_WGMMA_N80(wgmma_ss, F16Tag, "f16", "0")
+FB_WGMMA_N80(wgmma_ss_ta, Bf16Tag, "bf16", "1")
+FB_WGMMA_N80(wgmma_ss_ta, F16Tag, "f16", "1")
+#undef FB_WGMMA_N80
+
+} // namespace fb::hopper
