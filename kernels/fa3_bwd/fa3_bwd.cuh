@@ -423,6 +423,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
     dk[i] = 0.f, dv[i] = 0.f;
   const int off = a.seqlen_kv - a.seqlen_q; // causal: row q sees keys <= q + off
   mbar_wait(sm.kv_full(), 0);
+  const int t0 = int(threadIdx.x) % 128;
 
   int it = 0;
   for (int g = 0; g < a.group; ++g) {
@@ -431,9 +432,9 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
       const int s = it % sm.stages;
       const uint32_t slot = sm.slot(s);
       mbar_wait(sm.full(s), (it / sm.stages) & 1);
-      // The lane coordinates afresh each row block (kernels::bwd::fresh_tid): hoisted, their derived addresses
-      // spill beside the 80-row blocks' accumulators.
-      const int t = int(kernels::bwd::fresh_tid() % 128), warp = t / 32, lane = t % 32;
+      // 80-row blocks read the lane coordinates afresh each row block (kernels::bwd::fresh_tid): hoisted, their
+      // derived addresses spill beside the accumulators. The others keep them (1-2% faster at head_dim 64).
+      const int t = kDqT ? int(kernels::bwd::fresh_tid() % 128) : t0, warp = t / 32, lane = t % 32;
 
       float sacc[BM / 2], dpacc[BM / 2];
       wgmma_fence();
@@ -441,6 +442,11 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
       wgmma_commit();
       issue_scores<T, D, BM>(dpacc, sm.v, wg, slot + sm.dout_off);
       wgmma_commit();
+      // This row block's LSE₂ and D are in buffer r once the row loader and both consumers meet here. Met while
+      // Sᵀ and dPᵀ run rather than after Sᵀ's wait, so that a warpgroup whose Sᵀ retires first starts its
+      // softmax instead of waiting for the other's.
+      const int r = it % kRowsBuffers;
+      rows_sync(r);
       wgmma_wait<1>();
       fence_operands(sacc);
 
@@ -450,8 +456,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
       const bool need_mask = (w.col + 1) * kBlockN > a.seqlen_kv ||
                              (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
       // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators).
-      const int r = it % kRowsBuffers;
-      rows_sync(r); // this row block's LSE₂ and D are in buffer r
       const uint32_t lse_row = sm.lse2(r) + uint32_t(2 * (lane % 4)) * 4;
 #pragma unroll
       for (int i = 0; i < BM / 8; ++i) {

@@ -27,24 +27,24 @@ __device__ __forceinline__ void tma_reduce_add_4d(const void *tmap, uint32_t src
 // dPᵀ = V·dOᵀ), and SS with an MN-major A (tnspA = 1: dQᵀ = Kᵀ·dSᵀ, A the K tile, whose head_dim columns are
 // contiguous). One macro writes the four (form, type) wrappers: their operand lists differ only in the type and the
 // transpose flag.
-#define FB_WGMMA_N80(NAME, TAG, TY, TNSP_A)                                                          \
-  __device__ __forceinline__ void NAME(float(&d)[40], uint64_t desc_a, uint64_t desc_b, int scale_d, \
-                                       TAG, IntC<80>) {                                              \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"                                      \
-                 "wgmma.mma_async.sync.aligned.m64n80k16.f32." TY "." TY "\n"                      \
-                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
-                 "%32, %33, %34, %35, %36, %37, %38, %39}, "  \
-                 "%40, %41, p, 1, 1, " TNSP_A ", 0;\n}\n"  \
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]),  \
-                   "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),  \
-                   "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),  \
-                   "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),  \
-                   "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),  \
-                   "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),  \
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),  \
-                   "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])  \
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d));  \
+#define FB_WGMMA_N80(NAME, TAG, TY, TNSP_A)                                                        \
+  __device__ __forceinline__ void NAME(float(&d)[40], uint64_t desc_a, uint64_t desc_b,            \
+                                       int scale_d, TAG, IntC<80>) {                               \
+    asm volatile(                                                                                  \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %42, 0;\n"                                               \
+        "wgmma.mma_async.sync.aligned.m64n80k16.f32." TY "." TY "\n"                               \
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                  \
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "         \
+        "%32, %33, %34, %35, %36, %37, %38, %39}, "                                                \
+        "%40, %41, p, 1, 1, " TNSP_A ", 0;\n}\n"                                                   \
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),      \
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),  \
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),            \
+          "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),            \
+          "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),            \
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]),            \
+          "+f"(d[38]), "+f"(d[39])                                                                 \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                 \
   }
 FB_WGMMA_N80(wgmma_ss, Bf16Tag, "bf16", "0")
 FB_WGMMA_N80(wgmma_ss, F16Tag, "f16", "0")
