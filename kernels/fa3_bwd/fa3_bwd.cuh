@@ -512,10 +512,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
       named_sync(kBarDsReady, kConsumerThreads);
 
       // dQ before dK, so that the dQ partial is stored while dK runs.
-      if constexpr (kDqT) { // dV's product retired, so that Pᵀ's registers are free for dQᵀ's 40
-        wgmma_wait<0>();
-        fence_operands(pa);
-      }
       float dq[DQN / 2];
       wgmma_fence();
       issue_dq<T, D, BM, DQN>(dq, ds_buf, sm.k, wg);
