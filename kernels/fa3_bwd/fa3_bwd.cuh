@@ -442,11 +442,6 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
       wgmma_commit();
       issue_scores<T, D, BM>(dpacc, sm.v, wg, slot + sm.dout_off);
       wgmma_commit();
-      // This row block's LSE₂ and D are in buffer r once the row loader and both consumers meet here. Met while
-      // Sᵀ and dPᵀ run rather than after Sᵀ's wait, so that a warpgroup whose Sᵀ retires first starts its
-      // softmax instead of waiting for the other's.
-      const int r = it % kRowsBuffers;
-      rows_sync(r);
       wgmma_wait<1>();
       fence_operands(sacc);
 
@@ -455,7 +450,10 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
       const int q_lo = mb * BM + 2 * (lane % 4);
       const bool need_mask = (w.col + 1) * kBlockN > a.seqlen_kv ||
                              (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
-      // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators).
+      // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators). The barrier is met
+      // after Sᵀ's wait: before it, while Sᵀ and dPᵀ run, was 1% slower at head_dim 128 (HISTORY.md).
+      const int r = it % kRowsBuffers;
+      rows_sync(r); // this row block's LSE₂ and D are in buffer r
       const uint32_t lse_row = sm.lse2(r) + uint32_t(2 * (lane % 4)) * 4;
 #pragma unroll
       for (int i = 0; i < BM / 8; ++i) {
@@ -511,7 +509,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
       fence_proxy_async_smem(); // the stmatrix writes, visible to WGMMA (the async proxy)
       named_sync(kBarDsReady, kConsumerThreads);
 
-      // dQ before dK, so that the dQ partial is stored while dK runs.
+      // dQ before dK, so that the dQ partial is stored while dK runs. At 80-row blocks dV's product first retires
+      // (Pᵀ's registers free): issuing dQ behind it was 14% slower (HISTORY.md).
+      if constexpr (kDqT) {
+        wgmma_wait<0>();
+        fence_operands(pa);
+      }
       float dq[DQN / 2];
       wgmma_fence();
       issue_dq<T, D, BM, DQN>(dq, ds_buf, sm.k, wg);
