@@ -262,8 +262,8 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM>
 // acc (m64 x N accumulator, rows = this warpgroup's 64 keys): acc[4i + e] is key row 16·warp + lane/4 + 8·(e/2),
 // column (query row of the block) 8i + 2·(lane%4) + e%2.
 
-// Packs an m64 x N accumulator into the A fragments of N/16 k-steps (bf16/fp16): pa[kt] covers columns
-// [16kt, 16kt + 16), in the m16n8k16 A layout of the thread's warp's 16 rows.
+// Packs k-step kt of an m64 x N accumulator (columns [16kt, 16kt + 16)) into one A fragment (bf16/fp16), in the
+// m16n8k16 A layout of the thread's warp's 16 rows; pack_a packs all N/16 k-steps.
 template <class T, int N>
 __device__ __forceinline__ void pack_step(uint32_t (&pa)[4], const float (&acc)[N / 2], int kt) {
 #pragma unroll
