@@ -44,7 +44,7 @@ constexpr int kDqRed = 0;
 constexpr int kDqBulk = 1;
 
 // Query rows per row block (the inner loop's step, the `block_m` axis), compiled per head_dim:
-//  - head_dim 64: 64 rows (each consumer's dQ piece 64 x 32) or 128, the default (12-14% faster), so that each row
+//  - head_dim 64: 64 rows (each consumer's dQ piece 64 x 32) or 128, the default (12-15% faster), so that each row
 //    block's chain of waits and barriers carries as much tensor work as at head_dim 128: Sᵀ and dPᵀ 64 x 128
 //    (64 + 64 registers), dK and dV 64 + 64, and dQ split by rows (each consumer 64 rows x 64 columns, 32
 //    registers). It fits because dV's product is issued only once dSᵀ is computed and Pᵀ and dSᵀ are packed
