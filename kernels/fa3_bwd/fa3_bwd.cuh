@@ -670,18 +670,18 @@ std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c
 
 } // namespace detail
 
-// The launch and kernel-list functions of the compiled tile of (T, D) that the config's block_m asks for
-// (block_m_compiled), else nulls.
+// The launch and kernel-list functions of the compiled tile of (T, D) that the config's block_m asks for, else
+// nulls. What is compiled is block_m_compiled's (traits.hpp), the one list that supports() also reads.
+template <class T, int D, int BM> Instance tile_if(const Params &c) {
+  if constexpr (block_m_compiled(D, BM))
+    if (c.block_m == BM)
+      return {&detail::launch_tile<T, D, BM>, &detail::describe_tile<T, D, BM>};
+  return {};
+}
 template <class T, int D> Instance pick_tile(const Params &c) {
-  if (c.block_m == 64)
-    return {&detail::launch_tile<T, D, 64>, &detail::describe_tile<T, D, 64>};
-  if constexpr (D == 64) {
-    if (c.block_m == 128)
-      return {&detail::launch_tile<T, D, 128>, &detail::describe_tile<T, D, 128>};
-  } else {
-    if (c.block_m == 80)
-      return {&detail::launch_tile<T, D, 80>, &detail::describe_tile<T, D, 80>};
-  }
+  for (const Instance in : {tile_if<T, D, 64>(c), tile_if<T, D, 80>(c), tile_if<T, D, 128>(c)})
+    if (in.launch)
+      return in;
   return {};
 }
 

@@ -364,6 +364,23 @@ TEST(Fa3BwdTraits, TrafficModelParts) {
   EXPECT_LT(fa3_bwd::traffic(pc, c).dq_add, t.dq_add);
 }
 
+// The compiled tiles are block_m_compiled's: the dispatch finds a kernel list (no GPU needed to build it) for each
+// height it names and for none other.
+TEST(Fa3BwdVariant, DispatchFollowsTheCompiledHeights) {
+  for (DType t : {DType::bf16, DType::f16})
+    for (int64_t d : {64, 128})
+      for (int bm : {64, 80, 128}) {
+        fa3_bwd::Params c;
+        c.block_m = bm;
+        const bool compiled = fa3_bwd::block_m_compiled(d, bm);
+        const std::vector<KernelDesc> ks =
+            fa3_bwd::kernels(bwd_problem(300, 257, d, true, 6, 2, t), c);
+        EXPECT_EQ(!ks.empty(), compiled) << "d" << d << " block_m " << bm;
+        if (compiled)
+          EXPECT_EQ(ks.size(), 3u); // preprocess, main, convert
+      }
+}
+
 TEST(Fa3BwdVariant, InTheCatalogAsABackward) {
   ASSERT_NE(catalog().find("fa3_bwd"), nullptr);
   EXPECT_EQ(variant().pass(), Pass::bwd);
