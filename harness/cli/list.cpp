@@ -1,6 +1,7 @@
 // flashbench list: the catalog, its variants and their config spaces.
 #include "commands.hpp"
 
+#include "flashbench/tuner.hpp"
 #include "flashbench/variant.hpp"
 
 #include <nlohmann/json.hpp>
@@ -14,7 +15,10 @@ namespace {
 
 void list_catalog(bool as_json) {
   nlohmann::json out = nlohmann::json::array();
+  const auto &hashes = variant_source_hashes();
   for (const auto &v : catalog().all()) {
+    const auto h = hashes.find(v->name());
+    const std::string source_hash = h == hashes.end() ? "" : h->second;
     nlohmann::json axes = nlohmann::json::array();
     for (const auto &a : v->space().axes()) {
       nlohmann::json vals = nlohmann::json::array();
@@ -27,11 +31,13 @@ void list_catalog(bool as_json) {
                    {"description", v->description()},
                    {"axes", axes},
                    {"configs", v->space().size()},
-                   {"default", v->space().to_json(v->space().default_config())}});
+                   {"default", v->space().to_json(v->space().default_config())},
+                   {"source_hash", source_hash}});
     if (!as_json) {
-      std::printf("%s (%s)\n  %s\n  %zu configs; default %s\n", v->name().c_str(),
+      std::printf("%s (%s)\n  %s\n  %zu configs; default %s; sources %s\n", v->name().c_str(),
                   to_string(v->pass()), v->description().c_str(), v->space().size(),
-                  v->space().to_string(v->space().default_config()).c_str());
+                  v->space().to_string(v->space().default_config()).c_str(),
+                  source_hash.empty() ? "?" : source_hash.c_str());
       for (const auto &a : v->space().axes()) {
         std::printf("    %-18s", a.name.c_str());
         for (size_t i = 0; i < a.values.size(); ++i)

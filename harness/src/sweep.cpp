@@ -9,6 +9,7 @@
 #include "flashbench/options.hpp"
 #include "flashbench/probe.hpp"
 #include "flashbench/results.hpp"
+#include "flashbench/tuner.hpp"
 #include "supervisor.hpp"
 #include "worker.hpp"
 
@@ -224,10 +225,13 @@ std::string portable_build_id() {
 }
 
 nlohmann::json build_identity() {
-  return {{"source_sha", git_sha()},
-          {"options", build_options()},
-          {"toolkit", toolkit()},
-          {"binary_hash", binary_hash()}};
+  return {
+      {"source_sha", git_sha()},
+      {"options", build_options()},
+      {"toolkit", toolkit()},
+      {"binary_hash", binary_hash()},
+      // Each variant's kernel sources (tuner.hpp): two results files tell which variants' code differs.
+      {"variant_sources", variant_source_hashes()}};
 }
 
 std::string plan_hash(const SweepSpec &spec, const std::vector<PlannedPoint> &points) {

@@ -22,8 +22,11 @@ after the call, calibrated on the point so that the sample takes (1 + FRACTION) 
 gap counts, as in the harness's FLASHBENCH_TEST_SLOWDOWN). It is written into the output's context.
 
 The output is a results file of the candidate side (reports/SCHEMA.md; `history ingest` reads it), each record with
-a `paired` object (reference median, change, interval, t, p-values, attempts, verdict), and the context carries
-both builds' ids, the machine (GPU UUID, host id, ...) and the gate's settings. Exit 0: no regression; 1: a
+a `paired` object (reference median, change, interval, t, p-values, attempts, verdict, and `sources`: whether the
+variant's kernel sources differ between the builds, from each build's `flashbench list --json`), and the context
+carries both builds' ids and per-variant source hashes, the machine (GPU UUID, host id, ...) and the gate's
+settings. The summary says of each flagged point whether its variant's sources changed, so a slowdown with the
+same kernel sources points at the harness, the build options or the toolkit. Exit 0: no regression; 1: a
 regression or a point that now fails; 2: a user error.
 """
 from __future__ import annotations
@@ -80,6 +83,32 @@ def plan_points(flashbench: str, spec: str) -> Tuple[List[dict], dict]:
     if not points:
         raise UserError("{}: no point to run on this GPU (see '{} run --dry-run {}')".format(spec, flashbench, spec))
     return points, plan.get("timing_policy") or {}
+
+
+def variant_sources(build_dir: str) -> Optional[Dict[str, str]]:
+    """Each variant's kernel-source hash in the build in build_dir (its `flashbench list --json`), or None where that
+    cannot be read (no binary there, or one from before the hashes were listed)."""
+    try:
+        r = subprocess.run([os.path.join(build_dir, "flashbench"), "list", "--json"], capture_output=True, text=True,
+                           timeout=120)
+        if r.returncode != 0:
+            return None
+        hashes = {v["name"]: v.get("source_hash") or "" for v in json.loads(r.stdout)}
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        return None
+    return hashes if any(hashes.values()) else None
+
+
+def sources_verdict(variant: str, ref: Optional[Dict[str, str]], cand: Optional[Dict[str, str]]) -> str:
+    """'changed', 'same' or 'unknown': whether the variant's kernel sources differ between the two builds."""
+    a, b = (ref or {}).get(variant), (cand or {}).get(variant)
+    if not a or not b:
+        return "unknown"
+    return "same" if a == b else "changed"
+
+
+_SOURCES_NOTE = {"changed": "its kernel sources changed",
+                 "same": "same kernel sources: look at the harness, the build options or the toolkit"}
 
 
 def parse_slowdown(text: Optional[str]) -> Optional[Tuple[str, float]]:
@@ -219,6 +248,7 @@ def run(args) -> int:
     if not torch.cuda.is_available():
         raise UserError("no CUDA device: the paired gate needs a GPU")
     ref_lib, cand_lib = CapiLib(libs["reference"]), CapiLib(libs["candidate"])
+    sources = {"reference": variant_sources(args.ref), "candidate": variant_sources(args.cand)}
     dev = device_info(torch)
     idx = torch.cuda.current_device()
     machine = machine_identity(idx)
@@ -306,6 +336,7 @@ def run(args) -> int:
         # The two libraries allocate their workspaces with cudaMalloc, outside torch's cache: give back what the
         # cache holds, or a large point leaves the next one no room.
         torch.cuda.empty_cache()
+        rec["paired"]["sources"] = sources_verdict(variant, sources["reference"], sources["candidate"])
         records.append(rec)
         pv = rec["paired"]
         print("  [{}/{}] {:<13} {:+7.2f}%  {}".format(
@@ -319,8 +350,10 @@ def run(args) -> int:
                "spec": {"name": os.path.splitext(os.path.basename(args.spec))[0], "path": args.spec},
                "device": dev, "machine": machine, "timing_policy": dict(plan_timing, min_time_s=args.min_time,
                                                                          timeout_s=args.timeout),
-               "paired_gate": {"reference": {"dir": os.path.abspath(args.ref), "build_id": _build_id(args.ref)},
-                               "candidate": {"dir": os.path.abspath(args.cand), "build_id": _build_id(args.cand)},
+               "paired_gate": {"reference": {"dir": os.path.abspath(args.ref), "build_id": _build_id(args.ref),
+                                             "variant_sources": sources["reference"]},
+                               "candidate": {"dir": os.path.abspath(args.cand), "build_id": _build_id(args.cand),
+                                             "variant_sources": sources["candidate"]},
                                "floor": args.floor, "alpha": args.alpha, "min_t": args.min_t,
                                "noise_target": args.noise_target, "attempts": args.attempts, "wall_s": wall,
                                "test_slowdown": {"variant": slow[0], "fraction": slow[1]} if slow else None},
@@ -359,6 +392,12 @@ def verdicts(records: List[dict]) -> Dict[str, List[str]]:
     return out
 
 
+def _flag_line(kind: str, r: dict) -> str:
+    note = _SOURCES_NOTE.get((r.get("paired") or {}).get("sources", "unknown"))
+    line = "  {:<12} {}".format(kind, r["name"])
+    return line + " ({})".format(note) if note and kind != "unknown" else line
+
+
 def exit_code(records: List[dict]) -> int:
     v = verdicts(records)
     return 1 if v.get("regression") or v.get("now failing") else 0
@@ -370,8 +409,9 @@ def render_summary(doc: dict) -> str:
     out = ["paired gate: {} ({:.0f} s): ".format("FAIL" if exit_code(doc["benchmarks"]) else "PASS", g["wall_s"]) +
            ", ".join("{} {}".format(len(n), k) for k, n in sorted(v.items()))]
     for kind in ("regression", "now failing", "unknown", "improvement"):
-        for n in v.get(kind, []):
-            out.append("  {:<12} {}".format(kind, n))
+        for r in doc["benchmarks"]:
+            if (r.get("paired") or {}).get("verdict", "?") == kind:
+                out.append(_flag_line(kind, r))
     return "\n".join(out)
 
 

@@ -120,6 +120,38 @@ def _paired_doc(verdicts, slow=None, uuid="GPU-1"):
                         "paired_gate": {"wall_s": 60, "test_slowdown": slow}}, "benchmarks": recs}
 
 
+def test_sources_verdict_compares_the_two_builds_hashes():
+    ref, cand = {"a": "1111", "b": "2222"}, {"a": "1111", "b": "3333"}
+    assert gate.sources_verdict("a", ref, cand) == "same"
+    assert gate.sources_verdict("b", ref, cand) == "changed"
+    assert gate.sources_verdict("c", ref, cand) == "unknown"  # a variant one build does not have
+    assert gate.sources_verdict("a", None, cand) == "unknown"  # a build whose hashes could not be read
+    assert gate.sources_verdict("a", {"a": ""}, cand) == "unknown"
+
+
+def test_summary_says_whether_a_flagged_variants_sources_changed():
+    doc = _paired_doc([("fa3_bwd", "regression"), ("naive", "regression"), ("fa2_bwd", "regression"),
+                       ("fa3_fp8", "unknown")])
+    for r, src in zip(doc["benchmarks"], ("changed", "same", "unknown", "same")):
+        r["paired"]["sources"] = src
+    lines = gate.render_summary(doc).splitlines()
+    assert lines[0].startswith("paired gate: FAIL")
+    assert lines[1].endswith("fa3_bwd/c/p0 (its kernel sources changed)")
+    assert "naive/c/p1 (same kernel sources: look at the harness" in lines[2]
+    assert lines[3].endswith("fa2_bwd/c/p2")  # unknown sources: nothing said
+    assert lines[4].endswith("fa3_fp8/c/p3")  # an unknown verdict flags nothing, so no note
+
+
+def test_variant_sources_reads_each_builds_list(tmp_path):
+    fake = tmp_path / "flashbench"
+    fake.write_text("#!/bin/sh\necho '[{\"name\": \"naive\", \"source_hash\": \"00ff\"}]'\n")
+    fake.chmod(0o755)
+    assert gate.variant_sources(str(tmp_path)) == {"naive": "00ff"}
+    fake.write_text("#!/bin/sh\necho '[{\"name\": \"naive\"}]'\n")  # a build from before the hashes
+    assert gate.variant_sources(str(tmp_path)) is None
+    assert gate.variant_sources(str(tmp_path / "none")) is None
+
+
 def test_acceptance_table_counts_false_regressions_and_misses(tmp_path):
     same = tmp_path / "same.json"
     same.write_text(json.dumps(_paired_doc([("naive", "unchanged"), ("fa2_q_outer", "unchanged")])))

@@ -1,7 +1,10 @@
 // CLI error paths: bad input gets one line on stderr, exit code 2 and no output file.
 #include "flashbench/device.hpp"
+#include "flashbench/tuner.hpp"
+#include "flashbench/variant.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -111,6 +114,20 @@ TEST(Cli, ListAndDryRunNeedNoGpu) {
   o = run_cli("plan " + write_temp("good.yaml", kGood));
   EXPECT_EQ(o.code, 0) << o.err;
   EXPECT_NE(o.out.find("\"problems\""), std::string::npos);
+}
+
+// `list --json` gives each variant's kernel-source hash (the one tuning tables record), which the paired nightly
+// gate reads from both builds to say whether a flagged variant's code changed.
+TEST(Cli, ListJsonGivesEachVariantsSourceHash) {
+  const Outcome o = run_cli("list --json");
+  ASSERT_EQ(o.code, 0) << o.err;
+  const nlohmann::json list = nlohmann::json::parse(o.out);
+  ASSERT_EQ(list.size(), fb::catalog().all().size());
+  for (const auto &v : list) {
+    const std::string h = v.value("source_hash", "");
+    EXPECT_EQ(h.size(), 16u) << v["name"];
+    EXPECT_EQ(h, fb::variant_source_hashes().at(v["name"].get<std::string>())) << v["name"];
+  }
 }
 
 TEST(Cli, RunWithoutDeviceSaysSoAndShowsThePlan) {

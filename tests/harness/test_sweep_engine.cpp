@@ -6,6 +6,8 @@
 #include "flashbench/spec.hpp"
 #include "flashbench/sweep.hpp"
 
+#include "flashbench/tuner.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -365,6 +367,9 @@ TEST(SweepEngine, MergeTakesOneSourceBuiltOnSeveralMachines) {
   ASSERT_TRUE(build.is_object());
   for (const char *f : {"source_sha", "options", "toolkit", "binary_hash"})
     EXPECT_TRUE(build.contains(f) && !build[f].get<std::string>().empty()) << f;
+  // Each variant's kernel-source hash, so that two results files tell which variants' code differs.
+  ASSERT_TRUE(build.contains("variant_sources") && build["variant_sources"].is_object());
+  EXPECT_EQ(build["variant_sources"].value("naive", ""), fb::variant_source_hashes().at("naive"));
   // The other machine's binary.
   s1["context"]["build"]["binary_hash"] = "0123456789abcdef";
   s1["context"]["build_id"] = build["source_sha"].get<std::string>() + "+0123456789abcdef";

@@ -56,8 +56,8 @@ std::string portable_build_id(const std::string &sha, const std::string &options
                               const std::string &toolkit, const std::string &binary_id);
 // portable_build_id() of this binary.
 std::string portable_build_id();
-// This build as results record it: {source_sha, options, toolkit, binary_hash}. Shards merge when all but the
-// binary hash match, so that one source built on several machines merges.
+// This build as results record it: {source_sha, options, toolkit, binary_hash, variant_sources}. Shards merge
+// when source_sha, options and toolkit match, so that one source built on several machines merges.
 nlohmann::json build_identity();
 // Identity of a plan: the spec's name, timing policy and every point's name in order. Shards merge only when
 // it matches.
