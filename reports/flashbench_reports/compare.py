@@ -77,8 +77,11 @@ def collect(base: R.Results, cur: R.Results, threshold: float, alpha: float, z_m
             ch = decide(bp.median_us, cp.median_us, bp.samples_us, cp.samples_us, bp.cv, cp.cv, threshold, alpha,
                         base_noisy=bp.noisy, cur_noisy=cp.noisy, spread=spread, spread_from=source,
                         needs_spread=rel == M.DIFFERENT, z_min=z_min)
-            note = "noise target not met" if (bp.noisy or cp.noisy) and ch.verdict != "unknown" else ""
-            rows.append(Row(name, ch.verdict, bp.status, cp.status, ch, note))
+            notes = ["noise target not met"] if (bp.noisy or cp.noisy) and ch.verdict != "unknown" else []
+            if ch.verdict in ("regression", "improvement"):
+                src = R.SOURCES_NOTE.get(R.sources_verdict(cp.variant, base.variant_sources, cur.variant_sources))
+                notes += [src] if src else []
+            rows.append(Row(name, ch.verdict, bp.status, cp.status, ch, "; ".join(notes)))
         elif bp.ok and not cp.ok:
             kind = "now failing" if cp.status in R.FAILED_STATUSES or cp.status not in R.NOT_OK_STATUSES \
                 else "now skipped"

@@ -47,6 +47,7 @@ from typing import Dict, List, Optional, Tuple
 from . import paired as PG
 from . import stats as S
 from .problem import UserError, normalize_problem, problem_key
+from .results import SOURCES_NOTE, sources_verdict
 
 MAX_TABLE_NAME = 110
 
@@ -97,18 +98,6 @@ def variant_sources(build_dir: str) -> Optional[Dict[str, str]]:
     except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
         return None
     return hashes if any(hashes.values()) else None
-
-
-def sources_verdict(variant: str, ref: Optional[Dict[str, str]], cand: Optional[Dict[str, str]]) -> str:
-    """'changed', 'same' or 'unknown': whether the variant's kernel sources differ between the two builds."""
-    a, b = (ref or {}).get(variant), (cand or {}).get(variant)
-    if not a or not b:
-        return "unknown"
-    return "same" if a == b else "changed"
-
-
-_SOURCES_NOTE = {"changed": "its kernel sources changed",
-                 "same": "same kernel sources: look at the harness, the build options or the toolkit"}
 
 
 def parse_slowdown(text: Optional[str]) -> Optional[Tuple[str, float]]:
@@ -393,7 +382,7 @@ def verdicts(records: List[dict]) -> Dict[str, List[str]]:
 
 
 def _flag_line(kind: str, r: dict) -> str:
-    note = _SOURCES_NOTE.get((r.get("paired") or {}).get("sources", "unknown"))
+    note = SOURCES_NOTE.get((r.get("paired") or {}).get("sources", "unknown"))
     line = "  {:<12} {}".format(kind, r["name"])
     return line + " ({})".format(note) if note and kind != "unknown" else line
 

@@ -25,6 +25,19 @@ FAILED_STATUSES = ("incorrect", "crashed", "timeout")  # a point that used to wo
 _TIME_UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 
+def sources_verdict(variant: str, ref: Optional[Dict[str, str]], cand: Optional[Dict[str, str]]) -> str:
+    """'changed', 'same' or 'unknown': whether the variant's kernel sources differ between two builds, given each
+    build's per-variant source hashes (`flashbench list --json`, a results file's context.build.variant_sources)."""
+    a, b = (ref or {}).get(variant), (cand or {}).get(variant)
+    if not a or not b:
+        return "unknown"
+    return "same" if a == b else "changed"
+
+
+SOURCES_NOTE = {"changed": "its kernel sources changed",
+                "same": "same kernel sources: look at the harness, the build options or the toolkit"}
+
+
 def _num(x: Any) -> Optional[float]:
     if isinstance(x, bool) or x is None:
         return None
@@ -137,6 +150,11 @@ class Results:
     @property
     def device(self) -> Dict[str, Any]:
         return _dict(self.context.get("device"))
+
+    @property
+    def variant_sources(self) -> Dict[str, str]:
+        """Each variant's kernel-source hash in the build that wrote the file ({} in files from before them)."""
+        return _dict(_dict(self.context.get("build")).get("variant_sources"))
 
     @property
     def ceilings(self) -> Dict[str, Any]:

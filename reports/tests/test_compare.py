@@ -34,6 +34,24 @@ def test_five_percent_slowdown_at_low_noise_is_a_regression(tmp_path, capsys):
     assert base[0]["name"] in capsys.readouterr().out
 
 
+def test_a_flagged_point_says_whether_its_kernel_sources_changed(tmp_path):
+    p = synth.problem(2048)
+    base = [synth.record("fa2_q_outer", {"block_m": 128}, p, 100.0, cv=0.003, n=40, rng=random.Random(1)),
+            synth.record("fa1_kv_outer", {"block_m": 64}, p, 200.0, cv=0.003, n=40, rng=random.Random(2))]
+    cur = [synth.record("fa2_q_outer", {"block_m": 128}, p, 105.0, cv=0.003, n=40, rng=random.Random(3)),
+           synth.record("fa1_kv_outer", {"block_m": 64}, p, 210.0, cv=0.003, n=40, rng=random.Random(4))]
+    bd, cd = synth.doc(base), synth.doc(cur)
+    bd["context"]["build"] = {"variant_sources": {"fa2_q_outer": "aaaa", "fa1_kv_outer": "cccc"}}
+    cd["context"]["build"] = {"variant_sources": {"fa2_q_outer": "bbbb", "fa1_kv_outer": "cccc"}}
+    b, c = synth.write(tmp_path / "base.json", bd), synth.write(tmp_path / "cur.json", cd)
+    out = tmp_path / "table.md"
+    assert main(["compare", b, c, "-o", str(out)]) == 1
+    reg = {l.split("`")[1]: l for l in out.read_text().splitlines() if l.startswith("| regression")}
+    assert len(reg) == 2
+    assert "its kernel sources changed" in reg[base[0]["name"]]
+    assert "same kernel sources" in reg[base[1]["name"]]
+
+
 def test_runs_timed_under_different_loads_are_flagged(tmp_path):
     p = synth.problem(2048)
     recs = [synth.record("fa2_q_outer", {"block_m": 128}, p, 100.0, cv=0.003, n=40, rng=random.Random(1))]
