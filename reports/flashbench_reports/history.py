@@ -109,12 +109,20 @@ def _series(con: sqlite3.Connection, names: Iterable[str] = (), device: Optional
     skip = set(exclude_sha256)
     out: Dict[str, Dict[str, list]] = defaultdict(lambda: defaultdict(list))
     q = ("SELECT p.name, r.id, r.git_sha, r.date, r.device_slug, r.host_key, r.content_sha256, p.status, p.reason, "
-         "p.median_us, p.cv, p.noisy FROM points p JOIN runs r ON r.id = p.run_id ORDER BY r.date, r.id")
-    for name, rid, sha, date, dev, host, digest, status, reason, med, cv, noisy in con.execute(q):
+         "p.median_us, p.cv, p.noisy, p.variant, r.context_json FROM points p JOIN runs r ON r.id = p.run_id "
+         "ORDER BY r.date, r.id")
+    sources: Dict[int, Dict[str, str]] = {}  # run id -> its build's per-variant kernel-source hashes
+    for name, rid, sha, date, dev, host, digest, status, reason, med, cv, noisy, variant, ctx in con.execute(q):
         if (want and name not in want) or (device and dev != device) or digest in skip:
             continue
+        if rid not in sources:
+            try:
+                sources[rid] = R.context_variant_sources(json.loads(ctx or "{}"))
+            except ValueError:
+                sources[rid] = {}
         out[name][dev].append({"run": rid, "sha": sha or "", "date": date, "host": host, "status": status,
-                               "reason": reason, "median_us": med, "cv": cv, "noisy": bool(noisy)})
+                               "reason": reason, "median_us": med, "cv": cv, "noisy": bool(noisy),
+                               "src": sources[rid].get(variant or "")})
     return out
 
 
@@ -206,14 +214,16 @@ def plot(db: str, out_dir: str, point: Optional[str] = None, threshold: float = 
     sections, change_rows = [], []
     for n in names:
         for dev, rows in series[n].items():
-            prev_host = None
+            prev_host, prev_src = None, None
             for r in _ok(rows):
                 host_changed = prev_host is not None and r["host"] != prev_host
-                prev_host = r["host"]
+                code = {"changed": "kernel sources changed here", "same": "same kernel sources"}.get(
+                    R.sources_change(prev_src, r["src"]), "")
+                prev_host, prev_src = r["host"], r["src"]
                 if r["change"]:
                     change_rows.append([r["date"], dev, "#{} {}".format(r["run"], r["sha"][:12]), r["change"],
                                         "{:+.2f}%".format(100 * r["pct"]),
-                                        "host changed here" if host_changed else "", n])
+                                        "host changed here" if host_changed else "", code, n])
     for i, n in enumerate(chosen):
         fig, ax = plt.subplots(figsize=(10, 3.6))
         runs = sorted({(r["date"], r["run"], r["sha"]) for rows in series[n].values() for r in rows})
@@ -269,14 +279,15 @@ def plot(db: str, out_dir: str, point: Optional[str] = None, threshold: float = 
             "than the run before.</p>".format(n_runs, len(all_names), page.esc(db), len(chosen), len(changed),
                                              100 * threshold, t_min, S.CP_WINDOW, BAND_SIGMAS),
             "<h2>Detected changes</h2>",
-            page.table(["date", "device", "run", "change", "level", "host", "point"], change_rows)
+            page.table(["date", "device", "run", "change", "level", "host", "code", "point"], change_rows)
             if change_rows else "<p>None.</p>", "<h2>Trends</h2>"] + sections
     if len(names) > len(chosen):
         body.append("<p class='muted'>{} more points not plotted; use --point or --max-points.</p>".format(
             len(names) - len(chosen)))
     R.write_text_atomic(os.path.join(out_dir, "index.html"), page.render("flashbench history", body))
-    md = ["# flashbench history", "", "| date | device | run | change | level | host | point |",
-          "|---|---|---|---|---:|---|---|"]
-    md += ["| {} | {} | {} | {} | {} | {} | `{}` |".format(*r) for r in change_rows] or ["| | | | none | | | |"]
+    md = ["# flashbench history", "", "| date | device | run | change | level | host | code | point |",
+          "|---|---|---|---|---:|---|---|---|"]
+    md += ["| {} | {} | {} | {} | {} | {} | {} | `{}` |".format(*r) for r in change_rows] or \
+        ["| | | | none | | | | |"]
     R.write_text_atomic(os.path.join(out_dir, "history.md"), "\n".join(md) + "\n")
     return os.path.join(out_dir, "index.html")

@@ -25,13 +25,22 @@ FAILED_STATUSES = ("incorrect", "crashed", "timeout")  # a point that used to wo
 _TIME_UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 
-def sources_verdict(variant: str, ref: Optional[Dict[str, str]], cand: Optional[Dict[str, str]]) -> str:
-    """'changed', 'same' or 'unknown': whether the variant's kernel sources differ between two builds, given each
-    build's per-variant source hashes (`flashbench list --json`, a results file's context.build.variant_sources)."""
-    a, b = (ref or {}).get(variant), (cand or {}).get(variant)
+def sources_change(a: Optional[str], b: Optional[str]) -> str:
+    """'changed', 'same' or 'unknown' (a hash missing): two builds' kernel-source hashes of one variant."""
     if not a or not b:
         return "unknown"
     return "same" if a == b else "changed"
+
+
+def sources_verdict(variant: str, ref: Optional[Dict[str, str]], cand: Optional[Dict[str, str]]) -> str:
+    """sources_change of the variant, given each build's per-variant source hashes (`flashbench list --json`, a
+    results file's context.build.variant_sources)."""
+    return sources_change((ref or {}).get(variant), (cand or {}).get(variant))
+
+
+def context_variant_sources(context: Any) -> Dict[str, str]:
+    """A results context's per-variant kernel-source hashes ({} in files from before they were recorded)."""
+    return _dict(_dict(_dict(context).get("build")).get("variant_sources"))
 
 
 SOURCES_NOTE = {"changed": "its kernel sources changed",
@@ -154,7 +163,7 @@ class Results:
     @property
     def variant_sources(self) -> Dict[str, str]:
         """Each variant's kernel-source hash in the build that wrote the file ({} in files from before them)."""
-        return _dict(_dict(self.context.get("build")).get("variant_sources"))
+        return context_variant_sources(self.context)
 
     @property
     def ceilings(self) -> Dict[str, Any]:

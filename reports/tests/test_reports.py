@@ -126,6 +126,27 @@ def test_history_end_to_end(tmp_path, capsys):
     assert main(["history", "plot", "--db", db, "-o", str(out2), "--point", "nonexistent"]) == 2
 
 
+def test_history_says_whether_the_kernel_sources_changed_at_a_step(tmp_path):
+    db = str(tmp_path / "h.sqlite")
+    p = synth.problem(2048)
+    for night in range(12):
+        rng = random.Random(night)
+        recs = [synth.record("fa2_q_outer", {"block_m": 128}, p, (100 if night < 6 else 105) * (1 + rng.gauss(0, 0.002)),
+                             cv=0.003, n=40, rng=rng),
+                synth.record("fa1_kv_outer", {"block_m": 64}, p, (300 if night < 6 else 315) * (1 + rng.gauss(0, 0.002)),
+                             cv=0.003, n=40, rng=rng)]
+        d = synth.doc(recs, git_sha="s{}".format(night))
+        d["context"]["date"] = "2025-01-{:02d}T03:00:00+00:00".format(night + 1)
+        # fa2_q_outer's kernel changed at run 7, fa1_kv_outer's did not: its step is the harness's or the toolkit's
+        d["context"]["build"] = {"variant_sources": {"fa2_q_outer": "aa" if night < 6 else "bb", "fa1_kv_outer": "cc"}}
+        assert main(["history", "ingest", synth.write(tmp_path / "n{}.json".format(night), d), "--db", db]) == 0
+    out = tmp_path / "hist"
+    assert main(["history", "plot", "--db", db, "-o", str(out)]) == 0
+    md = (out / "history.md").read_text()
+    assert re.search(r"#7 s6 \| regression \| \+[45]\.\d+% \|  \| kernel sources changed here \| `fa2_q_outer", md), md
+    assert re.search(r"#7 s6 \| regression \| \+[45]\.\d+% \|  \| same kernel sources \| `fa1_kv_outer", md), md
+
+
 def test_history_ticks_are_distinct_where_runs_share_a_commit_and_day():
     from flashbench_reports.history import _tick
     runs = [("2025-01-01T03:00:00+00:00", i, "abc1234") for i in range(1, 4)]
