@@ -393,14 +393,14 @@ def exit_code(records: List[dict]) -> int:
 
 
 def render_summary(doc: dict) -> str:
-    v = verdicts(doc["benchmarks"])
+    by_kind: Dict[str, List[dict]] = {}
+    for r in doc["benchmarks"]:
+        by_kind.setdefault((r.get("paired") or {}).get("verdict", "?"), []).append(r)
     g = doc["context"]["paired_gate"]
     out = ["paired gate: {} ({:.0f} s): ".format("FAIL" if exit_code(doc["benchmarks"]) else "PASS", g["wall_s"]) +
-           ", ".join("{} {}".format(len(n), k) for k, n in sorted(v.items()))]
+           ", ".join("{} {}".format(len(rs), k) for k, rs in sorted(by_kind.items()))]
     for kind in ("regression", "now failing", "unknown", "improvement"):
-        for r in doc["benchmarks"]:
-            if (r.get("paired") or {}).get("verdict", "?") == kind:
-                out.append(_flag_line(kind, r))
+        out += [_flag_line(kind, r) for r in by_kind.get(kind, [])]
     return "\n".join(out)
 
 
