@@ -107,9 +107,6 @@ struct KernelArgs {
   int q_bufs;   // Q buffers: 2 on the persistent grid (the next item's Q loads early), else 1
   int o_tma;    // O leaves through shared memory and TMA stores, else 4-byte stores from registers
   int pingpong; // the two consumer warpgroups take turns to issue their GEMMs (Turns)
-  // block_m 256: work items a (batch, head). Last, so that no other member's offset moves with it (the block_m 128
-  // kernels compile to the instructions they had without it).
-  int n_q_items;
 };
 
 // Registers a thread after setmaxnreg, per tile. setmaxnreg.inc draws from the CTA's own pool, the registers it
@@ -120,15 +117,11 @@ struct KernelArgs {
 // there the producer runs on 40, with thread 0's load cursors in shared memory between its turns. Elsewhere 72 /
 // 216, the cursors in registers: 40 / 232 cost block_n 192 1-2% on an H200 and gained d128 nothing (HISTORY row 17).
 constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
-// block_m 256 needs the 232 as well: O's two 64-row halves (128) beside their two S (64) and P (16).
-template <int BN, int HD, int BM = kBlockM>
-constexpr int kProducerRegs = (HD == 256 && BN == 128) || BM == 256 ? 40 : 72;
-template <int BN, int HD, int BM = kBlockM>
-constexpr int kConsumerRegs = (kThreads * kLaunchRegs - 128 * kProducerRegs<BN, HD, BM>) / 256 / 8 *
-                              8;
+template <int BN, int HD> constexpr int kProducerRegs = HD == 256 && BN == 128 ? 40 : 72;
+template <int BN, int HD>
+constexpr int kConsumerRegs = (kThreads * kLaunchRegs - 128 * kProducerRegs<BN, HD>) / 256 / 8 * 8;
 // The producer keeps thread 0's load cursors in shared memory (Smem::loads) when its registers are short.
-template <int BN, int HD, int BM = kBlockM>
-constexpr bool kCursorsShared = kProducerRegs<BN, HD, BM> < 72;
+template <int BN, int HD> constexpr bool kCursorsShared = kProducerRegs<BN, HD> < 72;
 static_assert(
     kConsumerRegs<128, 128> == 216 && kConsumerRegs<128, 256> == 232,
     "setmaxnreg: 128 x producer + 256 x consumer within the registers the CTA launched with");
@@ -150,10 +143,8 @@ constexpr float kRescaleSlack = 0.75f;
 // (BN 192: keys 0-127, then 128-191 in the first half of each row) 128 x 128-byte tiles.
 // HD 256: Q, K and raw V tiles are two column halves of [rows][128 bytes] each; V^T is two 128-row
 // tiles (head_dim 0-127, 128-255).
-// BM 256: a Q tile is two 128-row tiles, rows 128-255 kTileBytes on.
-template <int BN, int HD = kHeadDim, int BM = kBlockM> struct Smem {
-  static constexpr uint32_t kQ = uint32_t(q_tile_bytes(HD)) * (BM / kBlockM),
-                            kK = uint32_t(k_tile_bytes(BN, HD)),
+template <int BN, int HD = kHeadDim> struct Smem {
+  static constexpr uint32_t kQ = uint32_t(q_tile_bytes(HD)), kK = uint32_t(k_tile_bytes(BN, HD)),
                             kVt = uint32_t(vt_tile_bytes(BN, HD));
   uint32_t q, k, vraw, vt, o, bars;
   __device__ __forceinline__ Smem(uint32_t base, int stages, int q_bufs, int o_tma) {
@@ -278,13 +269,11 @@ __device__ __forceinline__ uint32_t pack_e4m3(float x0, float x1, float x2, floa
 
 // K/V tiles a CTA visits: all, or (causal) up to the last key its last row sees (bottom-right
 // alignment).
-// rows: the rows from q0 that count (a work item's BM, or one consumer warpgroup's 128 at BM 256).
-template <int BN, int BM = kBlockM>
-__device__ __forceinline__ int kv_tiles(const KernelArgs &a, int q0) {
+template <int BN> __device__ __forceinline__ int kv_tiles(const KernelArgs &a, int q0) {
   const int all = (a.seqlen_kv + BN - 1) / BN;
   if (!a.causal)
     return all;
-  const int last_key = min(q0 + BM, a.seqlen_q) - 1 + (a.seqlen_kv - a.seqlen_q);
+  const int last_key = min(q0 + kBlockM, a.seqlen_q) - 1 + (a.seqlen_kv - a.seqlen_q);
   return last_key < 0 ? 0 : min(all, last_key / BN + 1);
 }
 
@@ -296,16 +285,13 @@ struct TileId {
 // neighbouring items (their K/V shared in L2). One-shot grid: one item a CTA. Persistent grid
 // (scheduler=persistent): CTA c takes c, c + G, ... with G = min(items, SMs), and its producer
 // loads the next item's Q and first K/V tiles under this item's last ones.
-// BM 256: qt counts 256-row items (n_q_items of them a head).
-template <int BM = kBlockM>
 __device__ __forceinline__ TileId tile_of(const KernelArgs &a, int lin) {
-  const int nq = BM == kBlockM ? a.n_q_tiles : a.n_q_items;
-  const int hb = a.total_tiles / nq, rank = lin / hb, x = lin - rank * hb;
+  const int hb = a.total_tiles / a.n_q_tiles, rank = lin / hb, x = lin - rank * hb;
   TileId t;
   t.h = x % a.heads_q;
   t.b = x / a.heads_q;
-  t.qt = a.causal ? nq - 1 - rank : rank;
-  t.q0 = t.qt * BM;
+  t.qt = a.causal ? a.n_q_tiles - 1 - rank : rank;
+  t.q0 = t.qt * kBlockM;
   t.hk = t.h / a.group;
   return t;
 }
@@ -313,7 +299,7 @@ __device__ __forceinline__ TileId tile_of(const KernelArgs &a, int lin) {
 // A position in this CTA's stream of K/V tiles: work item `lin`, its tile j of n. Items with no K/V
 // tile (causal rows before every key) are stepped over: they need no Q and no loads, and the
 // consumers write 0 / -inf for them.
-template <int BN, int BM = kBlockM> struct Cursor {
+template <int BN> struct Cursor {
   int lin, j, n;
   TileId t;
   __device__ __forceinline__ bool valid(const KernelArgs &a) const { return lin < a.total_tiles; }
@@ -321,8 +307,8 @@ template <int BN, int BM = kBlockM> struct Cursor {
   seek(const KernelArgs &a) { // from item lin on, the first with a K/V tile
     j = 0;
     for (; lin < a.total_tiles; lin += int(gridDim.x)) {
-      t = tile_of<BM>(a, lin);
-      n = kv_tiles<BN, BM>(a, t.q0);
+      t = tile_of(a, lin);
+      n = kv_tiles<BN>(a, t.q0);
       if (n > 0)
         return;
     }
@@ -368,47 +354,36 @@ __device__ __forceinline__ void load_halves(const CUtensorMap *map, uint32_t dst
   for (int h = 0; h < HD / 128; ++h)
     tma_load_4d(dst + uint32_t(h) * half_bytes, map, bar, 128 * h, row, head, batch);
 }
-template <int BN, int HD, int BM>
-__device__ __forceinline__ void load_k(const KernelArgs &a, const Smem<BN, HD, BM> &sm,
-                                       const Cursor<BN, BM> &c, int s) {
+template <int BN, int HD>
+__device__ __forceinline__ void load_k(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                       const Cursor<BN> &c, int s) {
   load_halves<HD>(&a.tm_k, sm.k_tile(s), BN * 128, sm.k_full(s), c.j * BN, c.t.hk, c.t.b);
 }
-template <int BN, int HD, int BM>
-__device__ __forceinline__ void load_v(const KernelArgs &a, const Smem<BN, HD, BM> &sm,
-                                       const Cursor<BN, BM> &c, int r) {
+template <int BN, int HD>
+__device__ __forceinline__ void load_v(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                       const Cursor<BN> &c, int r) {
   load_halves<HD>(&a.tm_v, sm.vraw_tile(r), BN * 128, sm.vraw_full(r), c.j * BN, c.t.hk, c.t.b);
 }
-// BM 256: two boxes of 128 rows (a TMA box has at most 256 rows; the map's is 128 for both block_m).
-template <int BN, int HD, int BM>
-__device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<BN, HD, BM> &sm,
-                                       const Cursor<BN, BM> &c, int b) {
-  if constexpr (BM == kBlockM) {
-    load_halves<HD>(&a.tm_q, sm.q_tile(b), kTileBytes, sm.q_full(b), c.t.q0, c.t.h, c.t.b);
-  } else {
-    static_assert(HD == kHeadDim, "block_m 256 at head_dim 128 only");
-    mbar_arrive_expect_tx(sm.q_full(b), uint32_t(kTileBytes) * (BM / kBlockM));
-#pragma unroll
-    for (int r = 0; r < BM / kBlockM; ++r)
-      tma_load_4d(sm.q_tile(b) + uint32_t(r) * kTileBytes, &a.tm_q, sm.q_full(b), 0,
-                  c.t.q0 + kBlockM * r, c.t.h, c.t.b);
-  }
+template <int BN, int HD>
+__device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                       const Cursor<BN> &c, int b) {
+  load_halves<HD>(&a.tm_q, sm.q_tile(b), kTileBytes, sm.q_full(b), c.t.q0, c.t.h, c.t.b);
 }
 
 // Thread 0's load cursors and its count of Q loads, kept in shared memory (Smem::loads) between its turns: in
 // registers they were 25 words of every producer thread's budget (a cursor is 8), which the consumers need more.
-template <int BN, int BM> struct Loads {
-  Cursor<BN, BM> k, v, q;
+template <int BN> struct Loads {
+  Cursor<BN> k, v, q;
   int qn; // Q loads issued before q's
 };
 
-template <int BN, int HD, int BM>
-__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD, BM> &sm,
-                                         Loads<BN, BM> *loads) {
+template <int BN, int HD>
+__device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD> &sm,
+                                         Loads<BN> *loads) {
   const int u = int(threadIdx.x);
-  Cursor<BN, BM> vt =
-      Cursor<BN, BM>::first(a); // the tile being transposed; all 128 threads step it
+  Cursor<BN> vt = Cursor<BN>::first(a); // the tile being transposed; all 128 threads step it
   if (u == 0) {
-    Cursor<BN, BM> kc = vt, vc = vt;
+    Cursor<BN> kc = vt, vc = vt;
     if (vt.valid(a)) {
       load_q(a, sm, vt, 0);
       for (int i = 0; i < a.stages && kc.valid(a); ++i, kc.next(a))
@@ -416,7 +391,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD,
       for (int i = 0; i < 2 && vc.valid(a); ++i, vc.next(a))
         load_v(a, sm, vc, i);
     }
-    *loads = Loads<BN, BM>{kc, vc, vt, 0};
+    *loads = Loads<BN>{kc, vc, vt, 0};
   }
   const TransposeLanes<BN> lanes(u);
   Ring ring; // global tile g's K and V^T slot
@@ -434,13 +409,12 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD,
     mbar_arrive(sm.vt_full(s));
     named_sync(kBarProducer, 128); // every transposer has read raw slot r
     if (u == 0) {
-      if (Cursor<BN, BM> vc = loads->v;
-          vc.valid(a)) { // global tile g + 2, into the raw slot just read
+      if (Cursor<BN> vc = loads->v; vc.valid(a)) { // global tile g + 2, into the raw slot just read
         load_v(a, sm, vc, r);
         vc.next(a);
         loads->v = vc;
       }
-      if (Cursor<BN, BM> kc = loads->k; kc.valid(a)) {
+      if (Cursor<BN> kc = loads->k; kc.valid(a)) {
         // global tile g + stages, into K slot s once tile g's Q K^T released it
         mbar_wait(sm.k_empty(s), ring.phase);
         load_k(a, sm, kc, s);
@@ -448,7 +422,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD,
         loads->k = kc;
       }
       if (vt.j == 0) { // the first tile of an item: the next item's Q
-        Cursor<BN, BM> qc = loads->q;
+        Cursor<BN> qc = loads->q;
         qc.lin += int(gridDim.x);
         qc.seek(a);
         if (qc.valid(a)) {
@@ -486,9 +460,9 @@ struct Turns {
 };
 
 // ---- consumer steps (one warpgroup, 64 query rows)
-template <int BN, int HD, int BM = kBlockM> struct ConsumerCtx {
+template <int BN, int HD> struct ConsumerCtx {
   const KernelArgs &a;
-  const Smem<BN, HD, BM> &sm;
+  const Smem<BN, HD> &sm;
   DescBase dq;            // this warpgroup's 64 rows of Q
   float q_scale;          // scale_log2 * the CTA's Q descale
   const float *k_descale; // this (batch, kv head)'s K descales, one per K/V tile
@@ -498,8 +472,8 @@ template <int BN, int HD, int BM = kBlockM> struct ConsumerCtx {
 // S = Q K^T for K slot s: 4 k-steps of 32 bytes inside each 128-byte swizzle row (HD 256: the two
 // column halves in turn; uncommitted). QREG: Q's A fragments from registers (load_q_regs), else
 // from shared memory.
-template <bool QREG, int BN, int HD, int BM>
-__device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const ConsumerCtx<BN, HD, BM> &x,
+template <bool QREG, int BN, int HD>
+__device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const ConsumerCtx<BN, HD> &x,
                                          const uint32_t (&qa)[4][4], int s) {
   const DescBase dk = desc_base(x.sm.k_tile(s), 16);
 #pragma unroll
@@ -529,9 +503,9 @@ __device__ __forceinline__ void load_q_regs(uint32_t (&qa)[4][4], uint32_t q_til
 
 // O += P V^T for V^T slot s: BN / 32 k-steps of 32 keys, four to a 128 x 128-byte V^T tile
 // (uncommitted). HD 256: O's two 128-column halves, each from its own V^T tile.
-template <int BN, int HD, int BM>
+template <int BN, int HD>
 __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&pa)[BN / 32][4],
-                                         const ConsumerCtx<BN, HD, BM> &x, int s) {
+                                         const ConsumerCtx<BN, HD> &x, int s) {
   if constexpr (HD == 128) {
     const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
 #pragma unroll
@@ -657,10 +631,9 @@ __device__ __forceinline__ void exp_and_sum(float (&sacc)[4 * kG], F f, const fl
 // scaled by. kd: the tile's K descales (KDescales). BN 192: the scores of 8-key groups 0-7 take
 // descale a, of groups 16-23 descale b, of groups 8-15 a on even tiles (the block boundary at key
 // 128) and b on odd ones (at key 64); the row max is taken per group of one factor, then scaled.
-template <int BN, int HD, int BM>
-__device__ __forceinline__ void softmax(float (&sacc)[BN / 2], const ConsumerCtx<BN, HD, BM> &x,
-                                        int j, KD kd, float (&m)[2], float (&l)[2],
-                                        float (&corr)[2]) {
+template <int BN, int HD>
+__device__ __forceinline__ void softmax(float (&sacc)[BN / 2], const ConsumerCtx<BN, HD> &x, int j,
+                                        KD kd, float (&m)[2], float (&l)[2], float (&corr)[2]) {
   if constexpr (BN == 128) {
     const KernelArgs &a = x.a;
     const float f = x.q_scale * kd.a;                // log2 units per raw score
@@ -785,41 +758,6 @@ __device__ __forceinline__ void rescale_and_pack(float (&o)[HD / 2], const float
     pa[kt][1] = pack_e4m3(s0[2], s0[3], s0[6], s0[7]);
     pa[kt][2] = pack_e4m3(s0[8], s0[9], s0[12], s0[13]);
     pa[kt][3] = pack_e4m3(s0[10], s0[11], s0[14], s0[15]);
-  }
-}
-
-// The epilogue of a thread's two rows (row0, row0 + 8): inv = V's descale / l (O's factor: both carry P's 2^8),
-// and the LSE, (m + log2 l - 8) ln 2 (-inf, with inv 0, for a row that saw no key), written by quad lane 0.
-__device__ __forceinline__ void finish_rows(const KernelArgs &a, const TileId &t, int row0, int c,
-                                            const float (&m)[2], const float (&l)[2], float v_ds,
-                                            float (&inv)[2]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + 8 * h;
-    const float lsum = quad_sum(l[h]);
-    const bool seen = m[h] != -INFINITY;          // the row saw a key
-    inv[h] = seen ? __fdividef(v_ds, lsum) : 0.f; // lsum in [2^8, 2^40]: no IEEE division path
-    if (c == 0 && row < a.seqlen_q)
-      a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
-          seen ? (m[h] + __log2f(lsum) - kPShift) * kLn2 : -INFINITY;
-  }
-}
-
-// O = acc * inv in bf16 by 4-byte stores from registers (o_store=regs), rows past seqlen_q left out.
-template <int HD>
-__device__ __forceinline__ void store_o_regs(const KernelArgs &a, const TileId &t, int row0, int c,
-                                             const float (&o)[HD / 2], const float (&inv)[2]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + 8 * h;
-    if (row >= a.seqlen_q)
-      continue;
-    __nv_bfloat16 *dst =
-        a.o + int64_t(t.b) * a.o_batch + int64_t(row) * a.o_seq + int64_t(t.h) * a.o_head + 2 * c;
-#pragma unroll
-    for (int i = 0; i < HD / 8; ++i)
-      *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * i) =
-          __floats2bfloat162_rn(o[4 * i + 2 * h] * inv[h], o[4 * i + 2 * h + 1] * inv[h]);
   }
 }
 
@@ -959,8 +897,19 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
       }
     }
   }
+  // O = acc * v_descale / l in bf16 (both carry P's 2^8); LSE = (m + log2 l - 8) ln 2, -inf for a
+  // row that saw no key.
   float inv[2];
-  finish_rows(a, t, row0, c, m, l, v_ds, inv);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    const float lsum = quad_sum(l[h]);
+    const bool seen = m[h] != -INFINITY;          // the row saw a key
+    inv[h] = seen ? __fdividef(v_ds, lsum) : 0.f; // lsum in [2^8, 2^40]: no IEEE division path
+    if (c == 0 && row < a.seqlen_q)
+      a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
+          seen ? (m[h] + __log2f(lsum) - kPShift) * kLn2 : -INFINITY;
+  }
   if (HD == 128 && a.o_tma) { // HD 256 stores from registers (supports() refuses o_store tma)
     // o_store=tma: as fa3_pipelined's epilogue (kernels/common/hopper/epilogue.cuh), each
     // warpgroup with its own staging buffer of two 64-column chunks. The 4-byte stores from
@@ -980,121 +929,28 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
           t.q0 + 64 * wg, t.h, t.b, o, inv, 0, NoHook{}, etid);
     return;
   }
-  store_o_regs<HD>(a, t, row0, c, o, inv);
-}
-
-// block_m 256 (BN 64, HD 128): this warpgroup's 128 rows of the item (one Q descale block) as two 64-row halves,
-// both against every K and V^T tile, so that a K/V tile, its transpose and its waits serve 128 rows a warpgroup.
-// Per tile: both halves' Q K^T; half 0's softmax while half 1's Q K^T runs; half 0's P V issued, then half 1's
-// softmax under it; half 1's P V. One ring (kr) for K and V^T. Causal: the warpgroup's own last key may come tiles
-// before the item's (rows 0-127 against 128-255); past it, it waits for each tile and releases it unread, so that
-// every barrier sees its arrivals in order.
-template <int BN, int HD>
-__device__ __forceinline__ void
-consumer_item_halves(const KernelArgs &a, const Smem<BN, HD, 2 * kBlockM> &sm, const TileId &t,
-                     int n, int wg, Ring &kr, int qn) {
-  constexpr int BM = 2 * kBlockM;
-  const int tid = int(threadIdx.x) % 128, warp = tid / 32, lane = tid % 32, g = lane / 4,
-            c = lane % 4;
-  const int wrow = t.q0 + kBlockM * wg; // the warpgroup's first row
-  float o[2][HD / 2];
 #pragma unroll
-  for (int hh = 0; hh < 2; ++hh)
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (row >= a.seqlen_q)
+      continue;
+    __nv_bfloat16 *dst =
+        a.o + int64_t(t.b) * a.o_batch + int64_t(row) * a.o_seq + int64_t(t.h) * a.o_head + 2 * c;
 #pragma unroll
-    for (int i = 0; i < HD / 2; ++i)
-      o[hh][i] = 0.f;
-  float m[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}},
-        l[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-  const float v_ds = ldg_early(a.v_descale + int64_t(t.b) * (a.heads_q / a.group) + t.hk);
-  if (n > 0) {
-    const int qb = qn & 1;
-    // Rows past seqlen_q (a warpgroup wholly past it) take the last block's descale; they are not stored.
-    const float q_ds = ldg_early(a.q_descale + (int64_t(t.b) * a.heads_q + t.h) * a.n_q_tiles +
-                                 min(2 * t.qt + wg, a.n_q_tiles - 1));
-    const float *kd_ptr =
-        a.k_descale + (int64_t(t.b) * (a.heads_q / a.group) + t.hk) * a.n_k_blocks;
-    const ConsumerCtx<BN, HD, BM> x[2] = {
-        {a, sm, desc_base(sm.q_tile(qb) + uint32_t(wrow - t.q0) * 128, 16), a.scale_log2 * q_ds,
-         kd_ptr, wrow + 16 * warp + g, c, wrow},
-        {a, sm, desc_base(sm.q_tile(qb) + uint32_t(wrow - t.q0 + 64) * 128, 16),
-         a.scale_log2 * q_ds, kd_ptr, wrow + 64 + 16 * warp + g, c, wrow + 64}};
-    const int own = kv_tiles<BN, kBlockM>(a, wrow); // the tiles this warpgroup's rows see
-    KDescales<BN> kds(kd_ptr, own, a.n_k_blocks);
-    mbar_wait(sm.q_full(qb), uint32_t(qn >> 1) & 1u);
-    if (own == 0 && lane == 0)
-      mbar_arrive(sm.q_empty(qb)); // no key for these rows: Q is not read
-    const uint32_t qa[4][4] = {};  // unused: Q K^T from shared memory
-    float sacc[2][BN / 2], corr[2][2];
-    uint32_t pa[2][BN / 32][4];
-    for (int j = 0; j < n; ++j, kr.next(a.stages)) {
-      const int s = kr.slot;
-      const uint32_t ph = kr.phase;
-      if (j >=
-          own) { // past this warpgroup's last key: released once full (the other's rows need it)
-        mbar_wait2(sm.k_full(s), ph, sm.vt_full(s), ph);
-        if (lane == 0) {
-          mbar_arrive(sm.k_empty(s));
-          mbar_arrive(sm.vt_empty(s));
-        }
-        continue;
-      }
-      const KD kd = kds.take(j, a.n_k_blocks);
-      mbar_wait(sm.k_full(s), ph);
-      wgmma_fence();
-      issue_qk<false, BN, HD>(sacc[0], x[0], qa, s);
-      wgmma_commit();
-      issue_qk<false, BN, HD>(sacc[1], x[1], qa, s);
-      wgmma_commit();
-      wgmma_wait<1>(); // half 0's Q K^T retired
-      fence_operands(sacc[0]);
-      softmax(sacc[0], x[0], j, kd, m[0], l[0], corr[0]);
-      rescale_and_pack<BN, HD>(o[0], corr[0], sacc[0], pa[0]);
-      mbar_wait(sm.vt_full(s), ph);
-      wgmma_fence();
-      issue_pv(o[0], pa[0], x[0], s);
-      wgmma_commit();
-      wgmma_wait<
-          1>(); // half 1's Q K^T retired (groups retire in order); half 0's P V may still run
-      fence_operands(sacc[1]);
-      if (lane == 0) {
-        mbar_arrive(sm.k_empty(s));
-        if (j == own - 1)
-          mbar_arrive(sm.q_empty(qb)); // this warpgroup's last Q K^T of the item has retired
-      }
-      softmax(sacc[1], x[1], j, kd, m[1], l[1], corr[1]);
-      rescale_and_pack<BN, HD>(o[1], corr[1], sacc[1], pa[1]);
-      wgmma_fence();
-      issue_pv(o[1], pa[1], x[1], s);
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_operands(o[0]);
-      fence_operands(o[1]);
-      fence_operands(pa[0]);
-      fence_operands(pa[1]);
-      if (lane == 0)
-        mbar_arrive(sm.vt_empty(s));
-    }
-  }
-#pragma unroll
-  for (int hh = 0; hh < 2; ++hh) {
-    const int row0 = wrow + 64 * hh + 16 * warp + g;
-    float inv[2];
-    finish_rows(a, t, row0, c, m[hh], l[hh], v_ds, inv);
-    store_o_regs<HD>(a, t, row0, c, o[hh], inv);
+    for (int i = 0; i < HD / 8; ++i)
+      *reinterpret_cast<__nv_bfloat162 *>(dst + 8 * i) =
+          __floats2bfloat162_rn(o[4 * i + 2 * h] * inv[h], o[4 * i + 2 * h + 1] * inv[h]);
   }
 }
 
-template <bool OVERLAP, bool QREG, int BN, int HD, int BM>
-__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<BN, HD, BM> &sm, int wg) {
+template <bool OVERLAP, bool QREG, int BN, int HD>
+__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<BN, HD> &sm, int wg) {
   Ring kr, vr;
   int qn = 0; // items with a K/V tile so far: Q buffer qn & 1
   for (int lin = int(blockIdx.x); lin < a.total_tiles; lin += int(gridDim.x)) {
-    const TileId t = tile_of<BM>(a, lin);
-    const int n = kv_tiles<BN, BM>(a, t.q0);
-    if constexpr (BM == kBlockM)
-      consumer_item<OVERLAP, QREG, BN, HD>(a, sm, t, n, wg, kr, vr, qn);
-    else
-      consumer_item_halves<BN, HD>(a, sm, t, n, wg, kr, qn);
+    const TileId t = tile_of(a, lin);
+    const int n = kv_tiles<BN>(a, t.q0);
+    consumer_item<OVERLAP, QREG, BN, HD>(a, sm, t, n, wg, kr, vr, qn);
     if (n > 0)
       ++qn;
   }
@@ -1102,12 +958,12 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<BN, HD,
     bulk_wait_all(); // the last O store has left shared memory
 }
 
-template <bool OVERLAP, bool QREG, int BN, int HD, int BM>
+template <bool OVERLAP, bool QREG, int BN, int HD>
 __global__ void __launch_bounds__(kThreads, 1)
     fa3_fp8_kernel(const __grid_constant__ KernelArgs a) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_addr(smem_raw) + 1023u) & ~1023u;
-  const Smem<BN, HD, BM> sm(base, a.stages, a.q_bufs, a.o_tma);
+  const Smem<BN, HD> sm(base, a.stages, a.q_bufs, a.o_tma);
   if (threadIdx.x == 0) {
     for (int b = 0; b < 2; ++b) {
       mbar_init(sm.q_full(b), 1);
@@ -1126,20 +982,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {
-    regs_dealloc<kProducerRegs<BN, HD, BM>>();
-    static_assert(sizeof(Loads<BN, BM>) <= 2048 - Smem<BN, HD, BM>::kLoadsOffset,
+    regs_dealloc<kProducerRegs<BN, HD>>();
+    static_assert(sizeof(Loads<BN>) <= 2048 - Smem<BN, HD>::kLoadsOffset,
                   "the barrier region's 2 KB");
-    if constexpr (kCursorsShared<BN, HD, BM>) {
-      producer(a, sm,
-               reinterpret_cast<Loads<BN, BM> *>(smem_raw + (sm.loads() - smem_addr(smem_raw))));
+    if constexpr (kCursorsShared<BN, HD>) {
+      producer(a, sm, reinterpret_cast<Loads<BN> *>(smem_raw + (sm.loads() - smem_addr(smem_raw))));
     } else {
-      Loads<BN, BM> local; // a local object behind a pointer the compiler sees: kept in registers
+      Loads<BN> local; // a local object behind a pointer the compiler sees: kept in registers
       producer(a, sm, &local);
     }
     return;
   }
-  regs_alloc<kConsumerRegs<BN, HD, BM>>();
-  consumer<OVERLAP, QREG, BN, HD, BM>(a, sm, wg - 1);
+  regs_alloc<kConsumerRegs<BN, HD>>();
+  consumer<OVERLAP, QREG, BN, HD>(a, sm, wg - 1);
 }
 
 } // namespace detail
@@ -1150,25 +1005,21 @@ using KernelFn = void (*)(detail::KernelArgs);
 // traits.hpp).
 template <int BN, int HD> KernelFn pick_bn(const Params &c) {
   if (!c.overlap)
-    return detail::fa3_fp8_kernel<false, false, BN, HD, kBlockM>;
+    return detail::fa3_fp8_kernel<false, false, BN, HD>;
   if constexpr (!overlap_compiled(BN, HD)) {
     return nullptr; // refused (register.cpp)
   } else {
     if constexpr (BN == 128 && HD == 128)
       if (c.q_in_regs)
-        return detail::fa3_fp8_kernel<true, true, BN, HD, kBlockM>;
-    return detail::fa3_fp8_kernel<true, false, BN, HD,
-                                  kBlockM>; // q_in_regs elsewhere: refused (traits.hpp,
-                                            // register.cpp)
+        return detail::fa3_fp8_kernel<true, true, BN, HD>;
+    return detail::fa3_fp8_kernel<true, false, BN, HD>; // q_in_regs elsewhere: refused (traits.hpp,
+                                                        // register.cpp)
   }
 }
-// Null for a (head_dim, block_n, block_m) that is not compiled (tile_compiled).
+// Null for a (head_dim, block_n) that is not compiled (tile_compiled).
 KernelFn pick(const Params &c, int head_dim) {
-  if (!tile_compiled(head_dim, c.block_n, c.block_m))
+  if (!tile_compiled(head_dim, c.block_n))
     return nullptr;
-  if (c.block_m !=
-      kBlockM) // block_m 256: one kernel (traits.hpp's config_problem fixes the other axes)
-    return detail::fa3_fp8_kernel<false, false, 64, 128, 2 * kBlockM>;
   if (head_dim == 256)
     return c.block_n == 128 ? pick_bn<128, 256>(c) : pick_bn<64, 256>(c);
   return c.block_n == 192 ? pick_bn<192, 128>(c) : pick_bn<128, 128>(c);
@@ -1182,8 +1033,7 @@ const void *kernel_ptr(const Params &c, int head_dim) {
 void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
             cudaStream_t stream) {
   const int hd = int(p.head_dim);
-  if (p.dtype != DType::e4m3 || !tile_compiled(hd, c.block_n, c.block_m) || p.paged() ||
-      !p.kv_lens.empty())
+  if (p.dtype != DType::e4m3 || !tile_compiled(hd, c.block_n) || p.paged() || !p.kv_lens.empty())
     throw std::invalid_argument("fa3_fp8: unsupported problem " + key(p) + " at block_n " +
                                 std::to_string(c.block_n));
   if (hd != kHeadDim && (c.o_tma || c.q_in_regs))
@@ -1225,8 +1075,7 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
   if (c.o_tma)
     a.tm_o = hopper::make_tile_map(args.o, DType::bf16, kHeadDim, p.seqlen_q, p.heads_q, p.batch,
                                    qs, 64);
-  a.n_q_items = int(num_q_items(p, c.block_m));
-  const int64_t items = num_work_items(p, c.block_m);
+  const int64_t items = num_work_items(p);
   if (items > INT_MAX)
     throw std::invalid_argument("fa3_fp8: over 2^31 work items (Q tiles x heads x batch)");
   a.total_tiles = int(items);

@@ -45,15 +45,10 @@ public:
           "head_dim " + std::to_string(p.head_dim) +
           ": compiled for 128 and 256 (whole 128-byte e4m3 rows: TMA boxes and swizzle "
           "atoms)");
-    if (prm.block_m != fa3fp8::kBlockM && p.head_dim != 128)
-      return Support::no("block_m " + std::to_string(prm.block_m) +
-                         " is compiled for head_dim 128 only (use block_m 128)");
-    if (!fa3fp8::tile_compiled(int(p.head_dim), prm.block_n, prm.block_m))
-      return Support::no(
-          "block_n " + std::to_string(prm.block_n) + " is not compiled for head_dim " +
-          std::to_string(p.head_dim) +
-          " (head_dim 128: block_n 128 or 192, or 64 with block_m 256; head_dim 256: "
-          "block_n 64 or 128)");
+    if (!fa3fp8::tile_compiled(int(p.head_dim), prm.block_n))
+      return Support::no("block_n " + std::to_string(prm.block_n) +
+                         " is not compiled for head_dim " + std::to_string(p.head_dim) +
+                         " (head_dim 128: block_n 128 or 192; head_dim 256: block_n 64 or 128)");
     if (p.head_dim == 256 && prm.q_in_regs)
       return Support::no(
           "q_in_regs at head_dim 256: Q's 32 fragment registers do not fit beside O's "
@@ -72,7 +67,7 @@ public:
                          " shared memory per block; the device "
                          "allows " +
                          kernels::format_kb(double(limit)) + " (use fewer stages)");
-    if (fa3fp8::num_work_items(p, prm.block_m) > INT_MAX)
+    if (fa3fp8::num_work_items(p) > INT_MAX)
       return Support::no(
           "over 2^31 work items (Q tiles x heads x batch): the grid and the item index are 32-bit");
     if (p.heads_q * p.batch > INT_MAX || p.seqlen_q >= INT_MAX / 2 || p.seqlen_kv >= INT_MAX / 2)
@@ -91,7 +86,7 @@ public:
     return {KernelDesc{
         "fa3_fp8", fa3fp8::kernel_ptr(fa3fp8::params_of(c), int(p.head_dim)), fa3fp8::kThreads,
         static_cast<size_t>(fa3fp8::smem_bytes(fa3fp8::params_of(c), int(p.head_dim))),
-        fa3fp8::num_work_items(p, fa3fp8::params_of(c).block_m)}};
+        fa3fp8::num_work_items(p)}};
   }
 
   void launch(const AttentionProblem &p, const Config &c, const LaunchArgs &args,

@@ -51,11 +51,8 @@ constexpr int descale_block_192(int j, int g) {
 constexpr bool overlap_compiled(int block_n, int head_dim) {
   return !(head_dim == 256 && block_n == 128);
 }
-// The block_n a head_dim is compiled for: 128 and 192 at head_dim 128, 64 and 128 at 256; block_m 256 (head_dim
-// 128 only) at block_n 64.
-constexpr bool tile_compiled(int head_dim, int block_n, int block_m = kBlockM) {
-  if (block_m != kBlockM)
-    return block_m == 2 * kBlockM && head_dim == 128 && block_n == 64;
+// The block_n a head_dim is compiled for: 128 and 192 at head_dim 128, 64 and 128 at 256.
+constexpr bool tile_compiled(int head_dim, int block_n) {
   return head_dim == 128 ? (block_n == 128 || block_n == 192)
                          : head_dim == 256 && (block_n == 64 || block_n == 128);
 }
@@ -75,7 +72,6 @@ struct Params {
   bool persistent =
       true; // one CTA an SM over several work items, the next item's loads under this one's
   bool o_tma = true; // O through shared memory and TMA stores, not 4-byte stores from registers
-  int block_m = 128; // query rows a work item: 256 gives each consumer warpgroup two 64-row halves
 };
 
 // Combinations that cannot run, by construction.
@@ -95,15 +91,6 @@ inline std::optional<std::string> config_problem(const Params &p) {
   // in the consumers' 216: ptxas 13.0 spilled 104 bytes.
   if (p.q_in_regs && p.block_n == 192)
     return "q_in_regs does not fit the registers at block_n 192 (use q_in_regs off)";
-  if (p.block_m != 128 && p.block_m != 256)
-    return "block_m must be 128 or 256";
-  // block_m 256: O is 128 registers a consumer thread (two halves of 64) and S 64 (two 64-key halves), so the
-  // consumers need 232 registers, with block_n 64 and without the overlap's second S (ptxas spilled 48 bytes with
-  // it); the two halves' GEMMs already overlap each other's softmax. O leaves from registers (staging for 128 rows
-  // a warpgroup would take 64 KB).
-  if (p.block_m == 256 && (p.block_n != 64 || p.overlap || p.q_in_regs || p.pingpong || p.o_tma))
-    return "block_m 256 runs at block_n 64 with intra_wg_overlap, pingpong and q_in_regs off and "
-           "o_store regs";
   return std::nullopt;
 }
 
@@ -154,31 +141,25 @@ inline ConfigSpace make_space() {
        Axis{"o_store",
             {0, 1},
             {"regs", "tma"},
-            "O by 4-byte stores from registers, or through shared memory and TMA stores"},
-       Axis{"block_m",
-            {128, 256},
-            {},
-            "query rows a work item (256: each consumer warpgroup takes two 64-row halves against "
-            "every K/V "
-            "tile, half the K/V loads and V transposes a row; block_n 64, overlap off, O from "
-            "registers)"}},
+            "O by 4-byte stores from registers, or through shared memory and TMA stores"}},
       Config({{"block_n", 128},
               {"stages", 3},
               {"intra_wg_overlap", 1},
               {"pingpong", 0},
               {"q_in_regs", 1},
               {"scheduler", 1},
-              {"o_store", 1},
-              {"block_m", 128}}),
+              {"o_store", 1}}),
       [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
 inline Params params_of(const Config &c) {
-  return Params{static_cast<int>(c.get("block_n")), static_cast<int>(c.get("stages")),
-                c.get("intra_wg_overlap") != 0, c.get("pingpong") != 0, c.get("q_in_regs") != 0,
-                c.get("scheduler") != 0, c.get("o_store") != 0,
-                // Results and tables from before the axis existed name no block_m.
-                static_cast<int>(c.get_or("block_m", kBlockM))};
+  return Params{static_cast<int>(c.get("block_n")),
+                static_cast<int>(c.get("stages")),
+                c.get("intra_wg_overlap") != 0,
+                c.get("pingpong") != 0,
+                c.get("q_in_regs") != 0,
+                c.get("scheduler") != 0,
+                c.get("o_store") != 0};
 }
 
 // The persistent grid's CTAs load the next work item's Q into a second buffer; a one-shot CTA has one item.
@@ -187,24 +168,18 @@ inline int q_buffers(const Params &p) { return p.persistent ? 2 : 1; }
 // a consumer warpgroup), 2 KB of mbarriers and pin slots, and 1 KB of alignment slack. At stages 4 on the persistent
 // grid with O through TMA that is 232448 bytes, exactly Hopper's opt-in limit; so is block_n 192 at stages 2.
 inline int64_t smem_bytes(const Params &p, int head_dim = kHeadDim) {
-  return int64_t(q_tile_bytes(head_dim)) * (p.block_m / kBlockM) * q_buffers(p) +
-         (p.o_tma ? 2 * int64_t(kTileBytes) : 0) +
+  return int64_t(q_tile_bytes(head_dim)) * q_buffers(p) + (p.o_tma ? 2 * int64_t(kTileBytes) : 0) +
          int64_t(p.stages) *
              (k_tile_bytes(p.block_n, head_dim) + vt_tile_bytes(p.block_n, head_dim)) +
          2 * int64_t(k_tile_bytes(p.block_n, head_dim)) + 3072;
 }
 
-// Q descale blocks of a (batch, head): one per 128 rows, whatever block_m.
 inline int64_t num_q_tiles(const AttentionProblem &p) {
   return (p.seqlen_q + kBlockM - 1) / kBlockM;
 }
-// Work items of a (batch, head): one per block_m rows.
-inline int64_t num_q_items(const AttentionProblem &p, int block_m) {
-  return (p.seqlen_q + block_m - 1) / block_m;
-}
-// Work items: one per (block_m rows, head, batch).
-inline int64_t num_work_items(const AttentionProblem &p, int block_m = kBlockM) {
-  return num_q_items(p, block_m) * p.heads_q * p.batch;
+// Work items: one per (Q tile, head, batch).
+inline int64_t num_work_items(const AttentionProblem &p) {
+  return num_q_tiles(p) * p.heads_q * p.batch;
 }
 
 } // namespace fb::fa3fp8
