@@ -30,7 +30,7 @@ std::vector<AttentionProblem> awkward_shapes() {
     v.push_back(P(1, 8, 2, 131, 77, 128, true, t)); // causal, Sq > Skv: 54 rows see no key (GQA 4)
     v.push_back(P(2, 8, 1, 65, 257, 128, true, t)); // causal, Sq < Skv, MQA
   }
-  // e4m3 inputs (fa3_fp8; the others skip them): the same kinds of shapes at head_dim 128, and two at 256.
+  // e4m3 inputs (fa3_fp8; the others skip them): the same kinds of shapes at head_dim 128, and two at 256 and 64.
   v.push_back(P(1, 1, 1, 1, 1, 128, false, DType::e4m3));
   v.push_back(P(2, 4, 4, 77, 131, 128, false, DType::e4m3));
   v.push_back(P(1, 8, 2, 131, 77, 128, true, DType::e4m3));
@@ -45,6 +45,9 @@ std::vector<AttentionProblem> awkward_shapes() {
   }
   v.push_back(P(2, 4, 4, 77, 131, 256, false, DType::e4m3));
   v.push_back(P(1, 8, 2, 300, 700, 256, true, DType::e4m3, Layout::bhsd));
+  v.push_back(
+      P(2, 4, 4, 77, 131, 64, false, DType::e4m3)); // head_dim 64: 64-byte rows, the 64B swizzle
+  v.push_back(P(1, 8, 2, 300, 700, 64, true, DType::e4m3, Layout::bhsd));
   v.push_back(P(1, 2, 2, 1, 300, 128, true, DType::bf16)); // decode-like: one query over many keys
   v.push_back(P(1, 3, 3, 257, 257, 64, true, DType::bf16, Layout::bhsd));
   v.push_back(P(1, 2, 1, 200, 200, 256, false, DType::f16)); // head_dim 256 where supported

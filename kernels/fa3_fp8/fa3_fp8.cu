@@ -30,6 +30,10 @@
 //    cuts the per-tile work a key by a third (waits, descale loads, row max trees, loop head) at 96 + 24
 //    registers of S and P, stages 2 (shared memory), Q K^T from shared memory (registers), and two
 //    K descales a tile (softmax).
+//  - head_dim 64 (block_n 128): an e4m3 row is 64 bytes, so Q, K and raw V come as one TMA box of
+//    64-byte rows under the 64B swizzle, and Q K^T reads them through 64B-mode descriptors in two
+//    k-steps; V^T is one [64][128-byte] tile under the 128B swizzle (its rows are 128 keys, as at
+//    head_dim 128, so P keeps its fragment order), and P V is m64n64k32 into O's 32 registers.
 //  - pingpong (off by default: slower at every N once the instruction count came down): the two
 //    consumer warpgroups take turns to issue their GEMMs (named barriers, Turns).
 //  - The overlapped softmax is pinned above P V's wait (pin_softmax; ptxas had sunk it below). The
@@ -92,7 +96,8 @@ namespace detail {
 using namespace fb::hopper; // mbarriers, TMA, descriptors, setmaxnreg, named barriers, wgmma
 
 struct KernelArgs {
-  CUtensorMap tm_q, tm_k, tm_v; // e4m3, 128 x 128-byte boxes, 128B swizzle
+  // e4m3, boxes of 128-byte rows under the 128B swizzle (head_dim 64: 64-byte rows, 64B swizzle)
+  CUtensorMap tm_q, tm_k, tm_v;
   CUtensorMap
       tm_o; // bf16 O, 64 x 64-column boxes, 128B swizzle: the TMA store epilogue (o_store=tma)
   __nv_bfloat16 *o;
@@ -131,6 +136,9 @@ constexpr int kBarEpi0 =
     4; // 4, 5: consumer warpgroup 0's and 1's O staging buffer (store_tile_tma)
 constexpr uint32_t kOChunkBytes =
     64 * 128; // one warpgroup's 64 rows x 64 bf16 columns (a 128B-swizzle row)
+// Bytes of head_dim in one TMA box row: a 128B-swizzle row, or at head_dim 64 the whole 64-byte row (64B
+// swizzle).
+template <int HD> constexpr uint32_t kRowBytes = HD < 128 ? uint32_t(HD) : 128u;
 constexpr float kLn2 = 0.69314718055994531f;
 constexpr float kPShift = 8.f; // log2 of P's scale before its e4m3 rounding (see the file comment)
 // How far (log2 units) a row's max may pass its offset before the offset moves: P stays <= 2^(8 +
@@ -142,7 +150,8 @@ constexpr float kRescaleSlack = 0.75f;
 // BN: keys per K/V tile (128 or 192). A K or raw V tile is BN x 128 bytes; a V^T tile is one (BN 128) or two
 // (BN 192: keys 0-127, then 128-191 in the first half of each row) 128 x 128-byte tiles.
 // HD 256: Q, K and raw V tiles are two column halves of [rows][128 bytes] each; V^T is two 128-row
-// tiles (head_dim 0-127, 128-255).
+// tiles (head_dim 0-127, 128-255). HD 64: Q, K and raw V are [rows][64 bytes] under the 64B swizzle
+// (its pattern repeats every 512 bytes), V^T one [64][128-byte] tile.
 template <int BN, int HD = kHeadDim> struct Smem {
   static constexpr uint32_t kQ = uint32_t(q_tile_bytes(HD)), kK = uint32_t(k_tile_bytes(BN, HD)),
                             kVt = uint32_t(vt_tile_bytes(BN, HD));
@@ -205,7 +214,11 @@ template <int BN, int HD = kHeadDim> struct Smem {
 // Warp w takes key groups G w .. G w + G - 1 (G = BN / 64) and all four head_dim groups; key group
 // kg lands in V^T tile kg / 8 at 16-byte column kg % 8. The lane offsets do not depend on the tile:
 // TransposeLanes computes them once.
-template <int BN> struct TransposeLanes {
+// HD 64: raw V's rows are 64 bytes under the 64B swizzle (swizzle_64b), so a key group is 1024 bytes
+// and a row holds two head_dim groups; the load offsets follow that swizzle (head_dim group dg is
+// chunk bit 1, so its offset is still ld ^ (dg << 5), and 16 keys further the XOR term (row / 2) % 4
+// repeats). The stores and V^T are as at HD 128: 64 rows of 128 keys.
+template <int BN, int HD = kHeadDim> struct TransposeLanes {
   static constexpr uint32_t G = BN / 64;
   // Head_dim group dg's load offset is ld ^ (dg << 5), key group k's store offset st ^ (k << 4) where G is 1 or
   // 2 (the swizzle XORs the 16-byte column index with the row, and these columns differ from the first only
@@ -215,7 +228,10 @@ template <int BN> struct TransposeLanes {
   uint32_t ld, st[kSt], sel_a, sel_b;
   __device__ __forceinline__ explicit TransposeLanes(int u) {
     const uint32_t w = uint32_t(u) >> 5, t = uint32_t(u) & 31u, m = t >> 3, i = t & 7u;
-    ld = swizzle_128b(16u * (G * w) + 8u * (m & 1u) + i, 16u * (m >> 1));
+    if constexpr (HD == 64)
+      ld = swizzle_64b(16u * (G * w) + 8u * (m & 1u) + i, 16u * (m >> 1));
+    else
+      ld = swizzle_128b(16u * (G * w) + 8u * (m & 1u) + i, 16u * (m >> 1));
     const uint32_t row = 16u * (m >> 1) + 2u * i + ((m & 1u) ^ (i >> 2));
 #pragma unroll
     for (uint32_t k = 0; k < kSt; ++k) {
@@ -233,16 +249,17 @@ template <int BN> struct TransposeLanes {
   }
 };
 
-template <int BN>
+template <int BN, int HD = kHeadDim>
 __device__ __forceinline__ void transpose_v(uint32_t src, uint32_t dst,
-                                            const TransposeLanes<BN> &l) {
+                                            const TransposeLanes<BN, HD> &l) {
+  // Key group G w + k: 16 keys = 2048 bytes of V (HD 64: 1024). Head_dim group dg (four a 128-byte row, two at
+  // HD 64): 32 rows of V^T = 4096 bytes.
 #pragma unroll
-  for (uint32_t k = 0; k < TransposeLanes<BN>::G;
-       ++k) // key group G w + k: 16 keys = 2048 bytes of V
+  for (uint32_t k = 0; k < TransposeLanes<BN, HD>::G; ++k)
 #pragma unroll
-    for (uint32_t dg = 0; dg < 4; ++dg) { // head_dim group: 32 rows of V^T = 4096 bytes
+    for (uint32_t dg = 0; dg < kRowBytes<HD> / 32; ++dg) {
       uint32_t r[4];
-      fb::kernels::ldmatrix_x4_trans(r, src + l.load(dg) + 2048u * k);
+      fb::kernels::ldmatrix_x4_trans(r, src + l.load(dg) + 16u * kRowBytes<HD> * k);
       stmatrix_x4(dst + l.store(k) + 4096u * dg, __byte_perm(r[0], r[1], l.sel_a),
                   __byte_perm(r[0], r[1], l.sel_b), __byte_perm(r[2], r[3], l.sel_a),
                   __byte_perm(r[2], r[3], l.sel_b));
@@ -344,30 +361,33 @@ struct Ring {
 // previous item has released it: the consumers do so after the item's last Q K^T, which needs
 // nothing the transposers have not already made).
 // One box of 128 bytes a row per 128 columns of head_dim (HD 256: two, into the tile's column
-// halves, half_bytes apart), all on one mbarrier.
+// halves, half_bytes apart; HD 64: one of 64-byte rows), all on one mbarrier.
+template <int HD> constexpr int kBoxes = HD > 128 ? HD / 128 : 1;
 template <int HD>
 __device__ __forceinline__ void load_halves(const CUtensorMap *map, uint32_t dst,
                                             uint32_t half_bytes, uint32_t bar, int row, int head,
                                             int batch) {
-  mbar_arrive_expect_tx(bar, half_bytes * (HD / 128));
+  mbar_arrive_expect_tx(bar, half_bytes * kBoxes<HD>);
 #pragma unroll
-  for (int h = 0; h < HD / 128; ++h)
+  for (int h = 0; h < kBoxes<HD>; ++h)
     tma_load_4d(dst + uint32_t(h) * half_bytes, map, bar, 128 * h, row, head, batch);
 }
 template <int BN, int HD>
 __device__ __forceinline__ void load_k(const KernelArgs &a, const Smem<BN, HD> &sm,
                                        const Cursor<BN> &c, int s) {
-  load_halves<HD>(&a.tm_k, sm.k_tile(s), BN * 128, sm.k_full(s), c.j * BN, c.t.hk, c.t.b);
+  load_halves<HD>(&a.tm_k, sm.k_tile(s), BN * kRowBytes<HD>, sm.k_full(s), c.j * BN, c.t.hk, c.t.b);
 }
 template <int BN, int HD>
 __device__ __forceinline__ void load_v(const KernelArgs &a, const Smem<BN, HD> &sm,
                                        const Cursor<BN> &c, int r) {
-  load_halves<HD>(&a.tm_v, sm.vraw_tile(r), BN * 128, sm.vraw_full(r), c.j * BN, c.t.hk, c.t.b);
+  load_halves<HD>(&a.tm_v, sm.vraw_tile(r), BN * kRowBytes<HD>, sm.vraw_full(r), c.j * BN, c.t.hk,
+                  c.t.b);
 }
 template <int BN, int HD>
 __device__ __forceinline__ void load_q(const KernelArgs &a, const Smem<BN, HD> &sm,
                                        const Cursor<BN> &c, int b) {
-  load_halves<HD>(&a.tm_q, sm.q_tile(b), kTileBytes, sm.q_full(b), c.t.q0, c.t.h, c.t.b);
+  load_halves<HD>(&a.tm_q, sm.q_tile(b), kBlockM * kRowBytes<HD>, sm.q_full(b), c.t.q0, c.t.h,
+                  c.t.b);
 }
 
 // Thread 0's load cursors and its count of Q loads, kept in shared memory (Smem::loads) between its turns: in
@@ -393,7 +413,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD>
     }
     *loads = Loads<BN>{kc, vc, vt, 0};
   }
-  const TransposeLanes<BN> lanes(u);
+  const TransposeLanes<BN, HD> lanes(u);
   Ring ring; // global tile g's K and V^T slot
   for (int g = 0; vt.valid(a); ++g, vt.next(a), ring.next(a.stages)) {
     const int s = ring.slot, r = g & 1;
@@ -401,7 +421,7 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<BN, HD>
     if (g >= a.stages)
       mbar_wait(sm.vt_empty(s), ring.phase ^ 1u); // the slot's previous use, released
 #pragma unroll
-    for (int h = 0; h < HD / 128; ++h) // HD 256: each column half into its own V^T tile(s)
+    for (int h = 0; h < kBoxes<HD>; ++h) // HD 256: each column half into its own V^T tile(s)
       transpose_v(sm.vraw_tile(r) + uint32_t(h) * BN * 128,
                   sm.vt_tile(s) + uint32_t(h) * ((BN + 127) / 128) * kTileBytes, lanes);
     fence_proxy_async_smem(); // this thread's V^T writes, visible to the consumers' WGMMA (the
@@ -468,13 +488,32 @@ template <int BN, int HD> struct ConsumerCtx {
   const float *k_descale; // this (batch, kv head)'s K descales, one per K/V tile
   int row0, c, first_row; // the thread's half-0 row, its lane % 4, the warpgroup's first row
 };
+// Warpgroup wg's 64 rows of Q in Q buffer q_tile: 128-byte rows (the first column half at HD 256) under
+// the 128B swizzle, or at HD 64 64-byte rows under the 64B swizzle.
+template <int HD> __device__ __forceinline__ DescBase q_desc(uint32_t q_tile, int wg) {
+  if constexpr (HD == 64)
+    return desc_base_64b(q_tile + uint32_t(wg) * 64 * 64);
+  else
+    return desc_base(q_tile + uint32_t(wg) * 64 * 128, 16);
+}
 
 // S = Q K^T for K slot s: 4 k-steps of 32 bytes inside each 128-byte swizzle row (HD 256: the two
-// column halves in turn; uncommitted). QREG: Q's A fragments from registers (load_q_regs), else
-// from shared memory.
+// column halves in turn; HD 64: 2 inside the 64-byte row, 64B-mode descriptors; uncommitted).
+// QREG: Q's A fragments from registers (load_q_regs), else from shared memory.
 template <bool QREG, int BN, int HD>
 __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const ConsumerCtx<BN, HD> &x,
                                          const uint32_t (&qa)[4][4], int s) {
+  if constexpr (HD == 64) {
+    const DescBase dk = desc_base_64b(x.sm.k_tile(s));
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      if constexpr (QREG)
+        wgmma_rs(sacc, qa[kk], dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<BN>{});
+      else
+        wgmma_ss(sacc, x.dq.at(kk * 32), dk.at(kk * 32), kk > 0 ? 1 : 0, E4m3Tag{}, IntC<BN>{});
+    }
+    return;
+  }
   const DescBase dk = desc_base(x.sm.k_tile(s), 16);
 #pragma unroll
   for (int kk = 0; kk < HD / 32; ++kk) {
@@ -491,22 +530,35 @@ __device__ __forceinline__ void issue_qk(float (&sacc)[BN / 2], const ConsumerCt
 // then reads only K from shared memory: at the e4m3 rate an SS m64n128k32 reads 6 KB in ~64 cycles,
 // ~96 of shared memory's 128 bytes a cycle, before the TMA writes and the V transposes. ldmatrix
 // (16-bit view, no transpose) gives lane (g, c) the bytes 4c..4c+3 of row g of each 8 x 16-byte
-// matrix: matrices (rows 0-7 / 8-15) x (bytes 0-15 / 16-31) of k-step kk are a0..a3.
+// matrix: matrices (rows 0-7 / 8-15) x (bytes 0-15 / 16-31) of k-step kk are a0..a3. HD 64: 2 k-steps
+// from 64-byte rows under the 64B swizzle (qa[2], qa[3] unused).
+template <int HD = kHeadDim>
 __device__ __forceinline__ void load_q_regs(uint32_t (&qa)[4][4], uint32_t q_tile, int wg, int warp,
                                             int lane) {
   const uint32_t m = uint32_t(lane) >> 3, row = 64u * uint32_t(wg) + 16u * uint32_t(warp) +
                                                 8u * (m & 1u) + (uint32_t(lane) & 7u);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk)
-    fb::kernels::ldmatrix_x4(qa[kk], q_tile + swizzle_128b(row, 32u * kk + 16u * (m >> 1)));
+  for (int kk = 0; kk < int(kRowBytes<HD>) / 32; ++kk) {
+    if constexpr (HD == 64)
+      fb::kernels::ldmatrix_x4(qa[kk], q_tile + swizzle_64b(row, 32u * kk + 16u * (m >> 1)));
+    else
+      fb::kernels::ldmatrix_x4(qa[kk], q_tile + swizzle_128b(row, 32u * kk + 16u * (m >> 1)));
+  }
 }
 
 // O += P V^T for V^T slot s: BN / 32 k-steps of 32 keys, four to a 128 x 128-byte V^T tile
-// (uncommitted). HD 256: O's two 128-column halves, each from its own V^T tile.
+// (uncommitted). HD 256: O's two 128-column halves, each from its own V^T tile. HD 64: m64n64k32
+// from the one [64][128-byte] V^T tile.
 template <int BN, int HD>
 __device__ __forceinline__ void issue_pv(float (&o)[HD / 2], const uint32_t (&pa)[BN / 32][4],
                                          const ConsumerCtx<BN, HD> &x, int s) {
-  if constexpr (HD == 128) {
+  if constexpr (HD == 64) {
+    static_assert(BN == 128, "HD 64 takes 128-key tiles");
+    const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
+#pragma unroll
+    for (int kt = 0; kt < 4; ++kt)
+      wgmma_rs(o, pa[kt], dv.at(kt * 32), 1, E4m3Tag{}, IntC<64>{});
+  } else if constexpr (HD == 128) {
     const DescBase dv = desc_base(x.sm.vt_tile(s), 16);
 #pragma unroll
     for (int kt = 0; kt < (BN < 128 ? BN / 32 : 4); ++kt)
@@ -786,7 +838,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
         ldg_early(a.q_descale + (int64_t(t.b) * a.heads_q + t.h) * a.n_q_tiles + t.qt);
     const ConsumerCtx<BN, HD> x{a,
                                 sm,
-                                desc_base(sm.q_tile(qb) + uint32_t(wg) * 64 * 128, 16),
+                                q_desc<HD>(sm.q_tile(qb), wg),
                                 a.scale_log2 * q_ds,
                                 a.k_descale +
                                     (int64_t(t.b) * (a.heads_q / a.group) + t.hk) * a.n_k_blocks,
@@ -797,7 +849,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
     mbar_wait(sm.q_full(qb), uint32_t(qn >> 1) & 1u);
     uint32_t qa[4][4];
     if (QREG)
-      load_q_regs(qa, sm.q_tile(qb), wg, warp, lane);
+      load_q_regs<HD>(qa, sm.q_tile(qb), wg, warp, lane);
     float sacc[BN / 2], corr[2];
     uint32_t pa[BN / 32][4];
     const Turns turn{a.pingpong != 0, wg};
@@ -910,7 +962,7 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
       a.lse[(int64_t(t.b) * a.heads_q + t.h) * a.seqlen_q + row] =
           seen ? (m[h] + __log2f(lsum) - kPShift) * kLn2 : -INFINITY;
   }
-  if (HD == 128 && a.o_tma) { // HD 256 stores from registers (supports() refuses o_store tma)
+  if (HD <= 128 && a.o_tma) { // HD 256 stores from registers (supports() refuses o_store tma)
     // o_store=tma: as fa3_pipelined's epilogue (kernels/common/hopper/epilogue.cuh), each
     // warpgroup with its own staging buffer of two 64-column chunks. The 4-byte stores from
     // registers below queue 32 STG a thread behind the LSU (a profile at N = 512: `lg` stalls in
@@ -923,8 +975,9 @@ __device__ __forceinline__ void consumer_item(const KernelArgs &a, const Smem<BN
       asm volatile("mov.u32 %0, %%tid.x;" : "=r"(etid));
       etid %= 128;
     }
-    if constexpr (HD == 128)
-      store_tile_tma<__nv_bfloat16, kHeadDim, NoHook, true>(
+    // HD 64: O is one 64-column chunk of the warpgroup's staging buffer.
+    if constexpr (HD <= 128)
+      store_tile_tma<__nv_bfloat16, HD, NoHook, true>(
           &a.tm_o, sm.o + uint32_t(wg) * 2u * kOChunkBytes, kOChunkBytes, kBarEpi0 + wg,
           t.q0 + 64 * wg, t.h, t.b, o, inv, 0, NoHook{}, etid);
     return;
@@ -1009,7 +1062,7 @@ template <int BN, int HD> KernelFn pick_bn(const Params &c) {
   if constexpr (!overlap_compiled(BN, HD)) {
     return nullptr; // refused (register.cpp)
   } else {
-    if constexpr (BN == 128 && HD == 128)
+    if constexpr (BN == 128 && HD <= 128)
       if (c.q_in_regs)
         return detail::fa3_fp8_kernel<true, true, BN, HD>;
     return detail::fa3_fp8_kernel<true, false, BN, HD>; // q_in_regs elsewhere: refused (traits.hpp,
@@ -1022,6 +1075,8 @@ KernelFn pick(const Params &c, int head_dim) {
     return nullptr;
   if (head_dim == 256)
     return c.block_n == 128 ? pick_bn<128, 256>(c) : pick_bn<64, 256>(c);
+  if (head_dim == 64)
+    return pick_bn<128, 64>(c);
   return c.block_n == 192 ? pick_bn<192, 128>(c) : pick_bn<128, 128>(c);
 }
 } // namespace
@@ -1036,7 +1091,7 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
   if (p.dtype != DType::e4m3 || !tile_compiled(hd, c.block_n) || p.paged() || !p.kv_lens.empty())
     throw std::invalid_argument("fa3_fp8: unsupported problem " + key(p) + " at block_n " +
                                 std::to_string(c.block_n));
-  if (hd != kHeadDim && (c.o_tma || c.q_in_regs))
+  if (hd == 256 && (c.o_tma || c.q_in_regs))
     throw std::invalid_argument("fa3_fp8: head_dim 256 takes o_store regs and q_in_regs off");
   if (!args.q_descale || !args.k_descale || !args.v_descale)
     throw std::invalid_argument(
@@ -1045,13 +1100,16 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
     throw std::invalid_argument("fa3_fp8: " + *why);
   detail::KernelArgs a{};
   const Strides qs = p.q_strides(), ks = p.kv_strides();
-  // Boxes of 128 bytes a row (one swizzle atom): head_dim 256 loads two a tile (load_q, load_k).
+  // Boxes of 128 bytes a row (one swizzle atom): head_dim 256 loads two a tile (load_q, load_k). Head_dim 64:
+  // one box of 64-byte rows under the 64B swizzle (the kernel's swizzle_64b and desc_base_64b).
+  const int box_cols = hd == 64 ? 64 : kHeadDim;
+  const CUtensorMapSwizzle sw = hd == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   a.tm_q = hopper::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, hd, p.seqlen_q, p.heads_q,
-                            p.batch, qs, kHeadDim, kBlockM);
+                            p.batch, qs, box_cols, kBlockM, sw);
   a.tm_k = hopper::make_map(args.k, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, hd, p.seqlen_kv, p.heads_kv,
-                            p.batch, ks, kHeadDim, c.block_n);
+                            p.batch, ks, box_cols, c.block_n, sw);
   a.tm_v = hopper::make_map(args.v, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, hd, p.seqlen_kv, p.heads_kv,
-                            p.batch, ks, kHeadDim, c.block_n);
+                            p.batch, ks, box_cols, c.block_n, sw);
   a.o = static_cast<__nv_bfloat16 *>(args.o);
   a.lse = args.lse;
   a.q_descale = args.q_descale;
@@ -1073,8 +1131,7 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
   a.q_bufs = q_buffers(c);
   a.o_tma = c.o_tma ? 1 : 0;
   if (c.o_tma)
-    a.tm_o = hopper::make_tile_map(args.o, DType::bf16, kHeadDim, p.seqlen_q, p.heads_q, p.batch,
-                                   qs, 64);
+    a.tm_o = hopper::make_tile_map(args.o, DType::bf16, hd, p.seqlen_q, p.heads_q, p.batch, qs, 64);
   const int64_t items = num_work_items(p);
   if (items > INT_MAX)
     throw std::invalid_argument("fa3_fp8: over 2^31 work items (Q tiles x heads x batch)");

@@ -13,7 +13,7 @@ namespace fb::fa3fp8 {
 // on a problem supports() turns down, CudaError on a failed launch.
 void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
             cudaStream_t stream);
-// The __global__ function of config c at head_dim (128 or 256), for the occupancy report.
+// The __global__ function of config c at head_dim (64, 128 or 256), for the occupancy report.
 const void *kernel_ptr(const Params &c, int head_dim);
 
 } // namespace fb::fa3fp8

@@ -40,15 +40,14 @@ public:
     if (auto why = kernels::needs_decode_variant(p))
       return Support::no(*why);
     const fa3fp8::Params prm = fa3fp8::params_of(c);
-    if (p.head_dim != 128 && p.head_dim != 256)
+    if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
       return Support::no(
           "head_dim " + std::to_string(p.head_dim) +
-          ": compiled for 128 and 256 (whole 128-byte e4m3 rows: TMA boxes and swizzle "
-          "atoms)");
-    if (!fa3fp8::tile_compiled(int(p.head_dim), prm.block_n))
-      return Support::no("block_n " + std::to_string(prm.block_n) +
-                         " is not compiled for head_dim " + std::to_string(p.head_dim) +
-                         " (head_dim 128: block_n 128 or 192; head_dim 256: block_n 64 or 128)");
+          ": compiled for 64, 128 and 256 (an e4m3 row is one 64-byte TMA box or "
+          "whole 128-byte ones, the swizzle spans); pad head_dim to one of those, or "
+          "use fa3_pipelined with bf16 inputs");
+    if (auto why = fa3fp8::tile_problem(int(p.head_dim), prm.block_n))
+      return Support::no(*why);
     if (p.head_dim == 256 && prm.q_in_regs)
       return Support::no(
           "q_in_regs at head_dim 256: Q's 32 fragment registers do not fit beside O's "

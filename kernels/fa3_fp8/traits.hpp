@@ -12,9 +12,10 @@
 
 namespace fb::fa3fp8 {
 
-// Tile geometry: block_m 128 (two consumer warpgroups of 64 rows); head_dim 128 with block_n 128 or 192, head_dim
-// 256 with block_n 64 or 128 (O's 128 registers a thread beside a 128-key S and P fit the consumers' 232 without
-// intra_wg_overlap; its shared memory, 232448 bytes, fits the one-shot grid at stages 2 only).
+// Tile geometry: block_m 128 (two consumer warpgroups of 64 rows); head_dim 64 with block_n 128, head_dim 128 with
+// block_n 128 or 192, head_dim 256 with block_n 64 or 128 (O's 128 registers a thread beside a 128-key S and P fit
+// the consumers' 232 without intra_wg_overlap; its shared memory, 232448 bytes, fits the one-shot grid at stages 2
+// only).
 //  - block_m = kFp8ScaleBlock: a CTA's Q rows share one Q descale. A K/V tile of 128 keys has one K descale,
 //    folded into the softmax's one multiply per score (scale_log2 * q_descale * k_descale); a tile of 192 keys
 //    spans two descale blocks (split at key 128 of even tiles and key 64 of odd ones), so its scores take one of
@@ -24,6 +25,10 @@ namespace fb::fa3fp8 {
 //    [128][128-byte] tiles (head_dim 0-127, 128-255) with the 64 keys in the first half of each row.
 //  - V^T of a 192-key tile is two 128B-swizzled [128][128-byte] tiles, keys 0-127 and 128-191 (the second half
 //    used): a K-major operand's row must fit a swizzle atom.
+//  - head_dim 64 is a 64-byte e4m3 row: Q, K and raw V as one TMA box of 64-byte rows under the 64B swizzle
+//    (Q K^T through 64B-mode descriptors); V^T is one [64][128-byte] tile under the 128B swizzle, its rows 128 keys
+//    as at head_dim 128. Block_n 128 only (one K descale and one V^T tile a tile): 64 and 192 would need the
+//    other tiles' descale and V^T handling for 64-byte rows, not built.
 constexpr int kBlockM = 128;
 constexpr int kHeadDim = 128; // one swizzle atom's row; head_dim 256 is two
 constexpr int kTileBytes =
@@ -32,13 +37,18 @@ constexpr int kMaxStages = 4;
 constexpr int kThreads = 384;    // producer warpgroup + 2 consumer warpgroups
 using kernels::kSmemOptinHopper; // kernels/common/support.hpp
 static_assert(kBlockM == kFp8ScaleBlock, "one descale per Q tile");
-// Bytes of one Q tile, one K (or raw V) tile and one V^T tile (head_dim / 128 x ceil(block_n / 128) swizzled
-// 128 x 128-byte tiles).
+// Bytes of one Q tile, one K (or raw V) tile and one V^T tile: head_dim rows of 128 bytes (128 keys) per
+// ceil(block_n / 128) key tiles, i.e. head_dim / 128 x ceil(block_n / 128) swizzled 128 x 128-byte tiles, and at
+// head_dim 64 one [64][128-byte] tile.
 constexpr int q_tile_bytes(int head_dim) { return kBlockM * head_dim; }
 constexpr int k_tile_bytes(int block_n, int head_dim = kHeadDim) { return block_n * head_dim; }
 constexpr int vt_tile_bytes(int block_n, int head_dim = kHeadDim) {
-  return (head_dim / 128) * ((block_n + 127) / 128) * kTileBytes;
+  return head_dim * ((block_n + 127) / 128) * 128;
 }
+static_assert(vt_tile_bytes(128, 128) == kTileBytes && vt_tile_bytes(192, 128) == 2 * kTileBytes &&
+                  vt_tile_bytes(64, 256) == 2 * kTileBytes &&
+                  vt_tile_bytes(128, 64) == kTileBytes / 2,
+              "V^T: 128-byte rows of keys, one per head_dim index, per 128-key tile");
 // block_n 192: the K descale block of 8-key group g (0..23) of K/V tile j, as the kernel's softmax takes it (run 0,
 // groups 0-7: block (3j) / 2; run 2, groups 16-23: the next; run 1, groups 8-15: the first on even tiles, the next
 // on odd ones). tests/kernels/test_fa3_fp8.cpp checks it against key / kFp8ScaleBlock for every key.
@@ -51,10 +61,25 @@ constexpr int descale_block_192(int j, int g) {
 constexpr bool overlap_compiled(int block_n, int head_dim) {
   return !(head_dim == 256 && block_n == 128);
 }
-// The block_n a head_dim is compiled for: 128 and 192 at head_dim 128, 64 and 128 at 256.
+// The block_n a head_dim is compiled for: 128 at head_dim 64, 128 and 192 at head_dim 128, 64 and 128 at 256.
 constexpr bool tile_compiled(int head_dim, int block_n) {
-  return head_dim == 128 ? (block_n == 128 || block_n == 192)
-                         : head_dim == 256 && (block_n == 64 || block_n == 128);
+  return head_dim == 64    ? block_n == 128
+         : head_dim == 128 ? (block_n == 128 || block_n == 192)
+                           : head_dim == 256 && (block_n == 64 || block_n == 128);
+}
+// Why a (head_dim, block_n) is not compiled, naming what is (nullopt where it is, or where the head_dim is not
+// compiled at all: supports() says that first).
+inline std::optional<std::string> tile_problem(int head_dim, int block_n) {
+  if (tile_compiled(head_dim, block_n) || (head_dim != 64 && head_dim != 128 && head_dim != 256))
+    return std::nullopt;
+  const std::string what = "block_n " + std::to_string(block_n) + " is not compiled for head_dim " +
+                           std::to_string(head_dim);
+  if (head_dim == 64)
+    return what + " (use block_n 128: the 64-byte-row path is built for 128-key tiles, one K "
+                  "descale and one "
+                  "V^T tile a tile)";
+  return what + " (head_dim 64: block_n 128; head_dim 128: block_n 128 or 192; head_dim 256: "
+                "block_n 64 or 128)";
 }
 
 // Defaults (the space's default config), from an ablation on an H100 (fastest samples): with O through TMA,
@@ -96,7 +121,7 @@ inline std::optional<std::string> config_problem(const Params &p) {
 
 inline Params params_of(const Config &c);
 
-// The default config of a problem: the base (head_dim 128) or, at head_dim 256, block_n 128 without
+// The default config of a problem: the base (head_dim 64 and 128) or, at head_dim 256, block_n 128 without
 // intra_wg_overlap (with it the tile spills), Q K^T from shared memory (Q's 32 fragment registers do not fit beside
 // O's 128), O from registers (through shared memory it would need 64 KB of staging), stages 2 on the one-shot grid
 // (232448 bytes of shared memory: the persistent grid's second Q buffer does not fit). On an H200 it was 4-11%
@@ -119,7 +144,7 @@ inline ConfigSpace make_space() {
             {64, 128, 192},
             {},
             "keys per K/V tile (64: head_dim 256; 192: fewer per-tile steps a key at head_dim 128, "
-            "two K descales a tile, stages 2)"},
+            "two K descales a tile, stages 2; head_dim 64: 128 only)"},
        Axis{"stages", {2, 3, 4}, {}, "K and V^T tiles in flight (the raw V ring is 2 deep)"},
        Axis{"intra_wg_overlap",
             {0, 1},

@@ -703,6 +703,7 @@ TEST(Tuner, TableSpecsCoverWhatAutoPicksAndTheAcceptanceShapes) {
                          [&](const AttentionProblem &p) { return p.head_dim == hd; });
     };
     EXPECT_TRUE(has("fa3_pipelined") && has("fa2_q_outer") && has("flash_decoding")) << "d" << hd;
+    EXPECT_TRUE(has("fa3_fp8")) << "fa3_fp8 d" << hd; // e4m3 at every head_dim it compiles
   }
 }
 

@@ -1,6 +1,7 @@
 // fa3_fp8 (e4m3, Hopper sm_90a) against the float64 CPU reference on the dequantized inputs. GPU tests skip
 // without a device and on any device other than compute capability 9.0; the host tests (supports() reasons) run
-// everywhere.
+// everywhere. Head_dim 64, 128 and 256; the shared-memory layouts of 64 and 128 also have a byte-level model
+// without a GPU (tests/kernels/fa3_fp8/layout_model.py, CTest fa3_fp8_layout_model).
 //  - Fa3Fp8Shapes: every valid config (block_n x stages 2-4 x intra_wg_overlap x pingpong x q_in_regs x
 //    scheduler x o_store) on awkward shapes: length 1, lengths that are multiples of no tile,
 //    causal with seqlen_q > seqlen_kv (rows that see no key: O = 0, LSE = -inf, not NaN) and < seqlen_kv, GQA,
@@ -65,6 +66,17 @@ std::vector<Shape> fp8_shapes() {
       {"d256_gqa_long_causal", 2, 8, 2, 300, 1111, 256, true, e4m3, {}, 0, Layout::bhsd},
       {"d256_items320_causal", 4, 16, 4, 600, 700, 256, true, e4m3},
       rotated({"d256_hadamard_gqa", 2, 8, 2, 100, 300, 256, true, e4m3}),
+      // head_dim 64 (64-byte rows under the 64B swizzle, V^T [64][128 keys], P V m64n64k32): length 1, odd lengths,
+      // causal with seqlen_q above and below seqlen_kv (rows that see no key), GQA and MQA, bhsd with the rings
+      // wrapped, several items a persistent CTA, and rotated.
+      {"d64_len1", 1, 2, 2, 1, 1, 64, false, e4m3},
+      {"d64_q77_kv131", 1, 2, 2, 77, 131, 64, false, e4m3},
+      {"d64_causal_q131_kv77", 1, 2, 2, 131, 77, 64, true, e4m3},
+      {"d64_causal_q77_kv131", 1, 2, 2, 77, 131, 64, true, e4m3},
+      {"d64_mqa_8_1", 1, 8, 1, 64, 200, 64, false, e4m3},
+      {"d64_gqa_long_causal", 2, 8, 2, 300, 1111, 64, true, e4m3, {}, 0, Layout::bhsd},
+      {"d64_items320_causal", 4, 16, 4, 600, 700, 64, true, e4m3},
+      rotated({"d64_hadamard_gqa", 2, 8, 2, 100, 300, 64, true, e4m3}),
   };
 }
 
@@ -105,7 +117,7 @@ TEST(Fa3Fp8, WrongBlockDescaleFails) {
 }
 
 // ---- host only
-TEST(Fa3Fp8Host, SupportsE4m3HeadDim128And256) {
+TEST(Fa3Fp8Host, SupportsE4m3HeadDim64128And256) {
   DeviceInfo none; // no device: no compute-capability or memory check
   const Config c = fp8().space().default_config();
   AttentionProblem p = Shape{"p", 1, 2, 2, 100, 100, 128, true, DType::e4m3}.problem();
@@ -113,8 +125,10 @@ TEST(Fa3Fp8Host, SupportsE4m3HeadDim128And256) {
   p.dtype = DType::bf16;
   EXPECT_NE(fp8().supports(p, c, none).reason.find("takes e4m3"), std::string::npos);
   p.dtype = DType::e4m3;
-  p.head_dim = 64;
-  EXPECT_NE(fp8().supports(p, c, none).reason.find("compiled for 128 and 256"), std::string::npos);
+  p.head_dim = 96;
+  EXPECT_NE(fp8().supports(p, c, none).reason.find("compiled for 64, 128 and 256"),
+            std::string::npos)
+      << fp8().supports(p, c, none).reason;
   // head_dim 256: block_n 64 or 128, Q from shared memory, O from registers. Block_n 128 fits shared memory on the
   // one-shot grid at stages 2 only, without intra_wg_overlap; that is its default.
   p.head_dim = 256;
@@ -154,6 +168,39 @@ TEST(Fa3Fp8Host, SupportsE4m3HeadDim128And256) {
   b64.set("block_n", 64);
   EXPECT_NE(fp8().supports(p, b64, none).reason.find("not compiled for head_dim 128"),
             std::string::npos);
+}
+
+TEST(Fa3Fp8Host, HeadDim64TakesBlockN128) {
+  // Head_dim 64: block_n 128 at stages 2-4, with and without intra_wg_overlap, q_in_regs, pingpong, either grid and
+  // either O store; block_n 64 and 192 are not compiled there. The default is the base config.
+  DeviceInfo none;
+  AttentionProblem p = Shape{"p", 2, 32, 8, 1000, 1000, 64, true, DType::e4m3}.problem();
+  const Config d = fp8().space().default_config(p, none);
+  EXPECT_TRUE(fp8().supports(p, d, none).ok) << fp8().supports(p, d, none).reason;
+  EXPECT_EQ(d.get("block_n"), 128);
+  int ok = 0;
+  for (const auto &e : fp8().space().expand()) {
+    if (e.invalid_reason)
+      continue;
+    const fa3fp8::Params prm = fa3fp8::params_of(e.config);
+    const Support s = fp8().supports(p, e.config, none);
+    if (prm.block_n == 128) {
+      EXPECT_TRUE(s.ok) << fp8().space().to_string(e.config) << ": " << s.reason;
+      EXPECT_LE(fa3fp8::smem_bytes(prm, 64), fa3fp8::kSmemOptinHopper);
+      ok += s.ok ? 1 : 0;
+    } else {
+      EXPECT_FALSE(s.ok) << fp8().space().to_string(e.config);
+      EXPECT_NE(s.reason.find("not compiled for head_dim 64 (use block_n 128"), std::string::npos)
+          << s.reason;
+    }
+  }
+  EXPECT_EQ(ok,
+            3 * 3 * 2 * 2 * 2); // stages x (overlap, q_in_regs) x pingpong x scheduler x o_store
+  // Shared memory: Q, K, raw V and V^T tiles of 8 KB (V^T: 64 rows of 128 keys), O's staging as at head_dim 128.
+  EXPECT_EQ(fa3fp8::vt_tile_bytes(128, 64), 8192);
+  fa3fp8::Params big;
+  big.stages = 4;
+  EXPECT_EQ(fa3fp8::smem_bytes(big, 64), 2 * 8192 + 32768 + 4 * (8192 + 8192) + 2 * 8192 + 3072);
 }
 
 TEST(Fa3Fp8Host, OtherVariantsTurnDownE4m3) {

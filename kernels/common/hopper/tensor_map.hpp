@@ -18,10 +18,12 @@ namespace fb::hopper {
 // fb::CudaError on failure.
 CUtensorMap make_tile_map(const void *base, DType dtype, int64_t head_dim, int64_t seqlen,
                           int64_t heads, int64_t batch, const Strides &strides, int box_rows);
-// The same for any element type: `box_cols` elements of `elem_bytes` bytes must make 128 bytes (one
-// 128B-swizzle row): 64 for fp16/bf16, 128 for e4m3 (CU_TENSOR_MAP_DATA_TYPE_UINT8).
+// The same for any element type and swizzle: `box_cols` elements of `elem_bytes` bytes must make one
+// swizzle row, 128 bytes under CU_TENSOR_MAP_SWIZZLE_128B (64 for fp16/bf16, 128 for e4m3:
+// CU_TENSOR_MAP_DATA_TYPE_UINT8), 64 under CU_TENSOR_MAP_SWIZZLE_64B (64 e4m3: fa3_fp8 at head_dim 64).
 CUtensorMap make_map(const void *base, CUtensorMapDataType type, int elem_bytes, int64_t head_dim,
                      int64_t seqlen, int64_t heads, int64_t batch, const Strides &strides,
-                     int box_cols, int box_rows);
+                     int box_cols, int box_rows,
+                     CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_128B);
 
 } // namespace fb::hopper

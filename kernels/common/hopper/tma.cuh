@@ -9,6 +9,10 @@
 // aligned). A head_dim row wider than 128 bytes is several such boxes ("column chunks"), each
 // R x 128 bytes, placed one after another. WGMMA's 128B-swizzle mode applies the same XOR to the
 // addresses it computes (wgmma.cuh).
+//
+// A row of 64 bytes (fa3_fp8's e4m3 head_dim 64) takes CU_TENSOR_MAP_SWIZZLE_64B: the XOR takes
+// address bits [7:8] into bits [4:5], so the 16-byte chunk c (0..3) of row r lands at chunk
+// c ^ ((r / 2) % 4); the pattern repeats every 8 rows (512 bytes), the tile base 512-byte aligned.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,6 +25,12 @@ namespace fb::hopper {
 // 16-byte chunk c of row r sits at chunk c ^ (r % 8).
 __device__ __forceinline__ uint32_t swizzle_128b(uint32_t row, uint32_t byte) {
   return row * 128 + ((((byte >> 4) ^ row) & 7) << 4) + (byte & 15);
+}
+// Byte offset of (row, byte) in a tile of 64-byte rows as the 64B swizzle lays it out: two rows
+// share a 128-byte line, and the 16-byte chunk c of row r sits at chunk c ^ ((r / 2) % 4) (address
+// bits [7:8] of row * 64 into bits [4:5]).
+__device__ __forceinline__ uint32_t swizzle_64b(uint32_t row, uint32_t byte) {
+  return row * 64 + ((((byte >> 4) ^ (row >> 1)) & 3) << 4) + (byte & 15);
 }
 
 __device__ __forceinline__ void tma_prefetch_desc(const void *tmap) {

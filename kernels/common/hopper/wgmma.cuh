@@ -15,6 +15,11 @@
 //   tnspB = 1: 8 key rows are one 1024-byte group (SBO = 1024, the K direction); the next 64
 //   head_dim columns are the next column chunk, R * 128 bytes further (LBO = R * 128, the N
 //   direction). k-step kt (16 keys) starts at base + kt * 16 * 128.
+//   K-major operand of 64-byte rows under the 64B swizzle (desc_base_64b; fa3_fp8's e4m3 Q and K
+//   at head_dim 64): 8-row groups 512 bytes apart (SBO = 512), LBO unused (encoded 1), swizzle
+//   mode 2. A k-step of 32 bytes starts at base + step * 32, inside the 64-byte row: the hardware
+//   applies the 64B XOR (address bits [7:8] into [4:5]) to the sum, as TMA did when it wrote the
+//   tile, so the tile base must be 512-byte aligned (base offset 0).
 #pragma once
 
 #include <cstdint>
@@ -28,14 +33,17 @@ struct E4m3Tag {};
 template <int N> struct IntC {};
 
 // Descriptor bits: [0,14) start address >> 4, [16,30) LBO >> 4, [32,46) SBO >> 4, [49,52) base
-// offset (0: the tiles are 1024-byte aligned), [62,64) swizzle mode (1 = 128B).
-__device__ __forceinline__ uint64_t make_desc(uint32_t smem, uint32_t lbo_bytes,
-                                              uint32_t sbo_bytes) {
+// offset (0: the tiles are aligned to their swizzle pattern's repeat), [62,64) swizzle mode
+// (layout type: 0 none, 1 = 128B, 2 = 64B, 3 = 32B).
+constexpr uint32_t kSwizzleMode128B = 1;
+constexpr uint32_t kSwizzleMode64B = 2;
+__device__ __forceinline__ uint64_t make_desc(uint32_t smem, uint32_t lbo_bytes, uint32_t sbo_bytes,
+                                              uint32_t swizzle_mode = kSwizzleMode128B) {
   uint64_t d = 0;
   d |= static_cast<uint64_t>((smem & 0x3FFFF) >> 4);
   d |= static_cast<uint64_t>((lbo_bytes & 0x3FFFF) >> 4) << 16;
   d |= static_cast<uint64_t>((sbo_bytes & 0x3FFFF) >> 4) << 32;
-  d |= static_cast<uint64_t>(1) << 62;
+  d |= static_cast<uint64_t>(swizzle_mode & 3u) << 62;
   return d;
 }
 // A descriptor split into the word that moves and the word that does not. The k-steps of one GEMM
@@ -55,6 +63,13 @@ struct DescBase {
 };
 __device__ __forceinline__ DescBase desc_base(uint32_t smem, uint32_t lbo_bytes) {
   const uint64_t d = make_desc(smem, lbo_bytes, 1024);
+  return {static_cast<uint32_t>(d), static_cast<uint32_t>(d >> 32)};
+}
+// A K-major tile of 64-byte rows under the 64B swizzle (tma.cuh's swizzle_64b): 8-row groups of
+// 512 bytes (SBO), LBO unused for a swizzled K-major operand (16, encoded 1), swizzle mode 2. The
+// k-steps move the start address inside the 64-byte row (at(32 * step)).
+__device__ __forceinline__ DescBase desc_base_64b(uint32_t smem) {
+  const uint64_t d = make_desc(smem, 16, 512, kSwizzleMode64B);
   return {static_cast<uint32_t>(d), static_cast<uint32_t>(d >> 32)};
 }
 
