@@ -14,6 +14,10 @@ fa3_bwd_main), checks:
     2 (intra_wg_overlap off) or 3 (on) such waits, so more than 3 fails (53 at d128 when it happened). fa3_bwd's
     main kernel waits once or twice per product of a row block (Sᵀ, dPᵀ, dV, dK, dQ: each several HGMMAs deep), so
     it fails when the waits reach half its HGMMAs (serialised: one per HGMMA).
+  fa3_bwd_main also keeps the exponentials of a row block without a mask in one branch-free block: a run of
+    block_m / 2 MUFU.EX2 (a thread's Pᵀ elements; block_m is the kernel's last template argument) with no BRA
+    between them. With the mask test inside the loop ptxas kept a branch every two elements, which cost 10-21%
+    (kernels/fa3_bwd/HISTORY.md); the longest run was then 26-50 of 32-64.
 The backward's per-row kernels in the same objects (bwd_preprocess, bwd_convert: kernels/common/bwd_rows.cuh) are
 plain CUDA: they are checked for spills only. An object without a main kernel fails.
 Prints one line per kernel; exit 1 on a failed check, 0 otherwise. Without cuobjdump (on PATH, in
@@ -64,6 +68,23 @@ def kernels(sass):
     return out
 
 
+def longest_branch_free_run(lines, pattern):
+    """The most `pattern` instructions with no BRA between them."""
+    best = cur = 0
+    for l in lines:
+        if re.search(r"\bBRA\b", l):
+            best, cur = max(best, cur), 0
+        elif re.search(pattern, l):
+            cur += 1
+    return max(best, cur)
+
+
+def block_m_of(name):
+    """fa3_bwd_main<T, D, BM>'s BM from its mangled name (its last int template argument)."""
+    found = re.findall(r"Li(\d+)E", name)
+    return int(found[-1]) if found else None
+
+
 def main(argv):
     if len(argv) < 2:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
@@ -106,6 +127,11 @@ def main(argv):
                 if "fa3_bwd_main" in name:
                     if hgmma and 2 * waits >= hgmma:
                         bad.append(f"{waits} full wgmma waits for {hgmma} HGMMAs (half or more: serialised HGMMAs)")
+                    bm = block_m_of(name)
+                    run = longest_branch_free_run(lines, r"\bMUFU\.EX2\b")
+                    if bm and run < bm // 2:
+                        bad.append(f"the longest branch-free run of MUFU.EX2 is {run}, under the {bm // 2} "
+                                   "exponentials of a row block without a mask (a branch inside the loop)")
                 elif waits > MAX_FULL_WAITS:
                     bad.append(f"{waits} full wgmma waits (> {MAX_FULL_WAITS}: serialised HGMMAs)")
             failed += bool(bad)
