@@ -14,10 +14,11 @@ fa3_bwd_main), checks:
     2 (intra_wg_overlap off) or 3 (on) such waits, so more than 3 fails (53 at d128 when it happened). fa3_bwd's
     main kernel waits once or twice per product of a row block (Sᵀ, dPᵀ, dV, dK, dQ: each several HGMMAs deep), so
     it fails when the waits reach half its HGMMAs (serialised: one per HGMMA).
-  fa3_bwd_main also keeps the exponentials of a row block without a mask in one branch-free block: a run of
-    block_m / 2 MUFU.EX2 (a thread's Pᵀ elements; block_m is the kernel's last template argument) with no BRA
-    between them. With the mask test inside the loop ptxas kept a branch every two elements, which cost 10-21%
-    (kernels/fa3_bwd/HISTORY.md); the longest run was then 26-50 of 32-64.
+  - the exponentials of a tile without a mask in one branch-free block: a run of MUFU.EX2 with no BRA between them
+    as long as a thread's share of the tile (forward: block_n / 2 scores of a K/V tile; fa3_bwd_main: block_m / 2
+    elements of Pᵀ), the tile sizes read from the kernel's template arguments. With the mask test inside fa3_bwd's
+    loop ptxas kept a branch every two elements, which cost 10-21% (kernels/fa3_bwd/HISTORY.md); the longest run
+    was then 26-50 of 32-64.
 The backward's per-row kernels in the same objects (bwd_preprocess, bwd_convert: kernels/common/bwd_rows.cuh) are
 plain CUDA: they are checked for spills only. An object without a main kernel fails.
 Prints one line per kernel; exit 1 on a failed check, 0 otherwise. Without cuobjdump (on PATH, in
@@ -79,10 +80,18 @@ def longest_branch_free_run(lines, pattern):
     return max(best, cur)
 
 
-def block_m_of(name):
-    """fa3_bwd_main<T, D, BM>'s BM from its mangled name (its last int template argument)."""
-    found = re.findall(r"Li(\d+)E", name)
-    return int(found[-1]) if found else None
+def exps_per_tile(name):
+    """A thread's exponentials of one unmasked tile, from the kernel's int template arguments: fa3_kernel<T, D, BN,
+    ...> and fa3_fp8_kernel<overlap, q_in_regs, BN, D> take BN / 2 a K/V tile, fa3_bwd_main<T, D, BM> BM / 2 a row
+    block. None for a name it does not know."""
+    ints = [int(x) for x in re.findall(r"Li(\d+)E", name)]
+    if "fa3_bwd_main" in name and ints:
+        return ints[-1] // 2
+    if "fa3_fp8_kernel" in name and ints:
+        return ints[0] // 2
+    if "fa3_kernel" in name and len(ints) >= 2:
+        return ints[1] // 2
+    return None
 
 
 def main(argv):
@@ -116,7 +125,7 @@ def main(argv):
             # fp16/bf16 wgmma is HGMMA in SASS, e4m3 (fa3_fp8) is QGMMA
             hgmma, tma = count(r"\b[HQ]GMMA\."), count(r"\bUTMALDG\b")
             local, waits = count(r"\b(STL|LDL)(\.|\s)"), count(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x0")
-            bad = []
+            bad, exp_note = [], ""
             if local:
                 bad.append(f"{local} local-memory instructions (spills)")
             if main_kernel:
@@ -127,16 +136,20 @@ def main(argv):
                 if "fa3_bwd_main" in name:
                     if hgmma and 2 * waits >= hgmma:
                         bad.append(f"{waits} full wgmma waits for {hgmma} HGMMAs (half or more: serialised HGMMAs)")
-                    bm = block_m_of(name)
-                    run = longest_branch_free_run(lines, r"\bMUFU\.EX2\b")
-                    if bm and run < bm // 2:
-                        bad.append(f"the longest branch-free run of MUFU.EX2 is {run}, under the {bm // 2} "
-                                   "exponentials of a row block without a mask (a branch inside the loop)")
                 elif waits > MAX_FULL_WAITS:
                     bad.append(f"{waits} full wgmma waits (> {MAX_FULL_WAITS}: serialised HGMMAs)")
+                need = exps_per_tile(name)
+                run = longest_branch_free_run(lines, r"\bMUFU\.EX2\b")
+                if need is None:
+                    bad.append("tile size not found in the kernel's name (update exps_per_tile)")
+                else:
+                    exp_note = f", exponentials in one block {run} (a tile {need})"
+                if need is not None and run < need:
+                    bad.append(f"the longest branch-free run of MUFU.EX2 is {run}, under the {need} exponentials "
+                               "of an unmasked tile (a branch inside the loop)")
             failed += bool(bad)
             print(f"{'FAIL' if bad else 'ok  '} {os.path.basename(obj)} {name[:90]}: HGMMA/QGMMA {hgmma}, UTMALDG {tma}, "
-                  f"full waits {waits}, STL/LDL {local}{'; ' + '; '.join(bad) if bad else ''}")
+                  f"full waits {waits}, STL/LDL {local}{exp_note}{'; ' + '; '.join(bad) if bad else ''}")
         if not found_main:
             failed += 1
             print(f"FAIL {os.path.basename(obj)}: no main kernel ({', '.join(MAIN_KERNELS)})")
