@@ -144,9 +144,9 @@ def main(argv):
                     bad.append("tile size not found in the kernel's name (update exps_per_tile)")
                 else:
                     exp_note = f", exponentials in one block {run} (a tile {need})"
-                if need is not None and run < need:
-                    bad.append(f"the longest branch-free run of MUFU.EX2 is {run}, under the {need} exponentials "
-                               "of an unmasked tile (a branch inside the loop)")
+                    if run < need:
+                        bad.append(f"the longest branch-free run of MUFU.EX2 is {run}, under the {need} "
+                                   "exponentials of an unmasked tile (a branch inside the loop)")
             failed += bool(bad)
             print(f"{'FAIL' if bad else 'ok  '} {os.path.basename(obj)} {name[:90]}: HGMMA/QGMMA {hgmma}, UTMALDG {tma}, "
                   f"full waits {waits}, STL/LDL {local}{exp_note}{'; ' + '; '.join(bad) if bad else ''}")
