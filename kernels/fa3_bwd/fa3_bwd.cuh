@@ -37,6 +37,7 @@
 #include "kernels/common/bwd_rows.cuh"
 #include "kernels/common/hopper/bwd_n80.cuh"
 #include "kernels/common/hopper/epilogue.cuh"
+#include "kernels/common/hopper/ring.cuh"
 #include "kernels/common/hopper/sync.cuh"
 #include "kernels/common/hopper/tensor_map.hpp"
 #include "kernels/common/hopper/tma.cuh"
@@ -90,6 +91,22 @@ constexpr int kRowThreads = kConsumerThreads + 32; // the consumers and the row 
 // barrier must execute the same instruction (PTX ISA), and synccheck reports the mix as divergent threads.
 __device__ __forceinline__ void rows_sync(int r) {
   asm volatile("barrier.sync %0, %1;" ::"r"(kBarRows0 + r), "r"(kRowThreads) : "memory");
+}
+
+// LSE₂ and D of a row block sit in a buffer in the order the consumers read them: a thread's rows 8i + 2c, 8i + 2c + 1,
+// 8i + 8 + 2c and 8i + 9 + 2c (c = lane % 4, i even) side by side, one 16-byte load for two of its accumulator
+// fragments' rows where 8-byte loads took two. Row q = 16k + 8h + 2c + e sits at 16k + 4c + 2h + e; a warp's loads
+// of one such quad fall on four consecutive 16-byte units (one wavefront), the row loader's pair stores stay pairs.
+__device__ __forceinline__ int rows_pos(int q) {
+  return (q & ~15) + 4 * ((q >> 1) & 3) + 2 * ((q >> 3) & 1) + (q & 1);
+}
+__device__ __forceinline__ float4 ld_shared_f4(uint32_t addr) {
+  float4 v;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
 }
 
 // The shared-memory map of a launch (traits.hpp smem_map), as 32-bit shared addresses.
@@ -150,13 +167,13 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BM> 
     tma_load_4d(sm.k + c * kKvChunk, &a.tm_k, sm.kv_full(), c * 64, w.col * kBlockN, w.hkv, w.b);
     tma_load_4d(sm.v + c * kKvChunk, &a.tm_v, sm.kv_full(), c * 64, w.col * kBlockN, w.hkv, w.b);
   }
-  int it = 0;
+  Ring ring;
   for (int g = 0; g < a.group; ++g) {
     const int hq = w.hkv * a.group + g;
-    for (int mb = w.first; mb < w.end; ++mb, ++it) {
-      const int s = it % sm.stages, use = it / sm.stages;
-      if (use > 0)
-        mbar_wait(sm.empty(s), (use - 1) & 1);
+    for (int mb = w.first; mb < w.end; ++mb, ring.step(sm.stages)) {
+      const int s = ring.slot;
+      if (ring.lap > 0)
+        mbar_wait(sm.empty(s), (ring.lap - 1) & 1);
       const uint32_t slot = sm.slot(s), bar = sm.full(s);
       mbar_arrive_expect_tx(bar, 2u * BM * D * 2);
 #pragma unroll
@@ -168,8 +185,8 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BM> 
   }
 }
 
-// ---- one producer warp copies each row block's LSE₂ and D (float pairs: lane i the i-th, the (i + 32)-th, ...) into
-// buffer it % 2 and meets both consumers at that buffer's named barrier (rows_sync on both sides), which they pass at
+// ---- one producer warp copies each row block's LSE₂ and D (float pairs: lane i the i-th, the (i + 32)-th, ...,
+// at rows_pos) into buffer it % 2 and meets both consumers at that buffer's named barrier (rows_sync on both sides), which they pass at
 // the start of row block it. Its write of row block it + 2 into the same buffer comes after the barrier of row block
 // it + 1, which the consumers pass only when done with row block it: two buffers and one barrier each order both the
 // reads after the writes and the next writes after the reads. A named barrier rather than the stage's mbarriers
@@ -179,7 +196,9 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BM> 
 template <int D, int BM>
 __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D, BM> &sm,
                                            const Work &w, int lane) {
-  static_assert(BM % 2 == 0, "rows in pairs");
+  static_assert(BM % 16 == 0, "rows_pos: whole 16-row groups");
+  // Lane's pair k sits 64 rows (256 bytes) past pair 0's place: rows_pos(q + 64) = rows_pos(q) + 64.
+  const uint32_t at0 = 4u * uint32_t(rows_pos(2 * lane));
   int it = 0;
 #pragma unroll 1 // the producer warpgroup's 24 registers
   for (int g = 0; g < a.group; ++g) {
@@ -192,9 +211,10 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D, BM
       for (int k = 0; k < (BM / 2 + 31) / 32; ++k) {
         const int i = lane + 32 * k; // rows 2i and 2i + 1
         if (BM % 64 == 0 || i < BM / 2) {
-          st_shared_f2(sm.lse2(r) + 8u * uint32_t(i),
+          const uint32_t at = at0 + 256u * uint32_t(k);
+          st_shared_f2(sm.lse2(r) + at,
                        __ldg(reinterpret_cast<const float2 *>(a.lse2 + row + 2 * i)));
-          st_shared_f2(sm.delta(r) + 8u * uint32_t(i),
+          st_shared_f2(sm.delta(r) + at,
                        __ldg(reinterpret_cast<const float2 *>(a.delta + row + 2 * i)));
         }
       }
@@ -426,12 +446,13 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
   const int t0 = int(threadIdx.x) % 128;
 
   int it = 0;
+  Ring ring;
   for (int g = 0; g < a.group; ++g) {
     const int hq = w.hkv * a.group + g;
-    for (int mb = w.first; mb < w.end; ++mb, ++it) {
-      const int s = it % sm.stages;
+    for (int mb = w.first; mb < w.end; ++mb, ++it, ring.step(sm.stages)) {
+      const int s = ring.slot;
       const uint32_t slot = sm.slot(s);
-      mbar_wait(sm.full(s), (it / sm.stages) & 1);
+      mbar_wait(sm.full(s), ring.phase());
       // 80-row blocks read the lane coordinates afresh each row block (kernels::bwd::fresh_tid): hoisted, their
       // derived addresses spill beside the accumulators. The others keep them (1-2% faster at head_dim 64).
       const int t = kDqT ? int(kernels::bwd::fresh_tid() % 128) : t0, warp = t / 32, lane = t % 32;
@@ -454,24 +475,28 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
       // after Sᵀ's wait: before it, while Sᵀ and dPᵀ run, was 1% slower at head_dim 128 (HISTORY.md).
       const int r = it % kRowsBuffers;
       rows_sync(r); // this row block's LSE₂ and D are in buffer r
-      const uint32_t lse_row = sm.lse2(r) + uint32_t(2 * (lane % 4)) * 4;
+      const uint32_t lse_row = sm.lse2(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
       // One loop for tiles with a mask and one without: with the test inside, ptxas kept a branch on need_mask
       // every two elements (64 a row block), and their waits were ~5% of the consumers' stall samples (d64
       // profile, HISTORY.md).
       const auto exp_tile = [&](auto masked) {
 #pragma unroll
-        for (int i = 0; i < BM / 8; ++i) {
-          const float2 l = ld_shared_f2(lse_row + uint32_t(8 * i) * 4);
+        for (int kt = 0; kt < BM / 16; ++kt) {
+          const float4 l = ld_shared_f4(lse_row + uint32_t(16 * kt) * 4);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float p =
-                fb::kernels::fast_exp2(fmaf(sacc[4 * i + e], a.scale_log2, e % 2 ? -l.y : -l.x));
-            if constexpr (decltype(masked)::value) {
-              const int key = key_lo + 8 * (e / 2), q = q_lo + 8 * i + e % 2;
-              if (key >= a.seqlen_kv || (a.causal && key > q + off))
-                p = 0.f;
+          for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
+            const float l0 = i % 2 ? l.z : l.x, l1 = i % 2 ? l.w : l.y;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              float p =
+                  fb::kernels::fast_exp2(fmaf(sacc[4 * i + e], a.scale_log2, e % 2 ? -l1 : -l0));
+              if constexpr (decltype(masked)::value) {
+                const int key = key_lo + 8 * (e / 2), q = q_lo + 8 * i + e % 2;
+                if (key >= a.seqlen_kv || (a.causal && key > q + off))
+                  p = 0.f;
+              }
+              sacc[4 * i + e] = p;
             }
-            sacc[4 * i + e] = p;
           }
         }
       };
@@ -493,16 +518,17 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
 
       // dSᵀ a k-step at a time, each step packed (with Pᵀ where dV is issued late) as soon as it is computed, so
       // that the fp32 Sᵀ and dPᵀ of a step die before the next is computed.
-      const uint32_t delta_row = sm.delta(r) + uint32_t(2 * (lane % 4)) * 4;
+      const uint32_t delta_row = sm.delta(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
       uint32_t dsa[BM / 16][4];
 #pragma unroll
       for (int kt = 0; kt < BM / 16; ++kt) {
+        const float4 dd = ld_shared_f4(delta_row + uint32_t(16 * kt) * 4);
 #pragma unroll
         for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
-          const float2 dd = ld_shared_f2(delta_row + uint32_t(8 * i) * 4);
+          const float d0 = i % 2 ? dd.z : dd.x, d1 = i % 2 ? dd.w : dd.y;
 #pragma unroll
           for (int e = 0; e < 4; ++e)
-            dpacc[4 * i + e] = sacc[4 * i + e] * (dpacc[4 * i + e] - (e % 2 ? dd.y : dd.x));
+            dpacc[4 * i + e] = sacc[4 * i + e] * (dpacc[4 * i + e] - (e % 2 ? d1 : d0));
         }
         pack_step<T, BM>(dsa[kt], dpacc, kt);
         if constexpr (!kDvEarly)
