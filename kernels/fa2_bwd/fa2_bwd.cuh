@@ -346,36 +346,27 @@ __device__ __forceinline__ int ld_acquire(const int *p) {
   return v;
 }
 
-// dQ accumulator += c (rows [row0, +16·MT), columns [col0, +8·NT) of a [·][D] fp32 block at `acc`).
+// dQ accumulator += c (rows [row0, +16·MT), columns [col0, +8·NT) of a row block's tile at `acc`, in FragOrder:
+// fragment (mt, nt) is one 512-byte run, lane l's four floats at 16l in it).
 template <int D, int MT, int NT>
 __device__ __forceinline__ void add_dq(float *acc, const float (&c)[MT][NT][4], int row0, int col0,
                                        int lane) {
+  float *base = acc + (int64_t(row0 / 16) * (D / 8) + col0 / 8) * 128 + 4 * lane;
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float *dst = base + (mt * (D / 8) + nt) * 128;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Each lane adds its own pairs (two columns of rows r and r + 8) with 8-byte vector reductions: twice the
-  // reductions of pairing lanes into 16-byte ones, without the 2 shuffles and 6 selects every 4 floats cost there
-  // (ncu, d128: 48 FSEL and 16 SHFL a warp and row block).
-  const int r0 = row0 + lane / 4, c0 = col0 + 2 * (lane % 4);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        float *dst = acc + (r0 + mt * 16 + 8 * hh) * D + c0 + nt * 8;
-        asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(dst), "f"(c[mt][nt][2 * hh]),
-                     "f"(c[mt][nt][2 * hh + 1])
-                     : "memory");
-      }
+      asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "f"(c[mt][nt][0]),
+                   "f"(c[mt][nt][1]), "f"(c[mt][nt][2]), "f"(c[mt][nt][3])
+                   : "memory");
 #else
-  const int r0 = row0 + lane / 4, c0 = col0 + 2 * (lane % 4);
-#pragma unroll
-  for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        atomicAdd(acc + (r0 + mt * 16 + 8 * (e / 2)) * D + c0 + nt * 8 + (e % 2), c[mt][nt][e]);
+        atomicAdd(dst + e, c[mt][nt][e]);
 #endif
+    }
 }
 
 template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
@@ -702,7 +693,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   kernel<<<grid, W * 32, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 
-  kernels::bwd::launch_convert<T, D>(rows, p.batch, stream);
+  kernels::bwd::launch_convert<T, D, FragOrder>(rows, p.batch, stream);
 }
 
 template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
@@ -711,7 +702,7 @@ std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c
           {"fa2_bwd_main",
            reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ>), W * 32,
            static_cast<size_t>(smem_bytes(D, c)), num_col_blocks(p, c) * p.heads_kv * p.batch},
-          kernels::bwd::convert_desc<T, D>("fa2_bwd", p)};
+          kernels::bwd::convert_desc<T, D, FragOrder>("fa2_bwd", p)};
 }
 
 } // namespace detail

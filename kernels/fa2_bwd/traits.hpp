@@ -8,6 +8,7 @@
 #include "flashbench/problem.hpp"
 #include "flashbench/variant.hpp"
 #include "kernels/common/bwd.hpp"
+#include "kernels/common/host_device.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -293,6 +294,21 @@ inline Config default_for(Config base, const AttentionProblem &p, const DeviceIn
   base.set("row_order", c.deterministic && dev.present && !rotated_problem(p, c, dev) ? 1 : 0);
   return base;
 }
+
+// The fp32 dQ accumulator of a (batch, query head) in the order of the m16n8 accumulator fragments: 16 x 8 tiles of
+// 128 floats, tile (row / 16, col / 8) at ((row / 16) · head_dim / 8 + col / 8) · 128 (a row block's tiles are its
+// block_m · head_dim floats, where the row-major layout has them), and lane l's four floats of a tile (rows r and
+// r + 8, columns 2c and 2c + 1; r = l / 4, c = l % 4) at 4l in it. So a warp adds a whole fragment with one 16-byte
+// reduction a lane, 512 consecutive bytes (four whole 128-byte lines), where in row-major rows each 8-byte
+// reduction's lanes fell on eight lines and the dQ adds stalled on the LSU queue (ncu, HISTORY.md). The convert
+// kernel (kernels/common/bwd_rows.cuh) reads it through offset(); a column pair stays adjacent, as it requires.
+struct FragOrder {
+  static constexpr bool kRowMajor = false;
+  template <int D> FB_HOST_DEVICE static int64_t offset(int row, int col) {
+    const int lane = 4 * (row % 8) + (col % 8) / 2, e = 2 * ((row % 16) / 8) + col % 2;
+    return (int64_t(row / 16) * (D / 8) + col / 8) * 128 + 4 * lane + e;
+  }
+};
 
 using Instance = kernels::bwd::Instance<Params>;
 

@@ -12,6 +12,7 @@
 #include <array>
 #include <map>
 #include <string>
+#include <vector>
 
 using namespace fb;
 
@@ -204,4 +205,41 @@ TEST(Fa2BwdVariant, DefaultsAreFa2Tiles) {
     EXPECT_EQ(c.get("deterministic"), 0) << d;
     EXPECT_TRUE(support_for(v, p, c, h100).ok) << d << ": " << support_for(v, p, c, h100).reason;
   }
+}
+
+// The dQ accumulator's fragment order is a permutation of each row block's block_m x head_dim floats (the convert
+// kernel reads every element once and the main kernel adds a row block at its row-major base), keeps column pairs
+// adjacent (the convert's float2 loads), and puts lane l's m16n8 accumulator fragment (rows r, r + 8; columns 2c,
+// 2c + 1) as the float4 at 4l of its tile's 128 floats (the kernel's 16-byte reductions).
+template <int D> void check_frag_order(int block_m) {
+  using Order = fa2_bwd::FragOrder;
+  std::vector<int> seen(size_t(2 * block_m * D), 0);
+  for (int row = 0; row < 2 * block_m; ++row)
+    for (int col = 0; col < D; ++col) {
+      const int64_t o = Order::offset<D>(row, col);
+      ASSERT_GE(o, int64_t(row / block_m) * block_m * D);
+      ASSERT_LT(o, int64_t(row / block_m + 1) * block_m * D);
+      ++seen[size_t(o)];
+      if (col % 2 == 0)
+        EXPECT_EQ(Order::offset<D>(row, col + 1), o + 1);
+    }
+  for (int k : seen)
+    ASSERT_EQ(k, 1);
+  for (int r16 = 0; r16 < 2 * block_m; r16 += 16)
+    for (int c8 = 0; c8 < D; c8 += 8)
+      for (int l = 0; l < 32; ++l) {
+        const int64_t base = (int64_t(r16 / 16) * (D / 8) + c8 / 8) * 128 + 4 * l;
+        const int r = r16 + l / 4, c = c8 + 2 * (l % 4);
+        EXPECT_EQ(Order::offset<D>(r, c), base);
+        EXPECT_EQ(Order::offset<D>(r, c + 1), base + 1);
+        EXPECT_EQ(Order::offset<D>(r + 8, c), base + 2);
+        EXPECT_EQ(Order::offset<D>(r + 8, c + 1), base + 3);
+      }
+}
+TEST(Fa2BwdTraits, FragOrderIsAPermutationOfFragments) {
+  check_frag_order<64>(64);
+  check_frag_order<64>(128);
+  check_frag_order<128>(64);
+  check_frag_order<128>(128);
+  check_frag_order<256>(64);
 }
