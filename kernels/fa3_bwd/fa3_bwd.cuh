@@ -167,13 +167,13 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BM> 
     tma_load_4d(sm.k + c * kKvChunk, &a.tm_k, sm.kv_full(), c * 64, w.col * kBlockN, w.hkv, w.b);
     tma_load_4d(sm.v + c * kKvChunk, &a.tm_v, sm.kv_full(), c * 64, w.col * kBlockN, w.hkv, w.b);
   }
-  Ring ring;
+  RingPos ring;
   for (int g = 0; g < a.group; ++g) {
     const int hq = w.hkv * a.group + g;
-    for (int mb = w.first; mb < w.end; ++mb, ring.step(sm.stages)) {
-      const int s = ring.slot;
-      if (ring.lap > 0)
-        mbar_wait(sm.empty(s), (ring.lap - 1) & 1);
+    for (int mb = w.first; mb < w.end; ++mb, ring.next(sm.stages)) {
+      const int s = ring.s;
+      if (ring.use > 0)
+        mbar_wait(sm.empty(s), (ring.use - 1) & 1);
       const uint32_t slot = sm.slot(s), bar = sm.full(s);
       mbar_arrive_expect_tx(bar, 2u * BM * D * 2);
 #pragma unroll
@@ -446,13 +446,13 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
   const int t0 = int(threadIdx.x) % 128;
 
   int it = 0;
-  Ring ring;
+  RingPos ring;
   for (int g = 0; g < a.group; ++g) {
     const int hq = w.hkv * a.group + g;
-    for (int mb = w.first; mb < w.end; ++mb, ++it, ring.step(sm.stages)) {
-      const int s = ring.slot;
+    for (int mb = w.first; mb < w.end; ++mb, ++it, ring.next(sm.stages)) {
+      const int s = ring.s;
       const uint32_t slot = sm.slot(s);
-      mbar_wait(sm.full(s), ring.phase());
+      mbar_wait(sm.full(s), ring.use & 1);
       // 80-row blocks read the lane coordinates afresh each row block (kernels::bwd::fresh_tid): hoisted, their
       // derived addresses spill beside the accumulators. The others keep them (1-2% faster at head_dim 64).
       const int t = kDqT ? int(kernels::bwd::fresh_tid() % 128) : t0, warp = t / 32, lane = t % 32;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "kernels/common/dtype.cuh"
+#include "kernels/common/hopper/ring.cuh"
 #include "kernels/fa3_pipelined/block.cuh"
 #include "kernels/fa3_pipelined/epilogue.cuh"
 #include "kernels/fa3_pipelined/kernel_args.cuh"
@@ -90,19 +91,8 @@ __device__ __forceinline__ void recompute_s(float (&sacc)[BN / 2], const KernelA
   }
 }
 
-// Position in the CTA's K/V ring: slot and how many times it was used before (the ring runs on
-// across work tiles).
-struct RingPos {
-  int s = 0, use = 0;
-  __device__ __forceinline__ void next(int stages) {
-    if (++s == stages)
-      s = 0, ++use;
-  }
-  // The position before this one (stages >= 2).
-  __device__ __forceinline__ RingPos prev(int stages) const {
-    return s == 0 ? RingPos{stages - 1, use - 1} : RingPos{s - 1, use};
-  }
-};
+// Positions in the CTA's K/V ring: RingPos (kernels/common/hopper/ring.cuh).
+using fb::hopper::RingPos;
 
 // Named barriers of the ping-pong turn ring (2 or 3 consumers): consumer wg waits on its own turn
 // and opens the next one's (mod consumers).

@@ -1,21 +1,20 @@
-// Position in a ring of `stages` shared-memory slots, stepped once a use: the slot, how many times
-// the ring has come round (lap) and that count's parity (the mbarrier phase to wait for). Stepping
-// replaces a division by the runtime stage count in a loop head: in fa3_bwd's consumer that was an
-// integer division (~30 instructions) between one row block's last WGMMA and the next one's first.
+// Position in a ring of `stages` shared-memory slots (a K/V ring, a row-block ring), stepped once a use: the slot
+// and how many times it was used before; `use & 1` is the mbarrier phase to wait for. The ring runs on across work
+// tiles. Stepping replaces a division by the runtime stage count in a loop head (in fa3_bwd's consumer that was an
+// integer division, ~30 instructions, between one row block's last WGMMA wait and the next one's first WGMMA).
 #pragma once
-
-#include <cstdint>
 
 namespace fb::hopper {
 
-struct Ring {
-  int slot = 0, lap = 0;
-  __device__ __forceinline__ uint32_t phase() const { return uint32_t(lap) & 1u; }
-  __device__ __forceinline__ void step(int stages) {
-    if (++slot == stages) {
-      slot = 0;
-      ++lap;
-    }
+struct RingPos {
+  int s = 0, use = 0;
+  __device__ __forceinline__ void next(int stages) {
+    if (++s == stages)
+      s = 0, ++use;
+  }
+  // The position before this one (stages >= 2).
+  __device__ __forceinline__ RingPos prev(int stages) const {
+    return s == 0 ? RingPos{stages - 1, use - 1} : RingPos{s - 1, use};
   }
 };
 
