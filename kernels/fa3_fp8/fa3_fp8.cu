@@ -136,9 +136,8 @@ constexpr int kBarEpi0 =
     4; // 4, 5: consumer warpgroup 0's and 1's O staging buffer (store_tile_tma)
 constexpr uint32_t kOChunkBytes =
     64 * 128; // one warpgroup's 64 rows x 64 bf16 columns (a 128B-swizzle row)
-// Bytes of head_dim in one TMA box row: a 128B-swizzle row, or at head_dim 64 the whole 64-byte row (64B
-// swizzle).
-template <int HD> constexpr uint32_t kRowBytes = HD < 128 ? uint32_t(HD) : 128u;
+// Bytes of head_dim in one TMA box row (traits.hpp, box_row_bytes).
+template <int HD> constexpr uint32_t kRowBytes = uint32_t(box_row_bytes(HD));
 constexpr float kLn2 = 0.69314718055994531f;
 constexpr float kPShift = 8.f; // log2 of P's scale before its e4m3 rounding (see the file comment)
 // How far (log2 units) a row's max may pass its offset before the offset moves: P stays <= 2^(8 +
@@ -1102,7 +1101,7 @@ void launch(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
   const Strides qs = p.q_strides(), ks = p.kv_strides();
   // Boxes of 128 bytes a row (one swizzle atom): head_dim 256 loads two a tile (load_q, load_k). Head_dim 64:
   // one box of 64-byte rows under the 64B swizzle (the kernel's swizzle_64b and desc_base_64b).
-  const int box_cols = hd == 64 ? 64 : kHeadDim;
+  const int box_cols = box_row_bytes(hd);
   const CUtensorMapSwizzle sw = hd == 64 ? CU_TENSOR_MAP_SWIZZLE_64B : CU_TENSOR_MAP_SWIZZLE_128B;
   a.tm_q = hopper::make_map(args.q, CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, hd, p.seqlen_q, p.heads_q,
                             p.batch, qs, box_cols, kBlockM, sw);

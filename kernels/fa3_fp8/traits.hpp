@@ -41,6 +41,9 @@ static_assert(kBlockM == kFp8ScaleBlock, "one descale per Q tile");
 // ceil(block_n / 128) key tiles, i.e. head_dim / 128 x ceil(block_n / 128) swizzled 128 x 128-byte tiles, and at
 // head_dim 64 one [64][128-byte] tile.
 constexpr int q_tile_bytes(int head_dim) { return kBlockM * head_dim; }
+// Bytes of head_dim in one TMA box row (e4m3: one byte a column), the kernel's shared-memory row and the host's box:
+// a 128B-swizzle row, or at head_dim 64 the whole 64-byte row (64B swizzle); head_dim 256 is two such boxes.
+constexpr int box_row_bytes(int head_dim) { return head_dim < 128 ? head_dim : 128; }
 constexpr int k_tile_bytes(int block_n, int head_dim = kHeadDim) { return block_n * head_dim; }
 constexpr int vt_tile_bytes(int block_n, int head_dim = kHeadDim) {
   return head_dim * ((block_n + 127) / 128) * 128;
