@@ -101,12 +101,9 @@ __device__ __forceinline__ int rows_pos(int q) {
   return (q & ~15) + 4 * ((q >> 1) & 3) + 2 * ((q >> 3) & 1) + (q & 1);
 }
 __device__ __forceinline__ float4 ld_shared_f4(uint32_t addr) {
-  float4 v;
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-               : "r"(addr)
-               : "memory");
-  return v;
+  const int4 v = ld_shared_v4(addr);
+  return make_float4(__int_as_float(v.x), __int_as_float(v.y), __int_as_float(v.z),
+                     __int_as_float(v.w));
 }
 
 // The shared-memory map of a launch (traits.hpp smem_map), as 32-bit shared addresses.
