@@ -93,10 +93,11 @@ __device__ __forceinline__ void rows_sync(int r) {
   asm volatile("barrier.sync %0, %1;" ::"r"(kBarRows0 + r), "r"(kRowThreads) : "memory");
 }
 
-// LSE₂ and D of a row block sit in a buffer in the order the consumers read them: a thread's rows 8i + 2c, 8i + 2c + 1,
-// 8i + 8 + 2c and 8i + 9 + 2c (c = lane % 4, i even) side by side, one 16-byte load for two of its accumulator
-// fragments' rows where 8-byte loads took two. Row q = 16k + 8h + 2c + e sits at 16k + 4c + 2h + e; a warp's loads
-// of one such quad fall on four consecutive 16-byte units (one wavefront), the row loader's pair stores stay pairs.
+// LSE₂ and D of a row block sit in a buffer in the order the consumers read them: a thread's rows 8i + 2c,
+// 8i + 2c + 1, 8i + 8 + 2c and 8i + 9 + 2c (c = lane % 4, i even) side by side, one 16-byte load for two of its
+// accumulator fragments' rows where 8-byte loads took two. Row q = 16k + 8h + 2c + e sits at 16k + 4c + 2h + e; a
+// warp's loads of one such quad fall on four consecutive 16-byte units (one wavefront), the row loader's pair stores
+// stay pairs.
 __device__ __forceinline__ int rows_pos(int q) {
   return (q & ~15) + 4 * ((q >> 1) & 3) + 2 * ((q >> 3) & 1) + (q & 1);
 }
@@ -182,14 +183,14 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BM> 
   }
 }
 
-// ---- one producer warp copies each row block's LSE₂ and D (float pairs: lane i the i-th, the (i + 32)-th, ...,
-// at rows_pos) into buffer it % 2 and meets both consumers at that buffer's named barrier (rows_sync on both sides), which they pass at
-// the start of row block it. Its write of row block it + 2 into the same buffer comes after the barrier of row block
-// it + 1, which the consumers pass only when done with row block it: two buffers and one barrier each order both the
-// reads after the writes and the next writes after the reads. A named barrier rather than the stage's mbarriers
-// because compute-sanitizer's racecheck orders shared-memory accesses by bar.sync alone (it reports mbarrier- or
-// bar.arrive-ordered hand-overs as races); the barrier also keeps the loader one row block ahead, so its loads from L2
-// are off the consumers' path.
+// ---- one producer warp copies each row block's LSE₂ and D (float pairs: lane i the i-th, the (i + 32)-th, ..., at
+// rows_pos) into buffer it % 2 and meets both consumers at that buffer's named barrier (rows_sync on both sides), which
+// they pass at the start of row block it. Its write of row block it + 2 into the same buffer comes after the barrier of
+// row block it + 1, which the consumers pass only when done with row block it: two buffers and one barrier each order
+// both the reads after the writes and the next writes after the reads. A named barrier rather than the stage's
+// mbarriers because compute-sanitizer's racecheck orders shared-memory accesses by bar.sync alone (it reports mbarrier-
+// or bar.arrive-ordered hand-overs as races); the barrier also keeps the loader one row block ahead, so its loads from
+// L2 are off the consumers' path.
 template <int D, int BM>
 __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D, BM> &sm,
                                            const Work &w, int lane) {
