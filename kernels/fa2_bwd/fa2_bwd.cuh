@@ -312,19 +312,6 @@ __device__ __forceinline__ void store_tile(unsigned char *tile, const float (&c)
             Mma<T>::pack(c[mt][nt][2 * hh] * mul, c[mt][nt][2 * hh + 1] * mul);
 }
 
-// Two packed T back to fp32 (the inverse of Mma<T>::pack).
-template <class T> __device__ __forceinline__ float2 unpack2(uint32_t x);
-template <> __device__ __forceinline__ float2 unpack2<__half>(uint32_t x) {
-  __half2 h;
-  memcpy(&h, &x, 4);
-  return __half22float2(h);
-}
-template <> __device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t x) {
-  __nv_bfloat162 h;
-  memcpy(&h, &x, 4);
-  return __bfloat1622float2(h);
-}
-
 // Packed pairs of an accumulator-layout tile (rows [row0, +16·MT), columns [col0, +8·NT)) into a swizzled
 // [·][COLS] tile.
 template <int COLS, int MT, int NT>
@@ -491,25 +478,28 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     const float *lse2 = reinterpret_cast<const float *>(smem + oQ + 2 * kQ);
     const float *delta = lse2 + BM;
 
-    // S = Q·Kᵀ -> P.
+    // S = Q·Kᵀ.
     float p[MT][NT][4];
     zero(p);
     gemm_abt<T, D, MT, NT, (kPf & kPfS) != 0, kUnroll>(p, sbase + oQ, s_row0, sbase + oK, s_col0);
-    // P = exp2(S·scale·log2e − LSE₂), masked to 0, packed to T pair by pair as it is computed, so that the fp32
-    // scores die one by one; the packed P costs half the registers while dP is computed, and dS = P∘(dP − D)
-    // is rounded to T right after anyway.
     const int diag = a.seqlen_kv - a.seqlen_q;
     const bool need_mask =
         k0 + BN > a.seqlen_kv || (a.causal && m * BM + diag < k0 + BN - 1); // CTA-uniform
     // Tile-local bounds: local key kl is past the sequence end when kl >= key_lim, right of the diagonal for
     // local row rl when kl - rl > diag_lim.
     const int key_lim = a.seqlen_kv - k0, diag_lim = a.causal ? m * BM + diag - k0 : BN;
-    uint32_t pp[MT][NT][2];
-    // Two copies of the loop, chosen per tile: with the mask where the tile holds the sequence end or the
-    // diagonal, without it elsewhere. One loop under `need_mask` compiled to a select and three predicate
-    // instructions per score on every tile (ncu, d128 N4096: FSEL, ISETP and PLOP3, with the dQ lane pairing,
-    // 12% of all instructions).
-    auto to_p = [&](auto masked) {
+    // dP = dO·Vᵀ, P = exp2(S·scale·log2e − LSE₂) (masked: 0) in place of S, then dS = P∘(dP − D), P and dS to
+    // shared memory in T. Two copies of the whole block, chosen per tile: with the mask where the tile holds the
+    // sequence end or the diagonal, without it elsewhere (one loop under `need_mask` compiled to a select and
+    // three predicate instructions per score on every tile). dP's product sits in the same straight-line block
+    // as the exponents, so that its MMAs issue between the MUFU.EX2s: with the branch between them, every warp
+    // of a CTA ran its 64 exponents back to back on the MUFU pipe while the tensor pipe idled (ncu, d64).
+    auto p_and_ds = [&](auto masked) {
+      float dp[MT][NT][4];
+      zero(dp);
+      gemm_abt<T, D, MT, NT, (kPf & kPfDP) != 0, kUnroll>(dp, sbase + oDO, s_row0, sbase + oV,
+                                                          s_col0);
+      uint32_t pp[MT][NT][2];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -518,46 +508,36 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
           const float l2 = lse2[rl];
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            float x[2];
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-              x[j] = fast_exp2(fmaf(p[mt][nt][2 * hh + j], a.scale_log2, -l2));
+              float &x = p[mt][nt][2 * hh + j];
+              x = fast_exp2(fmaf(x, a.scale_log2, -l2));
               if constexpr (decltype(masked)::value) {
                 const int kl = s_col0 + nt * 8 + 2 * (lane % 4) + j;
                 if (kl >= key_lim || kl - rl > diag_lim)
-                  x[j] = 0.f;
+                  x = 0.f;
               }
             }
-            pp[mt][nt][hh] = Mma<T>::pack(x[0], x[1]);
+            pp[mt][nt][hh] = Mma<T>::pack(p[mt][nt][2 * hh], p[mt][nt][2 * hh + 1]);
           }
         }
-    };
-    if (need_mask)
-      to_p(std::true_type{});
-    else
-      to_p(std::false_type{});
-    store_packed<BN>(smem + oP, pp, s_row0, s_col0, lane);
-
-    // dP = dO·Vᵀ -> dS = P∘(dP − D).
-    {
-      float dp[MT][NT][4];
-      zero(dp);
-      gemm_abt<T, D, MT, NT, (kPf & kPfDP) != 0, kUnroll>(dp, sbase + oDO, s_row0, sbase + oV,
-                                                          s_col0);
+      store_packed<BN>(smem + oP, pp, s_row0, s_col0, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const float dl = delta[s_row0 + mt * 16 + lane / 4 + 8 * hh];
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const float2 pf = unpack2<T>(pp[mt][nt][hh]);
-            pp[mt][nt][hh] = Mma<T>::pack(pf.x * (dp[mt][nt][2 * hh] - dl),
-                                          pf.y * (dp[mt][nt][2 * hh + 1] - dl));
-          }
+          for (int nt = 0; nt < NT; ++nt)
+            pp[mt][nt][hh] = Mma<T>::pack(p[mt][nt][2 * hh] * (dp[mt][nt][2 * hh] - dl),
+                                          p[mt][nt][2 * hh + 1] * (dp[mt][nt][2 * hh + 1] - dl));
         }
       store_packed<BN>(smem + oDS, pp, s_row0, s_col0, lane);
-    }
+    };
+    if (need_mask)
+      p_and_ds(std::true_type{});
+    else
+      p_and_ds(std::false_type{});
     __syncthreads(); // P and dS complete
 
     {
