@@ -495,10 +495,6 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     // as the exponents, so that its MMAs issue between the MUFU.EX2s: with the branch between them, every warp
     // of a CTA ran its 64 exponents back to back on the MUFU pipe while the tensor pipe idled (ncu, d64).
     auto p_and_ds = [&](auto masked) {
-      float dp[MT][NT][4];
-      zero(dp);
-      gemm_abt<T, D, MT, NT, (kPf & kPfDP) != 0, kUnroll>(dp, sbase + oDO, s_row0, sbase + oV,
-                                                          s_col0);
       uint32_t pp[MT][NT][2];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -521,6 +517,10 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
             pp[mt][nt][hh] = Mma<T>::pack(p[mt][nt][2 * hh], p[mt][nt][2 * hh + 1]);
           }
         }
+      float dp[MT][NT][4];
+      zero(dp);
+      gemm_abt<T, D, MT, NT, (kPf & kPfDP) != 0, kUnroll>(dp, sbase + oDO, s_row0, sbase + oV,
+                                                          s_col0);
       store_packed<BN>(smem + oP, pp, s_row0, s_col0, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
