@@ -488,12 +488,13 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     // Tile-local bounds: local key kl is past the sequence end when kl >= key_lim, right of the diagonal for
     // local row rl when kl - rl > diag_lim.
     const int key_lim = a.seqlen_kv - k0, diag_lim = a.causal ? m * BM + diag - k0 : BN;
-    // dP = dO·Vᵀ, P = exp2(S·scale·log2e − LSE₂) (masked: 0) in place of S, then dS = P∘(dP − D), P and dS to
+    // P = exp2(S·scale·log2e − LSE₂) (masked: 0) in place of S, dP = dO·Vᵀ, then dS = P∘(dP − D); P and dS to
     // shared memory in T. Two copies of the whole block, chosen per tile: with the mask where the tile holds the
     // sequence end or the diagonal, without it elsewhere (one loop under `need_mask` compiled to a select and
     // three predicate instructions per score on every tile). dP's product sits in the same straight-line block
     // as the exponents, so that its MMAs issue between the MUFU.EX2s: with the branch between them, every warp
-    // of a CTA ran its 64 exponents back to back on the MUFU pipe while the tensor pipe idled (ncu, d64).
+    // of a CTA ran its 64 exponents back to back on the MUFU pipe while the tensor pipe idled (ncu, d64). P is
+    // stored after dP's product: a shared store before its ldmatrix would keep them behind it.
     auto p_and_ds = [&](auto masked) {
       uint32_t pp[MT][NT][2];
 #pragma unroll
