@@ -269,15 +269,16 @@ inline std::optional<std::string> rotated_problem(const AttentionProblem &p, con
 // tiles: d64 128 x 128 (8 warps; 2 along the rows, as FA2's 4 spills here), d128 64 x 128 (8 warps, 2 along the
 // rows: the base), d256 64 x 64 (8 warps, 2 along the rows). Where the device allows less shared memory per block
 // than 2 stages need (d256 on an A100: 209 KB at 2 stages, 163 KB allowed), 1 stage. deterministic keeps the base
-// (off). On those tiles, d64 takes dq_layout m4 and d128 frag_prefetch on: each was the faster side of its A/B at
-// every acceptance shape on an H200 (fastest samples: d64 +2.8-3.3%, d128 +0.8-1.6%; HISTORY.md, versions 2-3).
+// (off). On those tiles, d64 takes dq_layout m4, the faster side of its A/B at every acceptance shape on an H200
+// (fastest samples +2.8-3.3%; HISTORY.md, version 3). frag_prefetch stays off: at d128 it was +0.8-1.6% (version 2)
+// until dP's product moved beside the exponents (versions 22-23), and -0.6-1% since (version 24).
 inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev) {
   if (p.head_dim == 64) {
     base.set("block_m", 128), base.set("block_n", 128), base.set("warps", 8);
     base.set("warp_layout", 2), base.set("dq_layout", 4);
   } else if (p.head_dim == 128) {
     base.set("block_m", 64), base.set("block_n", 128), base.set("warps", 8);
-    base.set("warp_layout", 2), base.set("frag_prefetch", 1);
+    base.set("warp_layout", 2);
   } else if (p.head_dim == 256) {
     base.set("block_m", 64), base.set("block_n", 64), base.set("warps", 8);
     base.set("warp_layout", 2);

@@ -193,7 +193,7 @@ TEST(Fa2BwdVariant, DefaultsAreFa2Tiles) {
   const DeviceInfo h100 = nominal_device();
   // head_dim -> block_m, block_n, frag_prefetch, dq_layout of the default; 8 warps, deterministic off everywhere.
   const std::map<int64_t, std::array<int64_t, 4>> want = {
-      {64, {128, 128, 0, 4}}, {128, {64, 128, 1, 0}}, {256, {64, 64, 0, 0}}};
+      {64, {128, 128, 0, 4}}, {128, {64, 128, 0, 0}}, {256, {64, 64, 0, 0}}};
   for (const auto &[d, w] : want) {
     const AttentionProblem p = bwd_problem(4096, 4096, d, false, 32, 32);
     const Config c = v.space().default_config(p, h100);
