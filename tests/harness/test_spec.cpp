@@ -450,17 +450,16 @@ TEST(Spec, ConfigMapsCompleteFromEachProblemsDefault) {
   p.pass = Pass::bwd;
   std::string source;
   EXPECT_EQ(complete_config(bwd, {}, p, dev, &source), bwd.space().default_config(p, dev));
-  EXPECT_EQ(bwd.space().default_config(p, dev).get("frag_prefetch"), 1);
   EXPECT_NE(source.find("default for the problem"), std::string::npos) << source;
-  // frag_prefetch is compiled for d128's default tile only: a map naming another tile keeps it off.
-  const Config other =
-      complete_config(bwd, {{"block_m", "128"}, {"block_n", "64"}}, p, dev, &source);
-  EXPECT_EQ(other.get("block_m"), 128);
-  EXPECT_EQ(other.get("frag_prefetch"), 0);
-  EXPECT_TRUE(support_for(bwd, p, other, dev)) << support_for(bwd, p, other, dev).reason;
-  EXPECT_NE(source.find("base default"), std::string::npos) << source;
   AttentionProblem d64 = p;
   d64.head_dim = 64;
+  // dq_layout m4 is compiled for d64's default tile only: a map naming another tile keeps dq_layout same.
+  EXPECT_EQ(bwd.space().default_config(d64, dev).get("dq_layout"), 4);
+  const Config other = complete_config(bwd, {{"block_m", "64"}}, d64, dev, &source);
+  EXPECT_EQ(other.get("block_m"), 64);
+  EXPECT_EQ(other.get("dq_layout"), 0);
+  EXPECT_TRUE(support_for(bwd, d64, other, dev)) << support_for(bwd, d64, other, dev).reason;
+  EXPECT_NE(source.find("base default"), std::string::npos) << source;
   const Config det = complete_config(bwd, {{"deterministic", "on"}}, d64, dev);
   EXPECT_EQ(det.get("block_m"), 128);
   EXPECT_EQ(det.get("dq_layout"), 4);

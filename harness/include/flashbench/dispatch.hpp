@@ -58,7 +58,7 @@ struct KernelChoice {
 // A config named in part (a spec's config map, a C API config string) completed for one problem: the axes it leaves
 // out take the problem's default (the variant's rule applied with the named axes in: default_config(seed, p,
 // dev); with none named, default_config(p, dev)), as `default` and the C API do. Where that combination
-// is invalid or unsupported (a default that depends on the default tile, such as fa2_bwd's frag_prefetch at d128,
+// is invalid or unsupported (a default that depends on the default tile, such as fa2_bwd's dq_layout at d64,
 // next to a tile the map names) and the variant's base default (`flashbench list`) gives a valid, supported one,
 // that one; `source` says which. Throws UserError for an unknown axis or value.
 Config complete_config(const Variant &v, const std::map<std::string, std::string> &given,
