@@ -196,7 +196,9 @@ constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm, bool pf = fal
 // frag_prefetch on: which products load their ldmatrix fragments one k-step ahead (a mask of the kPf bits).
 // Each prefetching product holds one more k-step of fragments live; where that spills next to the dK/dV
 // accumulators, the product keeps the plain pass loop. d128 64x128x8 m2 sits at 255 registers: prefetch in dP
-// (the packed P is live there too) spills 26-40 B with any other product prefetching, so dP stays plain there.
+// spilled 26-40 B there with any other product prefetching while dP was computed after a packed P (before HISTORY
+// row 22). With dP's product beside the exponents it compiles spill-free (ptxas 13.0, sm_80 and sm_90) but has not
+// been timed, so dP stays plain there; frag_prefetch is off in every default (row 24).
 constexpr int kPfS = 1, kPfKV = 2, kPfDQ = 4, kPfDP = 8;
 constexpr int prefetch_products(int d, int bm, int bn, int w, int wm) {
   if (d == 128 && bm == 64 && bn == 128 && w == 8 && wm == 2)
