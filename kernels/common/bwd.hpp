@@ -1,6 +1,7 @@
 // What the backward kernels share on the host and the device: the padded per-(batch, head) row buffers of the
-// fp32 workspace (dQ accumulator, base-2 LSE, D = rowsum(dO∘O)), and which (row block, column block) pairs a
-// column-parallel backward visits, with causal masks aligned bottom-right (mask.hpp).
+// fp32 workspace (dQ accumulator, base-2 LSE, D = rowsum(dO∘O)), which (row block, column block) pairs a
+// column-parallel backward visits, with causal masks aligned bottom-right (mask.hpp), and the order in which its
+// column blocks are launched.
 #pragma once
 
 #include "flashbench/problem.hpp"
@@ -8,6 +9,7 @@
 #include "kernels/common/host_device.hpp"
 #include "kernels/common/mask.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -80,6 +82,65 @@ FB_HOST_DEVICE int rotated_rank(int n, int m, int rows, int cols) {
                       static_cast<unsigned>(rows);
   const int k = kc < static_cast<unsigned>(cols) ? static_cast<int>(kc) : cols;
   return n < k ? k - 1 - n : k + cols - 1 - n;
+}
+
+// The launch order of a backward's column blocks (the `order` axis of fa2_bwd and fa3_bwd): see grid_order.
+constexpr int kOrderNatural = 0;
+constexpr int kOrderLpt = 1;
+constexpr int kOrderSections = 2;
+
+// The CTA order of a launch: CTA x of the grid (x fastest, then the flattened kv head and batch) takes column
+// block col of (batch, kv head) bh.
+//  - natural: bh = x / cols; within it col = x % cols, from the last column block when deterministic (a row
+//    block's dQ partials are added from the rightmost column block leftwards: a causal diagonal block reaches its
+//    row block first, so a CTA only waits on CTAs launched before it), from the first otherwise;
+//  - lpt: col = x / (heads_kv · batch), bh = x % (heads_kv · batch): every head's first column block, the longest
+//    under a causal mask, before any head's second (longest processing time first keeps the grid's tail short).
+//    The CTAs in flight then belong to every head at once: where the heads' Q, dO and dQ rows exceed the L2, each
+//    CTA streams them from DRAM, and every bulk dQ add is a read-modify-write in DRAM;
+//  - sections: the (batch, kv head) pairs cut into `sections` runs of consecutive pairs (sizes differing by at
+//    most one, the larger first), and lpt inside each run: its pairs' first column blocks, then their second, ...
+//    (section_count sizes the runs so that the CTAs in flight share their rows through L2).
+struct GridSlot {
+  int64_t col, bh;
+};
+template <class I>
+FB_HOST_DEVICE GridSlot grid_order_in(I x, I cols, I bh_count, int order, bool deterministic,
+                                      I sections) {
+  if (order == kOrderLpt)
+    return {x / bh_count, x % bh_count};
+  if (order == kOrderSections) {
+    const I small = bh_count / sections, big = bh_count % sections;
+    const I big_ctas = big * (small + 1) * cols;
+    const I n = x < big_ctas ? small + 1 : small; // pairs in x's section
+    const I u = x < big_ctas ? x : x - big_ctas;  // x counted from the first section of its size
+    const I s = u / (n * cols),
+            r = u - s * n * cols; // section (among its size) and place in it
+    const I first = x < big_ctas ? s * (small + 1) : big * (small + 1) + s * small;
+    return {r / n, first + r % n};
+  }
+  const I c = x % cols;
+  return {deterministic ? cols - 1 - c : c, x / cols};
+}
+// The same in 64-bit arithmetic (the host's). The kernel calls grid_order_in<int>: a grid has fewer than 2^31 CTAs,
+// so every intermediate fits, and the kernel is spared a 64-bit division (fa3_bwd's producer warps have 24 registers).
+FB_HOST_DEVICE GridSlot grid_order(int64_t x, int64_t cols, int64_t bh_count, int order,
+                                   bool deterministic, int64_t sections = 1) {
+  return grid_order_in<int64_t>(x, cols, bh_count, order, deterministic, sections);
+}
+
+// The sections of the `sections` order: as few as keep a section's rows within half the L2, and a section's CTAs
+// within two waves (each backward's main kernel fits one CTA an SM), so that a head's column blocks run close together and
+// its Q, dO and dQ rows are read from DRAM about once. A (batch, kv head) pair's rows: Q and dO of its query
+// heads, 16-bit, and their fp32 dQ accumulator, 8 bytes per element.
+inline int64_t section_count(const AttentionProblem &p, int block_m, int64_t cols, int64_t sms,
+                             int64_t l2_bytes) {
+  const int64_t pairs = p.batch * p.heads_kv;
+  const int64_t rows_bytes = 8 * padded_rows(p.seqlen_q, block_m) * p.head_dim * p.group_size();
+  int64_t per = std::max<int64_t>(1, (l2_bytes / 2) / std::max<int64_t>(1, rows_bytes));
+  per = std::min(per, std::max<int64_t>(1, 2 * sms / std::max<int64_t>(1, cols)));
+  per = std::min(per, pairs);
+  return (pairs + per - 1) / per;
 }
 
 // A compiled instantiation of a backward variant with config parameters P, as its register.cpp finds it: the launch

@@ -30,6 +30,7 @@
 #include "flashbench/check.hpp"
 #include "kernels/common/bwd_rows.cuh"
 #include "kernels/common/mma.cuh"
+#include "kernels/common/sm_count.hpp"
 
 #include <cuda_runtime.h>
 
@@ -52,6 +53,7 @@ template <class T> struct Args {
   Strides qs, ks; // Q, O, dO, dQ; K, V, dK, dV
   float scale, scale_log2;
   int stages, n_row_blocks, n_col_blocks;
+  int heads_kv, bh_count, order, sections; // launch order (kernels/common/bwd.hpp, grid_order)
   bool causal, deterministic;
   bool
       rotated; // row_order rotated (non-causal): column block n starts at row block rotated_start(n)
@@ -67,18 +69,15 @@ template <int COLS> __device__ __forceinline__ uint32_t swz(int row, int chunk) 
 
 // Values the optimiser can neither hoist out of the row-block loop nor keep live across it: the loop's per-lane
 // addresses (a dozen products' ldmatrix bases, the cp.async chunk offsets, the mask coordinates) are recomputed
-// from these each iteration for a few integer instructions, instead of ~50 hoisted registers that spill next to
-// the 128 dK/dV accumulators (fresh_tid: kernels/common/bwd_rows.cuh).
+// from these (and from the CTA's column block, kv head and batch, kept in shared memory) each iteration for a few
+// integer instructions, instead of ~50 hoisted registers that spill next to the 128 dK/dV accumulators
+// (fresh_tid: kernels/common/bwd_rows.cuh).
 using kernels::bwd::fresh_tid;
-template <int DIM> __device__ __forceinline__ int fresh_ctaid() {
-  int t;
-  if constexpr (DIM == 0)
-    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(t));
-  else if constexpr (DIM == 1)
-    asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(t));
-  else
-    asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(t));
-  return t;
+// A shared int read where it is used (one LDS), never kept live or hoisted by the compiler.
+__device__ __forceinline__ int lds_fresh(const int *p) {
+  int v;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(smem_u32(p)));
+  return v;
 }
 __device__ __forceinline__ int64_t opaque(int64_t x) {
   asm volatile("" : "+l"(x));
@@ -382,13 +381,11 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sbase = smem_u32(smem);
 
-  // This CTA's column block, kv head and batch entry, read afresh wherever needed rather than kept live across
-  // the loop. Rightmost column block first when deterministic (a CTA waits only on columns to its right);
-  // otherwise leftmost first (causal: the longest column blocks start first and the grid's tail is short ones).
-  auto col = [&] {
-    const int x = fresh_ctaid<0>();
-    return a.deterministic ? a.n_col_blocks - 1 - x : x;
-  };
+  // This CTA's column block, kv head and batch entry (grid_order: rightmost column block first when deterministic,
+  // so that a CTA waits only on columns to its right), in shared memory and read afresh wherever needed (one LDS a
+  // use, lds_fresh) rather than kept live across the loop.
+  __shared__ int cta_slot[3]; // column block, kv head, batch
+  auto col = [&] { return lds_fresh(&cta_slot[0]); };
   // First row block that column block n visits (n_row_blocks: none); int arithmetic of row_blocks_for.
   auto first_row_block = [&](int n) {
     if (!a.causal)
@@ -402,12 +399,17 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   // row_order rotated: the column block's first row block, kept in shared memory (one LDS a use) rather than
   // a register across the loop, and read after the barrier below.
   __shared__ int rot_start;
-  if (threadIdx.x == 0)
-    rot_start = a.rotated ? rotated_start(col(), a.n_row_blocks, a.n_col_blocks) : 0;
+  if (threadIdx.x == 0) {
+    const kernels::bwd::GridSlot g = kernels::bwd::grid_order_in<int>(
+        int(blockIdx.x), a.n_col_blocks, a.bh_count, a.order, a.deterministic, a.sections);
+    cta_slot[0] = int(g.col), cta_slot[1] = int(g.bh % a.heads_kv),
+    cta_slot[2] = int(g.bh / a.heads_kv);
+    rot_start = a.rotated ? rotated_start(int(g.col), a.n_row_blocks, a.n_col_blocks) : 0;
+  }
   __syncthreads();
 
   {
-    const int n = col(), hkv = fresh_ctaid<1>(), b = fresh_ctaid<2>();
+    const int n = col(), hkv = lds_fresh(&cta_slot[1]), b = lds_fresh(&cta_slot[2]);
     const int64_t kv_off = int64_t(b) * a.ks.batch + int64_t(hkv) * a.ks.head;
     load_rows<D, BN, kThreads>(sbase + oK, a.k + kv_off, a.ks.seq, n * BN, a.seqlen_kv,
                                threadIdx.x);
@@ -438,7 +440,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
 
   // Q, dO, LSE₂ and D of row block m of group head g into `slot`.
   auto load_block = [&](Step st, int slot, int tid) {
-    const int h = fresh_ctaid<1>() * a.group + st.g, b = fresh_ctaid<2>(), m = st.m;
+    const int h = lds_fresh(&cta_slot[1]) * a.group + st.g, b = lds_fresh(&cta_slot[2]), m = st.m;
     const uint32_t s = sbase + oSlots + slot * kSlot;
     const int64_t q_off = int64_t(b) * a.qs.batch + int64_t(h) * a.qs.head;
     load_rows<D, BM, kThreads>(s, a.q + q_off, a.qs.seq, m * BM, a.seqlen_q, tid);
@@ -554,7 +556,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
       const unsigned t3 = fresh_tid();
       const int w3 = int(t3 / 32), l3 = int(t3 % 32);
       const int q_row0 = (w3 / WNQ) * QR, q_col0 = (w3 % WNQ) * QC;
-      const int h = fresh_ctaid<1>() * a.group + g, b = fresh_ctaid<2>();
+      const int h = lds_fresh(&cta_slot[1]) * a.group + g, b = lds_fresh(&cta_slot[2]);
       float *acc = a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM) * D;
       int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
       // Deterministic: the column blocks that add to row block m before this one (rotated: those that reach it
@@ -606,7 +608,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   // Epilogue: dK (scaled) and dV through the K and V tiles, then 16-byte stores of the rows before the end.
   const int tid = int(fresh_tid()), warp = tid / 32, lane = tid % 32;
   const int k_row0 = (warp / WKD) * KR, k_col0 = (warp % WKD) * KC;
-  const int k0 = col() * BN, hkv = fresh_ctaid<1>(), b = fresh_ctaid<2>();
+  const int k0 = col() * BN, hkv = lds_fresh(&cta_slot[1]), b = lds_fresh(&cta_slot[2]);
   cp_async_wait<0>();
   __syncthreads(); // every warp is done with K and V (and, with no row block, K and V have landed)
   store_tile<T, D>(smem + oK, dk, k_row0, k_col0, lane, a.scale);
@@ -660,6 +662,11 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.causal = p.causal;
   a.deterministic = c.deterministic != 0;
   a.rotated = c.rotated != 0 && !p.causal;
+  a.heads_kv = static_cast<int>(p.heads_kv);
+  a.bh_count = static_cast<int>(p.heads_kv * p.batch);
+  a.order = c.order;
+  a.sections = static_cast<int>(kernels::bwd::section_count(
+      p, c.block_m, a.n_col_blocks, kernels::sm_count(), kernels::l2_bytes()));
 
   const kernels::bwd::RowArgs<T> rows = kernels::bwd::row_args<T>(p, args, c.block_m);
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
@@ -669,9 +676,8 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   if (smem > 48 * 1024)
     FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>(a.n_col_blocks), static_cast<unsigned>(p.heads_kv),
-                  static_cast<unsigned>(p.batch));
-  kernel<<<grid, W * 32, static_cast<size_t>(smem), stream>>>(a);
+  const int64_t ctas = int64_t(a.n_col_blocks) * a.bh_count;
+  kernel<<<static_cast<unsigned>(ctas), W * 32, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 
   kernels::bwd::launch_convert<T, D, FragOrder>(rows, p.batch, stream);

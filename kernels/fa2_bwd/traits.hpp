@@ -35,6 +35,8 @@ struct Params {
   int dq_warp_m = 0;     // dq_layout: warps along the query rows of dQ = dS·K (0: warp_m)
   int rotated =
       0; // row_order: 1 starts column block n at row block n·R / C (non-causal; kernels/common/bwd.hpp)
+  int order =
+      kernels::bwd::kOrderNatural; // launch order of the column blocks (kernels/common/bwd.hpp)
 };
 
 // Warps along the rows of dQ: dq_layout, or warp_layout when dq_layout is "same".
@@ -72,6 +74,12 @@ inline std::optional<std::string> config_problem(const Params &c) {
     return "dq_layout must be same or m4";
   if (c.rotated != 0 && c.rotated != 1)
     return "row_order must be same or rotated";
+  if (c.order != kernels::bwd::kOrderNatural && c.order != kernels::bwd::kOrderLpt &&
+      c.order != kernels::bwd::kOrderSections)
+    return "order must be natural, lpt or sections";
+  if (c.deterministic && c.order != kernels::bwd::kOrderNatural)
+    return "deterministic fixes the launch order (each head from its last column block, the order "
+           "in which the dQ partials are added): use order natural";
   const int wmq = dq_row_warps(c);
   if (c.warps % wmq)
     return "dq_layout: warps must be a multiple of the warps along the rows of dQ";
@@ -108,7 +116,8 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("deterministic", d.deterministic)),
                 static_cast<int>(c.get_or("frag_prefetch", d.frag_prefetch)),
                 static_cast<int>(c.get_or("dq_layout", d.dq_warp_m)),
-                static_cast<int>(c.get_or("row_order", d.rotated))};
+                static_cast<int>(c.get_or("row_order", d.rotated)),
+                static_cast<int>(c.get_or("order", d.order))};
 }
 
 Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev);
@@ -149,7 +158,13 @@ inline ConfigSpace make_space() {
             {"same", "rotated"},
             "non-causal: every column block walks the row blocks from the first (same), or column "
             "block n of C from row block n·R/C, wrapping (rotated), so that the dQ adds of a head "
-            "spread over its row blocks"}},
+            "spread over its row blocks"},
+       Axis{"order",
+            {kernels::bwd::kOrderNatural, kernels::bwd::kOrderLpt, kernels::bwd::kOrderSections},
+            {"natural", "lpt", "sections"},
+            "launch order: natural (each head's column blocks together), lpt (longest column "
+            "blocks of every head first; causal) or sections (lpt within sections of heads whose "
+            "rows fit half the L2)"}},
       Config({{"block_m", d.block_m},
               {"block_n", d.block_n},
               {"warps", d.warps},
@@ -158,7 +173,8 @@ inline ConfigSpace make_space() {
               {"deterministic", d.deterministic},
               {"frag_prefetch", d.frag_prefetch},
               {"dq_layout", d.dq_warp_m},
-              {"row_order", d.rotated}}),
+              {"row_order", d.rotated},
+              {"order", d.order}}),
       [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
@@ -295,6 +311,10 @@ inline Config default_for(Config base, const AttentionProblem &p, const DeviceIn
   // Without a device the SM count is unknown, so it keeps same.
   const Params c = params_of(base);
   base.set("row_order", c.deterministic && dev.present && !rotated_problem(p, c, dev) ? 1 : 0);
+  // Causal and not deterministic: sections (fa3_bwd's measured rule, kernels/common/bwd.hpp). The column blocks
+  // of a head shrink from the left, so the natural order ends the grid on a mix of long and short CTAs.
+  base.set("order", p.causal && !c.deterministic ? kernels::bwd::kOrderSections
+                                                 : kernels::bwd::kOrderNatural);
   return base;
 }
 

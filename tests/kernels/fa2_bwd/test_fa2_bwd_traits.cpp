@@ -207,6 +207,35 @@ TEST(Fa2BwdVariant, DefaultsAreFa2Tiles) {
   }
 }
 
+// The launch order: sections under a causal mask (column blocks of unequal length), natural otherwise and whenever
+// deterministic fixes it; deterministic with another order says why.
+TEST(Fa2BwdVariant, LaunchOrderFollowsTheMaskAndDeterminism) {
+  const Variant &v = catalog().get("fa2_bwd");
+  const DeviceInfo h100 = nominal_device();
+  for (int64_t d : {64, 128, 256})
+    for (bool causal : {false, true}) {
+      const AttentionProblem p = bwd_problem(2048, 3000, d, causal);
+      const Config c = v.space().default_config(p, h100);
+      EXPECT_EQ(c.get("order"),
+                causal ? fb::kernels::bwd::kOrderSections : fb::kernels::bwd::kOrderNatural)
+          << d;
+      EXPECT_TRUE(support_for(v, p, c, h100).ok) << support_for(v, p, c, h100).reason;
+      Config lpt = c;
+      lpt.set("order", fb::kernels::bwd::kOrderLpt);
+      EXPECT_TRUE(support_for(v, p, lpt, h100).ok) << support_for(v, p, lpt, h100).reason;
+    }
+  const AttentionProblem causal = bwd_problem(4096, 4096, 128, true);
+  Config det = v.space().default_config();
+  det.set("deterministic", 1);
+  const Config c = fa2_bwd::default_for(det, causal, h100);
+  EXPECT_EQ(c.get("order"), fb::kernels::bwd::kOrderNatural);
+  EXPECT_TRUE(support_for(v, causal, c, h100).ok) << support_for(v, causal, c, h100).reason;
+  Config bad = c;
+  bad.set("order", fb::kernels::bwd::kOrderSections);
+  const std::string why = support_for(v, causal, bad, h100).reason;
+  EXPECT_NE(why.find("use order natural"), std::string::npos) << why;
+}
+
 // The dQ accumulator's fragment order is a permutation of each row block's block_m x head_dim floats (the convert
 // kernel reads every element once and the main kernel adds a row block at its row-major base), keeps column pairs
 // adjacent (the convert's float2 loads), and puts lane l's m16n8 accumulator fragment (rows r, r + 8; columns 2c,
