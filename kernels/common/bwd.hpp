@@ -130,15 +130,21 @@ FB_HOST_DEVICE GridSlot grid_order(int64_t x, int64_t cols, int64_t bh_count, in
 }
 
 // The sections of the `sections` order: as few as keep a section's rows within half the L2, and a section's CTAs
-// within two waves (each backward's main kernel fits one CTA an SM), so that a head's column blocks run close together and
-// its Q, dO and dQ rows are read from DRAM about once. A (batch, kv head) pair's rows: Q and dO of its query
-// heads, 16-bit, and their fp32 dQ accumulator, 8 bytes per element.
+// within two waves (each backward's main kernel fits one CTA an SM), so that a head's column blocks run close
+// together and its Q, dO and dQ rows are read from DRAM about once. A (batch, kv head) pair's rows: Q and dO of its
+// query heads, 16-bit, and their fp32 dQ accumulator, 8 bytes per element. Where a section holds a wave or more,
+// it is cut down to a whole number of waves: sections of 1.5 waves (3 heads of 64 causal column blocks on 132
+// SMs) left SMs idle at each section's end, 5% of fa2_bwd's time at d128 N 8192 against lpt, as a greedy
+// simulation of the launch predicts (kernels/fa2_bwd/HISTORY.md).
 inline int64_t section_count(const AttentionProblem &p, int block_m, int64_t cols, int64_t sms,
                              int64_t l2_bytes) {
   const int64_t pairs = p.batch * p.heads_kv;
   const int64_t rows_bytes = 8 * padded_rows(p.seqlen_q, block_m) * p.head_dim * p.group_size();
+  cols = std::max<int64_t>(1, cols), sms = std::max<int64_t>(1, sms);
   int64_t per = std::max<int64_t>(1, (l2_bytes / 2) / std::max<int64_t>(1, rows_bytes));
-  per = std::min(per, std::max<int64_t>(1, 2 * sms / std::max<int64_t>(1, cols)));
+  per = std::min(per, std::max<int64_t>(1, 2 * sms / cols));
+  if (const int64_t waves = per * cols / sms; waves >= 1)
+    per = std::max<int64_t>(1, waves * sms / cols);
   per = std::min(per, pairs);
   return (pairs + per - 1) / per;
 }

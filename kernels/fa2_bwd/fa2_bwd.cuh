@@ -17,8 +17,9 @@
 //     Causal: a column block starts at its first visible row block; only the row blocks that straddle the
 //     diagonal, and the column block holding the sequence end, evaluate the mask.
 //     deterministic: each warp adds its dQ slice of a row block when that slice's counter (semaphores) says
-//     that every column block to its right has added its own, then counts itself in; the last (column 0)
-//     resets the counter. The order follows causal arrival (a diagonal column block reaches a row block first),
+//     that every column block to its right has added its own, and counts itself in one phase later (after the
+//     next row block's second barrier, so that the release finds its reductions long issued); the last
+//     (column 0) resets the counter. The order follows causal arrival (a diagonal column block reaches a row block first),
 //     and blocks are launched rightmost column first, so a CTA only ever waits on one launched before it.
 //  3. convert: dQ = scale · accumulator, in the input type.
 // scale is applied once: to dK in the epilogue and to dQ in convert (S, P, dP and dS are in unscaled units of
@@ -29,6 +30,7 @@
 
 #include "flashbench/check.hpp"
 #include "kernels/common/bwd_rows.cuh"
+#include "kernels/common/fast_div.hpp"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/sm_count.hpp"
 
@@ -53,8 +55,11 @@ template <class T> struct Args {
   Strides qs, ks; // Q, O, dO, dQ; K, V, dK, dV
   float scale, scale_log2;
   int stages, n_row_blocks, n_col_blocks;
-  int heads_kv, bh_count, order, sections; // launch order (kernels/common/bwd.hpp, grid_order)
-  bool causal, deterministic;
+  // The remap kernel's grid (traits.hpp, launch_grid): (pair of a section, column block, section), pair =
+  // section · per + x = batch · heads_kv + kv head.
+  int per, bh_count;
+  kernels::FastDiv heads_kv;
+  bool causal;
   bool
       rotated; // row_order rotated (non-causal): column block n starts at row block rotated_start(n)
 };
@@ -73,11 +78,15 @@ template <int COLS> __device__ __forceinline__ uint32_t swz(int row, int chunk) 
 // integer instructions, instead of ~50 hoisted registers that spill next to the 128 dK/dV accumulators
 // (fresh_tid: kernels/common/bwd_rows.cuh).
 using kernels::bwd::fresh_tid;
-// A shared int read where it is used (one LDS), never kept live or hoisted by the compiler.
-__device__ __forceinline__ int lds_fresh(const int *p) {
-  int v;
-  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(smem_u32(p)));
-  return v;
+template <int DIM> __device__ __forceinline__ int fresh_ctaid() {
+  int t;
+  if constexpr (DIM == 0)
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(t));
+  else if constexpr (DIM == 1)
+    asm volatile("mov.u32 %0, %%ctaid.y;" : "=r"(t));
+  else
+    asm volatile("mov.u32 %0, %%ctaid.z;" : "=r"(t));
+  return t;
 }
 __device__ __forceinline__ int64_t opaque(int64_t x) {
   asm volatile("" : "+l"(x));
@@ -355,8 +364,9 @@ __device__ __forceinline__ void add_dq(float *acc, const float (&c)[MT][NT][4], 
     }
 }
 
-template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
+template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ, int MODE>
 __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
+  constexpr bool kDet = MODE == kModeDet, kRemap = MODE == kModeRemap;
   constexpr int kThreads = W * 32;
   // S and dP: warp tile SR x SC; dQ: SR x QC; dK and dV: KR x KC.
   constexpr int WN = W / WM, SR = BM / WM, SC = BN / WN, MT = SR / 16, NT = SC / 8;
@@ -370,8 +380,8 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
                     KC % 16 == 0,
                 "warp slices must be multiples of 16");
   static_assert(2 * BM <= 4 * kThreads, "LSE and D need BM / 2 copy threads");
-  // frag_prefetch: the products that load their fragments one k-step ahead (traits.hpp, prefetch_products).
-  constexpr int kPf = PF ? prefetch_products(D, BM, BN, W, WM) : 0;
+  // frag_prefetch: the products that load their fragments one k-step ahead (traits.hpp).
+  constexpr int kPf = PF ? kPfAll : 0;
   constexpr bool kUnroll = unrolled_passes(D, W);
 
   // Shared memory: K, V, P, dS, then `stages` slots of (Q, dO, LSE₂, D).
@@ -381,11 +391,33 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const uint32_t sbase = smem_u32(smem);
 
-  // This CTA's column block, kv head and batch entry (grid_order: rightmost column block first when deterministic,
-  // so that a CTA waits only on columns to its right), in shared memory and read afresh wherever needed (one LDS a
-  // use, lds_fresh) rather than kept live across the loop.
-  __shared__ int cta_slot[3]; // column block, kv head, batch
-  auto col = [&] { return lds_fresh(&cta_slot[0]); };
+  // This CTA's column block, kv head and batch entry, read from the grid's indices (traits.hpp, launch_grid)
+  // wherever needed rather than kept live across the loop. The indices and the arguments are warp-uniform, so what
+  // derives from them runs on the uniform datapath (a shared-memory copy of the decoded values put their
+  // dependent address arithmetic on the vector pipe: 2% slower at d128). Natural order: rightmost column block
+  // first when deterministic (a CTA waits only on columns to its right), otherwise leftmost first.
+  auto pair = [&] { return unsigned(fresh_ctaid<2>() * a.per + fresh_ctaid<0>()); };
+  auto col = [&] {
+    if constexpr (kRemap)
+      return fresh_ctaid<1>();
+    else
+      return kDet ? a.n_col_blocks - 1 - fresh_ctaid<0>() : fresh_ctaid<0>();
+  };
+  auto kv_head = [&] {
+    if constexpr (kRemap)
+      return int(a.heads_kv.mod(pair()));
+    else
+      return fresh_ctaid<1>();
+  };
+  auto batch = [&] {
+    if constexpr (kRemap)
+      return int(a.heads_kv.div(pair()));
+    else
+      return fresh_ctaid<2>();
+  };
+  if constexpr (kRemap)
+    if (int(pair()) >= a.bh_count)
+      return; // the last section's missing pairs
   // First row block that column block n visits (n_row_blocks: none); int arithmetic of row_blocks_for.
   auto first_row_block = [&](int n) {
     if (!a.causal)
@@ -399,17 +431,12 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   // row_order rotated: the column block's first row block, kept in shared memory (one LDS a use) rather than
   // a register across the loop, and read after the barrier below.
   __shared__ int rot_start;
-  if (threadIdx.x == 0) {
-    const kernels::bwd::GridSlot g = kernels::bwd::grid_order_in<int>(
-        int(blockIdx.x), a.n_col_blocks, a.bh_count, a.order, a.deterministic, a.sections);
-    cta_slot[0] = int(g.col), cta_slot[1] = int(g.bh % a.heads_kv),
-    cta_slot[2] = int(g.bh / a.heads_kv);
-    rot_start = a.rotated ? rotated_start(int(g.col), a.n_row_blocks, a.n_col_blocks) : 0;
-  }
+  if (threadIdx.x == 0)
+    rot_start = a.rotated ? rotated_start(col(), a.n_row_blocks, a.n_col_blocks) : 0;
   __syncthreads();
 
   {
-    const int n = col(), hkv = lds_fresh(&cta_slot[1]), b = lds_fresh(&cta_slot[2]);
+    const int n = col(), hkv = kv_head(), b = batch();
     const int64_t kv_off = int64_t(b) * a.ks.batch + int64_t(hkv) * a.ks.head;
     load_rows<D, BN, kThreads>(sbase + oK, a.k + kv_off, a.ks.seq, n * BN, a.seqlen_kv,
                                threadIdx.x);
@@ -440,7 +467,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
 
   // Q, dO, LSE₂ and D of row block m of group head g into `slot`.
   auto load_block = [&](Step st, int slot, int tid) {
-    const int h = lds_fresh(&cta_slot[1]) * a.group + st.g, b = lds_fresh(&cta_slot[2]), m = st.m;
+    const int h = kv_head() * a.group + st.g, b = batch(), m = st.m;
     const uint32_t s = sbase + oSlots + slot * kSlot;
     const int64_t q_off = int64_t(b) * a.qs.batch + int64_t(h) * a.qs.head;
     load_rows<D, BM, kThreads>(s, a.q + q_off, a.qs.seq, m * BM, a.seqlen_q, tid);
@@ -455,6 +482,32 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   if (iterations() > 0)
     load_block(step_of(0), 0, threadIdx.x);
   cp_async_commit();
+
+  // Deterministic: how many column blocks add to row block m before this one (rotated: those that reach it first
+  // at one speed; otherwise those to its right), and how many add in all (the last resets the counter).
+  auto add_rank = [&](int m) {
+    const int n = col(), cols = int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal));
+    return int2{a.rotated ? rotated_rank(n, m, a.n_row_blocks, cols) : cols - 1 - n, cols};
+  };
+  // Deterministic: counts this warp's dQ adds to the previous row block in (its counter in the semaphores); the
+  // last column block of the row block resets the counter instead. Called one phase after the adds, after the
+  // next row block's second barrier, so that the release's wait for the reductions to complete falls on
+  // reductions issued long before, not on those just issued (before that barrier, it spilled 4 B); the CTA
+  // barriers between order every lane's adds before lane 0's release.
+  // The counter and whether this column block is the row block's last, kept by lane 0 of each warp in shared
+  // memory from its wait to its count-in (recomputed there, they spilled next to the accumulators).
+  __shared__ int *pending_ctr[kDet ? W : 1];
+  __shared__ int pending_last[kDet ? W : 1];
+  auto signal_added = [&] {
+    const unsigned t = fresh_tid();
+    if (t % 32 != 0)
+      return;
+    int *ctr = pending_ctr[t / 32];
+    if (pending_last[t / 32])
+      atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
+    else
+      asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(ctr) : "memory");
+  };
 
   float dk[MK][NK][4], dv[MK][NK][4];
   zero(dk);
@@ -542,6 +595,8 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     else
       p_and_ds(std::false_type{});
     __syncthreads(); // P and dS complete
+    if (kDet && it > 0)
+      signal_added(); // the previous row block's adds: two CTA barriers and this S and dP ago
 
     {
       const int w2 = int(fresh_tid() / 32);
@@ -556,45 +611,27 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
       const unsigned t3 = fresh_tid();
       const int w3 = int(t3 / 32), l3 = int(t3 % 32);
       const int q_row0 = (w3 / WNQ) * QR, q_col0 = (w3 % WNQ) * QC;
-      const int h = lds_fresh(&cta_slot[1]) * a.group + g, b = lds_fresh(&cta_slot[2]);
+      const int h = kv_head() * a.group + g, b = batch();
       float *acc = a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM) * D;
       int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
-      // Deterministic: the column blocks that add to row block m before this one (rotated: those that reach it
-      // first at one speed; otherwise those to its right) and how many add in all; the last resets the counter.
-      auto order = [&] {
-        const int cols = int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal));
-        return int2{a.rotated ? rotated_rank(n, m, a.n_row_blocks, cols) : cols - 1 - n, cols};
-      };
 #pragma unroll
       for (int ch = 0; ch < QC / QCH; ++ch) {
         float dq[MQ][QCH / 8][4];
         zero(dq);
         gemm_ab<T, BN, D, MQ, QCH / 8, (kPf & kPfDQ) != 0, kUnroll>(dq, sbase + oDS, q_row0,
                                                                     sbase + oK, q_col0 + ch * QCH);
-        if (a.deterministic && ch == 0) {
-          const int before = order().x;
+        if (kDet && ch == 0) {
+          const int2 o = add_rank(m);
           // One lane polls, backing off a little so that waiting warps do not crowd the L2 slices that
           // serve the reductions they wait for.
-          if (l3 == 0)
-            while (ld_acquire(ctr) != before)
+          if (l3 == 0) {
+            while (ld_acquire(ctr) != o.x)
               __nanosleep(32);
+            pending_ctr[w3] = ctr, pending_last[w3] = o.x == o.y - 1;
+          }
           __syncwarp();
         }
         add_dq<D>(acc, dq, q_row0, q_col0 + ch * QCH, l3);
-      }
-      if (a.deterministic) {
-        // The warp's reductions, then (after the warp barrier, which orders them before lane 0's next
-        // operation) a release increment: cumulative over them, and only as strong as the acquire load
-        // it pairs with needs. __threadfence() before a relaxed add was a sequentially consistent fence
-        // (MEMBAR.SC.GPU) in every row block of every column block.
-        __syncwarp();
-        if (l3 == 0) {
-          const int2 o = order();
-          if (o.x == o.y - 1)
-            atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
-          else
-            asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(ctr) : "memory");
-        }
       }
     }
 
@@ -605,10 +642,15 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     }
   }
 
+  if (kDet && iterations() > 0) {
+    __syncwarp(); // every lane's adds of the last row block before lane 0's release
+    signal_added();
+  }
+
   // Epilogue: dK (scaled) and dV through the K and V tiles, then 16-byte stores of the rows before the end.
   const int tid = int(fresh_tid()), warp = tid / 32, lane = tid % 32;
   const int k_row0 = (warp / WKD) * KR, k_col0 = (warp % WKD) * KC;
-  const int k0 = col() * BN, hkv = lds_fresh(&cta_slot[1]), b = lds_fresh(&cta_slot[2]);
+  const int k0 = col() * BN, hkv = kv_head(), b = batch();
   cp_async_wait<0>();
   __syncthreads(); // every warp is done with K and V (and, with no row block, K and V have landed)
   store_tile<T, D>(smem + oK, dk, k_row0, k_col0, lane, a.scale);
@@ -628,7 +670,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   }
 }
 
-template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
+template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ, int MODE>
 void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
                  cudaStream_t stream) {
   const Workspace ws = workspace_layout(p, c);
@@ -660,49 +702,54 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.n_row_blocks = static_cast<int>(num_row_blocks(p, c));
   a.n_col_blocks = static_cast<int>(num_col_blocks(p, c));
   a.causal = p.causal;
-  a.deterministic = c.deterministic != 0;
   a.rotated = c.rotated != 0 && !p.causal;
-  a.heads_kv = static_cast<int>(p.heads_kv);
+  const LaunchGrid lg = launch_grid(p, c, kernels::sm_count(), kernels::l2_bytes());
+  a.per = static_cast<int>(lg.per);
   a.bh_count = static_cast<int>(p.heads_kv * p.batch);
-  a.order = c.order;
-  a.sections = static_cast<int>(kernels::bwd::section_count(
-      p, c.block_m, a.n_col_blocks, kernels::sm_count(), kernels::l2_bytes()));
+  a.heads_kv = kernels::FastDiv(static_cast<uint32_t>(p.heads_kv));
 
   const kernels::bwd::RowArgs<T> rows = kernels::bwd::row_args<T>(p, args, c.block_m);
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
 
-  auto *kernel = fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ>;
+  auto *kernel = fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ, MODE>;
   const int64_t smem = smem_bytes(D, c);
   if (smem > 48 * 1024)
     FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  const int64_t ctas = int64_t(a.n_col_blocks) * a.bh_count;
-  kernel<<<static_cast<unsigned>(ctas), W * 32, static_cast<size_t>(smem), stream>>>(a);
+  const dim3 grid(static_cast<unsigned>(lg.x), static_cast<unsigned>(lg.y),
+                  static_cast<unsigned>(lg.z));
+  kernel<<<grid, W * 32, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
 
   kernels::bwd::launch_convert<T, D, FragOrder>(rows, p.batch, stream);
 }
 
-template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ>
+template <class T, int D, int BM, int BN, int W, int WM, bool PF, int WMQ, int MODE>
 std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {
   return {kernels::bwd::preprocess_desc<T, D>("fa2_bwd", p, c.block_m),
           {"fa2_bwd_main",
-           reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ>), W * 32,
-           static_cast<size_t>(smem_bytes(D, c)), num_col_blocks(p, c) * p.heads_kv * p.batch},
+           reinterpret_cast<const void *>(&fa2_bwd_main<T, D, BM, BN, W, WM, PF, WMQ, MODE>),
+           W * 32, static_cast<size_t>(smem_bytes(D, c)),
+           num_col_blocks(p, c) * p.heads_kv * p.batch},
           kernels::bwd::convert_desc<T, D, FragOrder>("fa2_bwd", p)};
 }
 
 } // namespace detail
 
 // The launch and kernel-list functions of the compiled instantiation for (T, D, tile shape), or nulls when that
-// shape is not compiled (tile_compiled() false). One instantiation file compiles one (T, D) slice.
+// shape and mode is not compiled (tile_compiled() false). One instantiation file compiles one (T, D) slice.
 template <class T, int D> Instance pick_tile(const Params &c) {
-#define FB_FA2_BWD_TILE(BM, BN, W, WM, PF, WMQ)                                                    \
-  if constexpr (tile_compiled(D, BM, BN, W, WM, PF, WMQ))                                          \
+  const int mode = mode_of(c.deterministic, c.order);
+#define FB_FA2_BWD_TILE_MODE(BM, BN, W, WM, PF, WMQ, MODE)                                         \
+  if constexpr (tile_compiled(D, BM, BN, W, WM, PF, WMQ, MODE))                                    \
     if (c.block_m == BM && c.block_n == BN && c.warps == W && c.warp_m == WM &&                    \
-        c.frag_prefetch == PF && dq_row_warps(c) == WMQ)                                           \
-      return {&detail::launch_tile<T, D, BM, BN, W, WM, PF, WMQ>,                                  \
-              &detail::describe_tile<T, D, BM, BN, W, WM, PF, WMQ>};
+        c.frag_prefetch == PF && dq_row_warps(c) == WMQ && mode == MODE)                           \
+      return {&detail::launch_tile<T, D, BM, BN, W, WM, PF, WMQ, MODE>,                            \
+              &detail::describe_tile<T, D, BM, BN, W, WM, PF, WMQ, MODE>};
+#define FB_FA2_BWD_TILE(BM, BN, W, WM, PF, WMQ)                                                    \
+  FB_FA2_BWD_TILE_MODE(BM, BN, W, WM, PF, WMQ, kModePlain)                                         \
+  FB_FA2_BWD_TILE_MODE(BM, BN, W, WM, PF, WMQ, kModeRemap)                                         \
+  FB_FA2_BWD_TILE_MODE(BM, BN, W, WM, PF, WMQ, kModeDet)
   FB_FA2_BWD_TILE(64, 64, 4, 2, false, 2)
   FB_FA2_BWD_TILE(64, 64, 4, 2, true, 2)
   FB_FA2_BWD_TILE(64, 64, 8, 2, false, 2)
@@ -725,6 +772,7 @@ template <class T, int D> Instance pick_tile(const Params &c) {
   FB_FA2_BWD_TILE(128, 128, 8, 2, false, 4)
   FB_FA2_BWD_TILE(128, 128, 8, 2, true, 4)
 #undef FB_FA2_BWD_TILE
+#undef FB_FA2_BWD_TILE_MODE
   return {};
 }
 

@@ -35,7 +35,12 @@ std::string tile_name(const Params &c) {
          std::to_string(c.warps) + " warps, warp_layout m" + std::to_string(c.warp_m) +
          (c.frag_prefetch ? ", frag_prefetch on" : "") +
          (dq_row_warps(c) != c.warp_m ? ", dq_layout m" + std::to_string(dq_row_warps(c))
-                                      : std::string());
+                                      : std::string()) +
+         (c.deterministic ? ", deterministic on (compiled for the default tiles)"
+          : c.order == kernels::bwd::kOrderLpt ? ", order lpt (compiled for the default tiles)"
+          : c.order == kernels::bwd::kOrderSections
+              ? ", order sections (compiled for the default tiles)"
+              : "");
 }
 
 } // namespace
@@ -90,7 +95,8 @@ public:
       return Support::no("head_dim " + std::to_string(p.head_dim) + ": " + *why);
     if (!fa2_bwd::tile_compiled(static_cast<int>(p.head_dim), params.block_m, params.block_n,
                                 params.warps, params.warp_m, params.frag_prefetch != 0,
-                                fa2_bwd::dq_row_warps(params)))
+                                fa2_bwd::dq_row_warps(params),
+                                fa2_bwd::mode_of(params.deterministic, params.order)))
       return Support::no("head_dim " + std::to_string(p.head_dim) + " with tile " +
                          fa2_bwd::tile_name(params) +
                          " is not compiled (it spills registers, or is not among the "
@@ -98,6 +104,8 @@ public:
     if (params.rotated)
       if (auto why = fa2_bwd::rotated_problem(p, params, dev))
         return Support::no(*why);
+    if (auto why = fa2_bwd::grid_problem(p, params, dev))
+      return Support::no(*why);
     const int64_t smem = fa2_bwd::smem_bytes(p.head_dim, params);
     if (dev.smem_per_block_optin > 0 && smem > dev.smem_per_block_optin)
       return Support::no("needs " + kernels::format_kb(double(smem)) +

@@ -186,16 +186,35 @@ constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128 || d == 256; 
 // 2·block_m·block_n / (32·warps), so the shapes are those whose sum stays near 192. Left out because they spill:
 // d64 128x128x8 m4 (24 B, bf16 on sm_90); d128 128x128 and d256 with block_m or block_n 128 (256 or more
 // accumulator registers). HISTORY.md lists the ptxas register counts. frag_prefetch (pf) on doubles the live
-// fragments of each product, so it is compiled only for the default tiles of head_dim 64 and 128, the ones the
-// acceptance sweep compares with it off.
-constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm, bool pf = false, int wmq = 0) {
+// fragments of each product, so it is compiled only for d64's default tile, which the acceptance sweep compares
+// with it off; at d128 64x128 it was 0.6-1.0% slower (HISTORY.md row 24) and spills 8 B since the CTA's
+// coordinates are decoded from the grid (row 26).
+//
+// Each tile is compiled as three kernels (`mode`): plain (non-deterministic, natural launch order), remap
+// (non-deterministic, lpt or sections, whose grid needs a decode of the CTA's coordinates) and det (deterministic:
+// the ordered dQ adds). Kept apart, the plain kernel carries neither the decode nor the deterministic code, which
+// cost it 1.5% each at d128 (HISTORY.md row 26). remap and det are compiled for each head_dim's default tile only.
+constexpr int kModePlain = 0, kModeRemap = 1, kModeDet = 2;
+constexpr int mode_of(int deterministic, int order) {
+  return deterministic ? kModeDet : order != kernels::bwd::kOrderNatural ? kModeRemap : kModePlain;
+}
+// The default tile of head_dim d (default_for): FlashAttention-2's sm80 tiles, with dq_layout m4 at d64.
+constexpr bool default_tile(int d, int bm, int bn, int w, int wm, bool pf, int wmq) {
+  return !pf && w == 8 && wm == 2 &&
+         ((d == 64 && bm == 128 && bn == 128 && wmq == 4) ||
+          (d == 128 && bm == 64 && bn == 128 && (wmq == 0 || wmq == 2)) ||
+          (d == 256 && bm == 64 && bn == 64 && (wmq == 0 || wmq == 2)));
+}
+constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm, bool pf = false, int wmq = 0,
+                             int mode = kModePlain) {
+  if (mode != kModePlain)
+    return default_tile(d, bm, bn, w, wm, pf, wmq);
   // dQ with its own row warps: 4 under S's 2 at d64 128x128 (32 x 32 dQ slices, 4 ldmatrix per 8 MMAs where
   // 64 x 16 slices take 5), with frag_prefetch off and on.
   if (wmq != 0 && wmq != wm)
     return d == 64 && bm == 128 && bn == 128 && w == 8 && wm == 2 && wmq == 4;
   if (pf)
-    return (d == 64 && bm == 128 && bn == 128 && w == 8 && wm == 2) ||
-           (d == 128 && bm == 64 && bn == 128 && w == 8 && wm == 2);
+    return d == 64 && bm == 128 && bn == 128 && w == 8 && wm == 2;
   if (d == 64)
     return (bm == 128 && bn == 128 && w == 8 && wm == 2) ||
            (bm == 64 && bn == 128 && w == 8 && (wm == 2 || wm == 4)) ||
@@ -209,18 +228,9 @@ constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm, bool pf = fal
   return false;
 }
 
-// frag_prefetch on: which products load their ldmatrix fragments one k-step ahead (a mask of the kPf bits).
-// Each prefetching product holds one more k-step of fragments live; where that spills next to the dK/dV
-// accumulators, the product keeps the plain pass loop. d128 64x128x8 m2 sits at 255 registers: prefetch in dP
-// spilled 26-40 B there with any other product prefetching while dP was computed after a packed P (before HISTORY
-// row 22). With dP's product beside the exponents it compiles spill-free (ptxas 13.0, sm_80 and sm_90) but has not
-// been timed, so dP stays plain there; frag_prefetch is off in every default (row 24).
+// frag_prefetch on: every product loads its ldmatrix fragments one k-step ahead (the kPf bits name them).
 constexpr int kPfS = 1, kPfKV = 2, kPfDQ = 4, kPfDP = 8;
-constexpr int prefetch_products(int d, int bm, int bn, int w, int wm) {
-  if (d == 128 && bm == 64 && bn == 128 && w == 8 && wm == 2)
-    return kPfS | kPfKV | kPfDQ;
-  return kPfS | kPfKV | kPfDQ | kPfDP;
-}
+constexpr int kPfAll = kPfS | kPfKV | kPfDQ | kPfDP;
 
 // Whether every product's passes are unrolled (fa2_bwd.cuh, k_loop): at d128 the straight-line body drops loop
 // control and per-pass address updates; at d64 it lost. H100, A/B of the defaults at B·N 16384 N 4096
@@ -244,6 +254,42 @@ inline int64_t num_row_blocks(const AttentionProblem &p, const Params &c) {
 inline int64_t num_col_blocks(const AttentionProblem &p, const Params &c) {
   return (p.seqlen_kv + c.block_n - 1) / c.block_n;
 }
+// The main kernel's grid (fa2_bwd.cuh reads a CTA's column block, kv head and batch entry from its indices):
+//  - natural (plain and det kernels): (C, kv heads, batch), each head's column blocks together (CTAs launch x
+//    fastest), leftmost first, or rightmost first when deterministic (the kernel reverses x);
+//  - lpt and sections (remap kernel): (per, C, sections): the (batch, kv head) pairs of a section (pair = batch ·
+//    kv heads + kv head = section · per + x), then its column blocks, then the sections, so that a section
+//    launches its pairs' first column blocks, then their second, ... (lpt within it). lpt is one section of every
+//    pair; sections are section_count's (kernels/common/bwd.hpp), each of per = ceil(pairs / sections) pairs but
+//    the last, whose missing pairs' CTAs exit at once (fa3_bwd's grid_order sizes them to differ by at most one),
+//    and at least ceil(pairs / 65535) pairs, so that they fit the grid's z.
+struct LaunchGrid {
+  int64_t per, x, y, z;
+};
+inline LaunchGrid launch_grid(const AttentionProblem &p, const Params &c, int64_t sms,
+                              int64_t l2_bytes) {
+  const int64_t cols = num_col_blocks(p, c), pairs = p.batch * p.heads_kv;
+  if (c.order == kernels::bwd::kOrderNatural)
+    return {0, cols, p.heads_kv, p.batch};
+  const int64_t sections = c.order == kernels::bwd::kOrderLpt
+                               ? 1
+                               : kernels::bwd::section_count(p, c.block_m, cols, sms, l2_bytes);
+  const int64_t per = std::max((pairs + sections - 1) / sections, (pairs + 65534) / 65535);
+  return {per, per, cols, (pairs + per - 1) / per};
+}
+
+// Why the grid of p with c exceeds CUDA's limits, or nothing (launch_grid keeps z within them).
+inline std::optional<std::string> grid_problem(const AttentionProblem &p, const Params &c,
+                                               const DeviceInfo &dev) {
+  const LaunchGrid g = launch_grid(p, c, std::max(1, dev.sm_count), dev.l2_bytes);
+  if (c.order == kernels::bwd::kOrderNatural && (g.y > 65535 || g.z > 65535))
+    return std::to_string(p.heads_kv) + " kv heads or " + std::to_string(p.batch) +
+           " batch entries pass the grid's 65535 (split the batch)";
+  if (g.y > 65535)
+    return std::to_string(g.y) + " column blocks pass the grid's 65535 along y (use order natural)";
+  return std::nullopt;
+}
+
 inline int64_t semaphore_count(const AttentionProblem &p, const Params &c) {
   return c.deterministic ? p.batch * p.heads_q * num_row_blocks(p, c) * c.warps : 0;
 }

@@ -99,7 +99,7 @@ TEST(BwdGridOrder, SectionsRunLptInsideConsecutiveRunsOfHeads) {
   }
 }
 
-TEST(BwdGridOrder, SectionCountKeepsASectionsRowsInHalfTheL2AndTwoWaves) {
+TEST(BwdGridOrder, SectionCountKeepsASectionsRowsInHalfTheL2AndWholeWaves) {
   const auto prob = [](int64_t b, int64_t hq, int64_t hkv, int64_t n, int64_t d) {
     AttentionProblem p;
     p.batch = b, p.heads_q = hq, p.heads_kv = hkv, p.seqlen_q = p.seqlen_kv = n, p.head_dim = d;
@@ -108,8 +108,10 @@ TEST(BwdGridOrder, SectionCountKeepsASectionsRowsInHalfTheL2AndTwoWaves) {
   };
   constexpr int64_t sms = 132, l2 = 50 << 20;
   // d128 N2048, 8 x 16 heads: 2 MiB of Q, dO and dQ rows a head, 12 of them in half the L2 (16 would fill two
-  // waves of 16 column blocks): 11 sections of 11-12 heads.
-  EXPECT_EQ(section_count(prob(8, 16, 16, 2048, 128), 64, 16, sms, l2), 11);
+  // waves of 16 column blocks); 12 heads are 1.45 waves, cut to one wave: 16 sections of 8 heads.
+  EXPECT_EQ(section_count(prob(8, 16, 16, 2048, 128), 64, 16, sms, l2), 16);
+  // d128 N8192, 2 x 16 heads: 8 MiB a head, 3 in half the L2 (1.45 waves of 64 column blocks), cut to 2 (0.97).
+  EXPECT_EQ(section_count(prob(2, 16, 16, 8192, 128), 64, 64, sms, l2), 16);
   // d128 N16384, 16 heads: 16 MiB a head, one head a section.
   EXPECT_EQ(section_count(prob(1, 16, 16, 16384, 128), 64, 128, sms, l2), 16);
   // d64 N1024, 16 x 32 heads: 0.5 MiB a head, but two waves hold 33 heads' 8 column blocks: 16 sections.

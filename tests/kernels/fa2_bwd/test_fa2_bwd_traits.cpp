@@ -12,6 +12,8 @@
 #include <array>
 #include <map>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 using namespace fb;
@@ -127,23 +129,26 @@ TEST(Fa2BwdVariant, SupportsSaysWhy) {
   big.set("block_n", 128);
   EXPECT_NE(v.supports(p, big, h100).reason.find("not compiled"), std::string::npos);
 
-  // frag_prefetch on is compiled for the default tiles of head_dim 64 and 128 only.
-  Config pf = def;
+  // The tile axes below with the natural order (lpt and sections are compiled for the default tiles only).
+  Config nat = def;
+  nat.set("order", 0);
+  // frag_prefetch on is compiled for d64's default tile only.
+  Config pf = nat;
   pf.set("frag_prefetch", 1);
-  EXPECT_TRUE(runs(v, p, pf, h100));
-  pf.set("warp_layout", 4);
   EXPECT_NE(v.supports(p, pf, h100).reason.find("frag_prefetch on is not compiled"),
             std::string::npos)
       << v.supports(p, pf, h100).reason;
 
   // dQ with 4 row warps under warp_layout m2 is compiled for the d64 default tile only.
-  Config dq = def;
+  Config dq = nat;
   dq.set("dq_layout", 4);
   EXPECT_NE(v.supports(p, dq, h100).reason.find("dq_layout m4 is not compiled"), std::string::npos)
       << v.supports(p, dq, h100).reason;
   AttentionProblem d64 = p;
   d64.head_dim = 64;
   Config dq64 = v.space().default_config(d64, h100);
+  EXPECT_TRUE(runs(v, d64, dq64, h100));
+  dq64.set("order", 0);
   dq64.set("dq_layout", 4);
   EXPECT_TRUE(runs(v, d64, dq64, h100));
   dq64.set("frag_prefetch", 1);
@@ -234,6 +239,94 @@ TEST(Fa2BwdVariant, LaunchOrderFollowsTheMaskAndDeterminism) {
   bad.set("order", fb::kernels::bwd::kOrderSections);
   const std::string why = support_for(v, causal, bad, h100).reason;
   EXPECT_NE(why.find("use order natural"), std::string::npos) << why;
+}
+
+// The grid of each order, decoded as the kernel does (natural: column block x, reversed when deterministic, kv head
+// y, batch z; lpt and sections: column block y, pair z · per + x, pairs past the last exiting): every (column
+// block, pair) once, and in launch order (x fastest, then y, then z) natural runs each pair's column blocks
+// together (rightmost first when deterministic), lpt every pair's first column block before any second, and
+// sections lpt within runs of per pairs.
+TEST(Fa2BwdTraits, LaunchGridCoversEveryColumnBlockOnceInItsOrder) {
+  using namespace fb::kernels::bwd;
+  for (auto [b, hkv, n] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 64},
+                           {3, 5, 1000},
+                           {16, 16, 1024},
+                           {2, 16, 8192},
+                           {1, 16, 16384}})
+    for (int order : {kOrderNatural, kOrderLpt, kOrderSections})
+      for (int det : {0, 1}) {
+        if (det && order != kOrderNatural)
+          continue;
+        AttentionProblem p = bwd_problem(n, n, 128, true, hkv, hkv);
+        p.batch = b;
+        fa2_bwd::Params c;
+        c.order = order, c.deterministic = det;
+        const fa2_bwd::LaunchGrid g = fa2_bwd::launch_grid(p, c, 132, int64_t(50) << 20);
+        const int64_t cols = fa2_bwd::num_col_blocks(p, c), pairs = b * hkv;
+        const bool natural = order == kOrderNatural;
+        EXPECT_EQ(natural ? g.x : g.y, cols);
+        if (!natural) {
+          ASSERT_GE(g.x * g.z, pairs);
+          ASSERT_LT((g.z - 1) * g.per, pairs); // no section wholly past the last pair
+        }
+        std::vector<int> seen(size_t(cols * pairs), 0);
+        std::vector<std::pair<int64_t, int64_t>> launched; // (column block, pair) in launch order
+        for (int64_t z = 0; z < g.z; ++z)
+          for (int64_t y = 0; y < g.y; ++y)
+            for (int64_t x = 0; x < g.x; ++x) {
+              const int64_t pair = natural ? z * hkv + y : z * g.per + x;
+              const int64_t col = natural ? (det ? cols - 1 - x : x) : y;
+              if (pair >= pairs)
+                continue;
+              ASSERT_TRUE(col >= 0 && col < cols);
+              ++seen[size_t(pair * cols + col)];
+              launched.push_back({col, pair});
+            }
+        EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int k) { return k == 1; }));
+        if (natural)
+          for (size_t i = 0; i < launched.size(); ++i) {
+            const int64_t pos = int64_t(i) % cols;
+            EXPECT_EQ(launched[i].second, int64_t(i) / cols);
+            EXPECT_EQ(launched[i].first, det ? cols - 1 - pos : pos);
+          }
+        if (order == kOrderLpt)
+          for (size_t i = 0; i < launched.size(); ++i)
+            EXPECT_EQ(launched[i].first, int64_t(i) / pairs);
+        if (order == kOrderSections)
+          for (size_t i = 1; i < launched.size(); ++i) {
+            // Within a section the column block never decreases; a new section starts at column block 0.
+            const bool same_section = launched[i].second / g.per == launched[i - 1].second / g.per;
+            if (same_section)
+              EXPECT_GE(launched[i].first, launched[i - 1].first);
+            else
+              EXPECT_EQ(launched[i].first, 0);
+          }
+      }
+}
+
+// deterministic and the lpt and sections orders are compiled for each head_dim's default tile only.
+TEST(Fa2BwdVariant, DeterministicAndRemappedOrdersRunOnTheDefaultTiles) {
+  const Variant &v = catalog().get("fa2_bwd");
+  const DeviceInfo h100 = nominal_device();
+  for (int64_t d : {64, 128, 256}) {
+    const AttentionProblem p = bwd_problem(1000, 1000, d, true);
+    const Config def = v.space().default_config(p, h100);
+    for (auto [det, order] : {std::pair<int, int>{1, kernels::bwd::kOrderNatural},
+                              {0, kernels::bwd::kOrderLpt},
+                              {0, kernels::bwd::kOrderSections}}) {
+      Config c = def;
+      c.set("deterministic", det);
+      c.set("order", order);
+      EXPECT_TRUE(support_for(v, p, c, h100).ok) << d << ": " << support_for(v, p, c, h100).reason;
+      c.set("block_m", d == 64 ? 64 : 128);
+      c.set("block_n", d == 256 ? 64 : 128);
+      c.set("dq_layout", 0);
+      if (d == 128)
+        c.set("block_n", 64);
+      const std::string why = support_for(v, p, c, h100).reason;
+      EXPECT_NE(why.find("compiled for the default tiles"), std::string::npos) << d << ": " << why;
+    }
+  }
 }
 
 // The dQ accumulator's fragment order is a permutation of each row block's block_m x head_dim floats (the convert
