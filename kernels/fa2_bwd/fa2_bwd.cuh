@@ -74,9 +74,9 @@ template <int COLS> __device__ __forceinline__ uint32_t swz(int row, int chunk) 
 
 // Values the optimiser can neither hoist out of the row-block loop nor keep live across it: the loop's per-lane
 // addresses (a dozen products' ldmatrix bases, the cp.async chunk offsets, the mask coordinates) are recomputed
-// from these (and from the CTA's column block, kv head and batch, kept in shared memory) each iteration for a few
-// integer instructions, instead of ~50 hoisted registers that spill next to the 128 dK/dV accumulators
-// (fresh_tid: kernels/common/bwd_rows.cuh).
+// from these (the thread index, and the grid indices that give the CTA's column block, kv head and batch) each
+// iteration for a few integer instructions, instead of ~50 hoisted registers that spill next to the 128 dK/dV
+// accumulators (fresh_tid: kernels/common/bwd_rows.cuh).
 using kernels::bwd::fresh_tid;
 template <int DIM> __device__ __forceinline__ int fresh_ctaid() {
   int t;
@@ -493,9 +493,9 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   // last column block of the row block resets the counter instead. Called one phase after the adds, after the
   // next row block's second barrier, so that the release's wait for the reductions to complete falls on
   // reductions issued long before, not on those just issued (before that barrier, it spilled 4 B); the CTA
-  // barriers between order every lane's adds before lane 0's release.
-  // The counter and whether this column block is the row block's last, kept by lane 0 of each warp in shared
-  // memory from its wait to its count-in (recomputed there, they spilled next to the accumulators).
+  // barriers between order every lane's adds before lane 0's release. Lane 0 of each warp keeps the counter and
+  // whether this column block is the row block's last in shared memory from its wait to its count-in
+  // (recomputed there, they spilled next to the accumulators).
   __shared__ int *pending_ctr[kDet ? W : 1];
   __shared__ int pending_last[kDet ? W : 1];
   auto signal_added = [&] {

@@ -198,12 +198,20 @@ constexpr int kModePlain = 0, kModeRemap = 1, kModeDet = 2;
 constexpr int mode_of(int deterministic, int order) {
   return deterministic ? kModeDet : order != kernels::bwd::kOrderNatural ? kModeRemap : kModePlain;
 }
-// The default tile of head_dim d (default_for): FlashAttention-2's sm80 tiles, with dq_layout m4 at d64.
+// The default tile of head_dim d (default_for sets it; the remap and det kernels are compiled for it):
+// FlashAttention-2's sm80 tiles, 8 warps, 2 along the rows, with dQ's 4 row warps (dq_layout m4) at d64.
+struct TileShape {
+  int bm = 0, bn = 0, w = 0, wm = 0, wmq = 0; // wmq: dQ's row warps (dq_row_warps)
+};
+constexpr TileShape default_tile_of(int64_t d) {
+  return d == 64    ? TileShape{128, 128, 8, 2, 4}
+         : d == 128 ? TileShape{64, 128, 8, 2, 2}
+         : d == 256 ? TileShape{64, 64, 8, 2, 2}
+                    : TileShape{};
+}
 constexpr bool default_tile(int d, int bm, int bn, int w, int wm, bool pf, int wmq) {
-  return !pf && w == 8 && wm == 2 &&
-         ((d == 64 && bm == 128 && bn == 128 && wmq == 4) ||
-          (d == 128 && bm == 64 && bn == 128 && (wmq == 0 || wmq == 2)) ||
-          (d == 256 && bm == 64 && bn == 64 && (wmq == 0 || wmq == 2)));
+  const TileShape t = default_tile_of(d);
+  return !pf && t.bm == bm && t.bn == bn && t.w == w && t.wm == wm && t.wmq == (wmq ? wmq : wm);
 }
 constexpr bool tile_compiled(int d, int bm, int bn, int w, int wm, bool pf = false, int wmq = 0,
                              int mode = kModePlain) {
@@ -337,15 +345,11 @@ inline std::optional<std::string> rotated_problem(const AttentionProblem &p, con
 // (fastest samples +2.8-3.3%; HISTORY.md, version 3). frag_prefetch stays off: at d128 it was +0.8-1.6% (version 2)
 // until dP's product moved beside the exponents (versions 22-23), and -0.6-1% since (version 24).
 inline Config default_for(Config base, const AttentionProblem &p, const DeviceInfo &dev) {
-  if (p.head_dim == 64) {
-    base.set("block_m", 128), base.set("block_n", 128), base.set("warps", 8);
-    base.set("warp_layout", 2), base.set("dq_layout", 4);
-  } else if (p.head_dim == 128) {
-    base.set("block_m", 64), base.set("block_n", 128), base.set("warps", 8);
-    base.set("warp_layout", 2);
-  } else if (p.head_dim == 256) {
-    base.set("block_m", 64), base.set("block_n", 64), base.set("warps", 8);
-    base.set("warp_layout", 2);
+  if (const TileShape t = default_tile_of(p.head_dim); t.bm > 0) {
+    base.set("block_m", t.bm), base.set("block_n", t.bn), base.set("warps", t.w);
+    base.set("warp_layout", t.wm);
+    if (t.wmq != t.wm)
+      base.set("dq_layout", t.wmq);
   }
   if (dev.smem_per_block_optin > 0 && head_dim_ok(p.head_dim) &&
       smem_bytes(p.head_dim, params_of(base)) > dev.smem_per_block_optin)
