@@ -19,8 +19,8 @@
 //     deterministic: each warp adds its dQ slice of a row block when that slice's counter (semaphores) says
 //     that every column block to its right has added its own, and counts itself in one phase later (after the
 //     next row block's second barrier, so that the release finds its reductions long issued); the last
-//     (column 0) resets the counter. The order follows causal arrival (a diagonal column block reaches a row block first),
-//     and blocks are launched rightmost column first, so a CTA only ever waits on one launched before it.
+//     (column 0) resets the counter. The order follows causal arrival (a diagonal column block reaches a row block
+//     first), and blocks are launched rightmost column first, so a CTA only ever waits on one launched before it.
 //  3. convert: dQ = scale · accumulator, in the input type.
 // scale is applied once: to dK in the epilogue and to dQ in convert (S, P, dP and dS are in unscaled units of
 // the score gradient).

@@ -36,11 +36,12 @@ std::string tile_name(const Params &c) {
          (c.frag_prefetch ? ", frag_prefetch on" : "") +
          (dq_row_warps(c) != c.warp_m ? ", dq_layout m" + std::to_string(dq_row_warps(c))
                                       : std::string()) +
-         (c.deterministic ? ", deterministic on (compiled for the default tiles)"
-          : c.order == kernels::bwd::kOrderLpt ? ", order lpt (compiled for the default tiles)"
-          : c.order == kernels::bwd::kOrderSections
-              ? ", order sections (compiled for the default tiles)"
-              : "");
+         (mode_of(c.deterministic, c.order) == kModePlain
+              ? std::string()
+              : std::string(c.deterministic                      ? ", deterministic on"
+                            : c.order == kernels::bwd::kOrderLpt ? ", order lpt"
+                                                                 : ", order sections") +
+                    " (compiled for the default tiles)");
 }
 
 } // namespace

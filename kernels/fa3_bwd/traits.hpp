@@ -121,8 +121,9 @@ inline Params params_of(const Config &c) {
 // The default of a problem: 2 stages; natural where column blocks have equal length (no causal mask) or the order
 // is fixed (deterministic); sections under a causal mask. Measured on an H100 and an H200
 // (sweeps/ablation/fa3-bwd-order.yaml, HISTORY.md): sections beat lpt by 3-68% at N 1024-4096 and by 0-10% at
-// 16384, and lost 5-9% to it at d128 N 8192 only, before sections were cut to whole waves (+3.7% there since). block_m: 128 at head_dim 64; at head_dim 128, 80 without a
-// causal mask and 64 with one (HISTORY.md: the A/B of 64 and 80 rows).
+// 16384, and lost 5-9% to it at d128 N 8192 only, before sections were cut to whole waves (+3.7% there since).
+// block_m: 128 at head_dim 64; at head_dim 128, 80 without a causal mask and 64 with one (HISTORY.md: the A/B of
+// 64 and 80 rows).
 inline int default_block_m(int64_t head_dim, bool causal) {
   return head_dim == 64 ? 128 : causal ? 64 : 80;
 }
