@@ -516,8 +516,8 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     const int par = it_added & 1;
 #pragma unroll 1
     for (int w = 0; w < W; ++w)
-      if (pending_last[par][w])
-        store_relaxed(pending_ctr[par][w], 0); // the last of this row block: leave the counter as it was found
+      if (pending_last[par][w]) // the last of this row block: leave the counter as it was found
+        store_relaxed(pending_ctr[par][w], 0);
       else
         red_add_relaxed(pending_ctr[par][w], 1);
   };
@@ -661,8 +661,9 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
   const int k0 = col() * BN, hkv = kv_head(), b = batch();
   cp_async_wait<0>();
   __syncthreads(); // every warp is done with K and V (and, with no row block, K and V have landed)
+  // The last row block's adds, every warp's ordered by the barrier above.
   if (kDet && iterations() > 0)
-    signal_added(iterations() - 1); // the last row block's adds, every warp's ordered by the barrier above
+    signal_added(iterations() - 1);
   store_tile<T, D>(smem + oK, dk, k_row0, k_col0, lane, a.scale);
   store_tile<T, D>(smem + oV, dv, k_row0, k_col0, lane);
   __syncthreads();
