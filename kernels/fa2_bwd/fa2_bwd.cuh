@@ -335,19 +335,23 @@ __device__ __forceinline__ void store_packed(unsigned char *tile, const uint32_t
         *reinterpret_cast<uint32_t *>(tile + st.at(mt, nt, hh)) = c[mt][nt][hh];
 }
 
-// A fence and relaxed gpu-scope writes after it: the release pattern (PTX memory model) of deterministic mode's
-// count-in, one fence for several counters.
-__device__ __forceinline__ void release_fence() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+// Deterministic mode's count-in and wait as the PTX memory model's release and acquire patterns, split so that
+// neither costs more than it must: a release fence and relaxed gpu-scope writes after it (one fence for several
+// counters; fence.release is MEMBAR without fence.acq_rel's L1 invalidation), and relaxed polls with an acquire
+// fence once one has seen the count (ld.acquire's L1 invalidation waits for its load, so an acquire poll stalls the
+// warp for the round trip; a relaxed load issued before the dQ product returns under it).
+__device__ __forceinline__ void release_fence() { asm volatile("fence.release.gpu;" ::: "memory"); }
+__device__ __forceinline__ void acquire_fence() { asm volatile("fence.acquire.gpu;" ::: "memory"); }
+__device__ __forceinline__ int ld_relaxed(const int *p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
 __device__ __forceinline__ void red_add_relaxed(int *p, int v) {
   asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ void store_relaxed(int *p, int v) {
   asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ int ld_acquire(const int *p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
 }
 
 // dQ accumulator += c (rows [row0, +16·MT), columns [col0, +8·NT) of a row block's tile at `acc`, in FragOrder:
@@ -627,6 +631,10 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
       const int h = kv_head() * a.group + g, b = batch();
       float *acc = a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM) * D;
       int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
+      // Deterministic: the counter, read before the first dQ product so that the load returns under it.
+      int seen = 0;
+      if (kDet && l3 == 0)
+        seen = ld_relaxed(ctr);
 #pragma unroll
       for (int ch = 0; ch < QC / QCH; ++ch) {
         float dq[MQ][QCH / 8][4];
@@ -638,8 +646,11 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
           // One lane polls, backing off a little so that waiting warps do not crowd the L2 slices that
           // serve the reductions they wait for.
           if (l3 == 0) {
-            while (ld_acquire(ctr) != o.x)
+            while (seen != o.x) {
               __nanosleep(32);
+              seen = ld_relaxed(ctr);
+            }
+            acquire_fence();
             pending_ctr[it & 1][w3] = ctr, pending_last[it & 1][w3] = o.x == o.y - 1;
           }
           __syncwarp();
