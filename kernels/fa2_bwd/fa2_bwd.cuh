@@ -17,10 +17,11 @@
 //     Causal: a column block starts at its first visible row block; only the row blocks that straddle the
 //     diagonal, and the column block holding the sequence end, evaluate the mask.
 //     deterministic: each warp adds its dQ slice of a row block when that slice's counter (semaphores) says
-//     that every column block to its right has added its own, and counts itself in one phase later (after the
-//     next row block's second barrier, so that the release finds its reductions long issued); the last
-//     (column 0) resets the counter. The order follows causal arrival (a diagonal column block reaches a row block
-//     first), and blocks are launched rightmost column first, so a CTA only ever waits on one launched before it.
+//     that every column block to its right has added its own; one thread counts all the CTA's warps in one phase
+//     later (after the next row block's second barrier, so that its fence finds the reductions long issued); the
+//     last (column 0) resets the counters. The order follows causal arrival (a diagonal column block reaches a row
+//     block first), and blocks are launched rightmost column first, so a CTA only ever waits on one launched before
+//     it.
 //  3. convert: dQ = scale · accumulator, in the input type.
 // scale is applied once: to dK in the epilogue and to dQ in convert (S, P, dP and dS are in unscaled units of
 // the score gradient).
@@ -335,10 +336,23 @@ __device__ __forceinline__ void store_packed(unsigned char *tile, const uint32_t
         *reinterpret_cast<uint32_t *>(tile + st.at(mt, nt, hh)) = c[mt][nt][hh];
 }
 
-__device__ __forceinline__ int ld_acquire(const int *p) {
+// Deterministic mode's count-in and wait as the PTX memory model's release and acquire patterns, split so that
+// neither costs more than it must: a release fence and relaxed gpu-scope writes after it (one fence for several
+// counters; fence.release is MEMBAR without fence.acq_rel's L1 invalidation), and relaxed polls with an acquire
+// fence once one has seen the count (ld.acquire's L1 invalidation waits for its load, so an acquire poll stalls the
+// warp for the round trip; a relaxed load issued before the dQ product returns under it).
+__device__ __forceinline__ void release_fence() { asm volatile("fence.release.gpu;" ::: "memory"); }
+__device__ __forceinline__ void acquire_fence() { asm volatile("fence.acquire.gpu;" ::: "memory"); }
+__device__ __forceinline__ int ld_relaxed(const int *p) {
   int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+__device__ __forceinline__ void red_add_relaxed(int *p, int v) {
+  asm volatile("red.relaxed.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void store_relaxed(int *p, int v) {
+  asm volatile("st.relaxed.gpu.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 // dQ accumulator += c (rows [row0, +16·MT), columns [col0, +8·NT) of a row block's tile at `acc`, in FragOrder:
@@ -489,24 +503,28 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     const int n = col(), cols = int(col_blocks_for(m, BM, BN, a.seqlen_q, a.seqlen_kv, a.causal));
     return int2{a.rotated ? rotated_rank(n, m, a.n_row_blocks, cols) : cols - 1 - n, cols};
   };
-  // Deterministic: counts this warp's dQ adds to the previous row block in (its counter in the semaphores); the
-  // last column block of the row block resets the counter instead. Called one phase after the adds, after the
-  // next row block's second barrier, so that the release's wait for the reductions to complete falls on
-  // reductions issued long before, not on those just issued (before that barrier, it spilled 4 B); the CTA
-  // barriers between order every lane's adds before lane 0's release. Lane 0 of each warp keeps the counter and
-  // whether this column block is the row block's last in shared memory from its wait to its count-in
-  // (recomputed there, they spilled next to the accumulators).
-  __shared__ int *pending_ctr[kDet ? W : 1];
-  __shared__ int pending_last[kDet ? W : 1];
-  auto signal_added = [&] {
-    const unsigned t = fresh_tid();
-    if (t % 32 != 0)
+  // Deterministic: counts every warp's dQ adds to the previous row block in (each warp's counter in the
+  // semaphores); the last column block of the row block resets the counters instead. One thread releases for the
+  // CTA: a CTA barrier orders every warp's adds before its fence, and one fence a row block costs less than a
+  // release by each warp (eight fences a row block took 6-7% of a deterministic run, HISTORY.md row 29). Called
+  // one phase after the adds, after the next row block's second barrier, so that the fence's wait for the
+  // reductions to complete falls on reductions issued long before, not on those just issued. The waiting lane 0
+  // of each warp leaves its counter and whether this column block is the row block's last in shared memory for it
+  // (recomputed there, they spilled next to the accumulators), in the slot of its row block's parity: the warps
+  // write the next row block's while the releasing thread reads the previous one's, with no barrier between.
+  __shared__ int *pending_ctr[2][kDet ? W : 1];
+  __shared__ int pending_last[2][kDet ? W : 1];
+  auto signal_added = [&](int it_added) {
+    if (fresh_tid() != 0)
       return;
-    int *ctr = pending_ctr[t / 32];
-    if (pending_last[t / 32])
-      atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
-    else
-      asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(ctr) : "memory");
+    release_fence();
+    const int par = it_added & 1;
+#pragma unroll 1
+    for (int w = 0; w < W; ++w)
+      if (pending_last[par][w]) // the last of this row block: leave the counter as it was found
+        store_relaxed(pending_ctr[par][w], 0);
+      else
+        red_add_relaxed(pending_ctr[par][w], 1);
   };
 
   float dk[MK][NK][4], dv[MK][NK][4];
@@ -596,7 +614,7 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
       p_and_ds(std::false_type{});
     __syncthreads(); // P and dS complete
     if (kDet && it > 0)
-      signal_added(); // the previous row block's adds: two CTA barriers and this S and dP ago
+      signal_added(it - 1); // the previous row block's adds: two CTA barriers and this S and dP ago
 
     {
       const int w2 = int(fresh_tid() / 32);
@@ -614,6 +632,10 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
       const int h = kv_head() * a.group + g, b = batch();
       float *acc = a.dq_acc + ((int64_t(b) * a.heads_q + h) * a.rows_pad + int64_t(m) * BM) * D;
       int *ctr = a.sem + ((int64_t(b) * a.heads_q + h) * a.n_row_blocks + m) * W + w3;
+      // Deterministic: the counter, read before the first dQ product so that the load returns under it.
+      int seen = 0;
+      if (kDet && l3 == 0)
+        seen = ld_relaxed(ctr);
 #pragma unroll
       for (int ch = 0; ch < QC / QCH; ++ch) {
         float dq[MQ][QCH / 8][4];
@@ -625,9 +647,12 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
           // One lane polls, backing off a little so that waiting warps do not crowd the L2 slices that
           // serve the reductions they wait for.
           if (l3 == 0) {
-            while (ld_acquire(ctr) != o.x)
+            while (seen != o.x) {
               __nanosleep(32);
-            pending_ctr[w3] = ctr, pending_last[w3] = o.x == o.y - 1;
+              seen = ld_relaxed(ctr);
+            }
+            acquire_fence();
+            pending_ctr[it & 1][w3] = ctr, pending_last[it & 1][w3] = o.x == o.y - 1;
           }
           __syncwarp();
         }
@@ -642,17 +667,15 @@ __global__ void __launch_bounds__(W * 32, 1) fa2_bwd_main(const Args<T> a) {
     }
   }
 
-  if (kDet && iterations() > 0) {
-    __syncwarp(); // every lane's adds of the last row block before lane 0's release
-    signal_added();
-  }
-
   // Epilogue: dK (scaled) and dV through the K and V tiles, then 16-byte stores of the rows before the end.
   const int tid = int(fresh_tid()), warp = tid / 32, lane = tid % 32;
   const int k_row0 = (warp / WKD) * KR, k_col0 = (warp % WKD) * KC;
   const int k0 = col() * BN, hkv = kv_head(), b = batch();
   cp_async_wait<0>();
   __syncthreads(); // every warp is done with K and V (and, with no row block, K and V have landed)
+  // The last row block's adds, every warp's ordered by the barrier above.
+  if (kDet && iterations() > 0)
+    signal_added(iterations() - 1);
   store_tile<T, D>(smem + oK, dk, k_row0, k_col0, lane, a.scale);
   store_tile<T, D>(smem + oV, dv, k_row0, k_col0, lane);
   __syncthreads();
