@@ -129,12 +129,18 @@ template <int D, int BM> struct Smem {
   __device__ uint32_t kv_full() const { return bars; }
   __device__ uint32_t full(int s) const { return bars + 8u * uint32_t(1 + s); }
   __device__ uint32_t empty(int s) const { return bars + 8u * uint32_t(1 + kMaxStages + s); }
-  // Row block number `it` of the CTA uses dQ buffer it % dq_bufs, for the (it / dq_bufs)-th time.
+  // Row block number `it` of the CTA uses dQ buffer it % dq_bufs, for the (it / dq_bufs)-th time; consumer wg's
+  // piece is half h = wg of it, with its own full and empty barriers.
   __device__ uint32_t dq_buf(int it) const { return dq + uint32_t(it % dq_bufs) * dq_bytes; }
-  __device__ uint32_t dq_full(int it) const {
-    return bars + 8u * uint32_t(1 + 2 * kMaxStages + it % dq_bufs);
+  __device__ uint32_t dq_half(int it, int h) const {
+    return dq_buf(it) + uint32_t(h) * (dq_bytes / 2);
   }
-  __device__ uint32_t dq_empty(int it) const { return dq_full(it) + 8u * kMaxDqBuffers; }
+  __device__ uint32_t dq_full(int it, int h) const {
+    return bars + 8u * uint32_t(1 + 2 * kMaxStages + kConsumers * (it % dq_bufs) + h);
+  }
+  __device__ uint32_t dq_empty(int it, int h) const {
+    return dq_full(it, h) + 8u * kMaxDqBuffers * kConsumers;
+  }
   __device__ uint32_t dq_phase(int it) const { return uint32_t(it / dq_bufs) & 1u; }
 };
 
@@ -225,10 +231,11 @@ __device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, in
   return a.dq_acc + ((int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM) * D;
 }
 
-// ---- dq_add bulk: one thread adds each row block's dQ partial from shared memory (the consumers' dq_full) with a
-// bulk reduce-add and frees the buffer (dq_empty) once the engine has read it. deterministic: it first waits
-// until every column block to the right has added its partial to this row block (its counter), and counts itself
-// in once its own add is complete; column block 0 resets the counter.
+// ---- dq_add bulk: one thread adds each consumer's piece of a row block's dQ partial from shared memory (that
+// consumer's dq_full) with a bulk reduce-add as soon as it is there, and frees the piece (its dq_empty) once the
+// engine has read it, so that a consumer waits only for its own piece of two row blocks back. deterministic: it
+// first waits until every column block to the right has added its partial to this row block (its counter), and
+// counts itself in once both of its own adds are complete; column block 0 resets the counter.
 template <int D, int BM>
 __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM> &sm,
                                           const Work &w) {
@@ -236,7 +243,7 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM>
   for (int g = 0; g < a.group; ++g) {
     const int hq = w.hkv * a.group + g;
     for (int mb = w.first; mb < w.end; ++mb, ++it) {
-      mbar_wait(sm.dq_full(it), sm.dq_phase(it));
+      mbar_wait(sm.dq_full(it, 0), sm.dq_phase(it));
       int *ctr = nullptr;
       if (a.deterministic) {
         ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
@@ -247,7 +254,16 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM>
           __nanosleep(32);
         fence_proxy_async_global(); // the earlier column blocks' adds before this one
       }
-      bulk_reduce_add_f32(dq_tile<D, BM>(a, w, hq, mb), sm.dq_buf(it), Smem<D, BM>::dq_bytes);
+      constexpr uint32_t kHalf = Smem<D, BM>::dq_bytes / 2;
+      float *const tile = dq_tile<D, BM>(a, w, hq, mb);
+      bulk_reduce_add_f32(tile, sm.dq_half(it, 0), kHalf);
+      bulk_commit();
+      if (!a.deterministic) { // piece 0 free once read, whether or not piece 1 is there yet
+        bulk_wait_read_all();
+        mbar_arrive(sm.dq_empty(it, 0));
+      }
+      mbar_wait(sm.dq_full(it, 1), sm.dq_phase(it));
+      bulk_reduce_add_f32(tile + kHalf / 4, sm.dq_half(it, 1), kHalf);
       bulk_commit();
       if (a.deterministic) {
         bulk_wait_all(); // complete in global memory before the counter says so
@@ -257,10 +273,11 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM>
           atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
         else
           atomicAdd(ctr, 1);
+        mbar_arrive(sm.dq_empty(it, 0));
       } else {
         bulk_wait_read_all();
       }
-      mbar_arrive(sm.dq_empty(it));
+      mbar_arrive(sm.dq_empty(it, 1));
     }
   }
   bulk_wait_all();
@@ -513,13 +530,13 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
       fence_operands(dq);
 
       if (a.dq_add == kDqBulk) {
-        if (it >= sm.dq_bufs) // the buffer's previous row block has been read by the bulk reduce
-          mbar_wait(sm.dq_empty(it), sm.dq_phase(it) ^ 1u);
-        store_dq<DQN>(sm.dq_buf(it) + uint32_t(wg) * 64 * DQN * 4, dq, t);
+        if (it >= sm.dq_bufs) // this piece's previous row block has been read by its bulk reduce
+          mbar_wait(sm.dq_empty(it, wg), sm.dq_phase(it) ^ 1u);
+        store_dq<DQN>(sm.dq_half(it, wg), dq, t);
         fence_proxy_async_smem(); // the stores, visible to the bulk reduce
         __syncwarp();
         if (lane == 0)
-          mbar_arrive(sm.dq_full(it));
+          mbar_arrive(sm.dq_full(it, wg));
       } else {
         add_dq_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
       }
@@ -558,10 +575,11 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constan
       mbar_init(sm.full(s), 1);
       mbar_init(sm.empty(s), 4 * kConsumers);
     }
-    for (int i = 0; i < sm.dq_bufs; ++i) {
-      mbar_init(sm.dq_full(i), 4 * kConsumers);
-      mbar_init(sm.dq_empty(i), 1);
-    }
+    for (int i = 0; i < sm.dq_bufs; ++i)
+      for (int h = 0; h < kConsumers; ++h) {
+        mbar_init(sm.dq_full(i, h), 4); // the consumer's four warps
+        mbar_init(sm.dq_empty(i, h), 1);
+      }
     mbar_fence_init();
   }
   __syncthreads();

@@ -186,7 +186,7 @@ inline int64_t semaphore_count(const AttentionProblem &p, const Params &c) {
 // chunks: the A operand of dQ = dS·K, or the B operand of dQᵀ = Kᵀ·dSᵀ, written by both consumers); with dq_add
 // bulk, one or two buffers (two where they fit) of the row block's fp32 dQ partial, in the accumulator's tile
 // order (DqTileOrder); two buffers of a row block's LSE₂ and D (block_m floats each), outside the 1024-byte-aligned
-// slots so that two dQ buffers fit at head_dim 128; the mbarriers (kv_full; full and empty per stage; dq_full and dq_empty per dQ buffer). LSE₂ and D
+// slots so that two dQ buffers fit at head_dim 128; the mbarriers (kv_full; full and empty per stage; dq_full and dq_empty per dQ buffer and consumer). LSE₂ and D
 // are copied by a producer warp with ordinary loads and stores (fa3_bwd.cuh, row_loader) rather than a bulk copy:
 // compute-sanitizer's racecheck reports an ordinary read of what a bulk copy wrote as a hazard whatever the
 // mbarriers order.
@@ -196,7 +196,8 @@ struct SmemMap {
 };
 constexpr int kMaxDqBuffers = 2;
 constexpr int kRowsBuffers = 2; // LSE₂ and D of the row block and the next, whatever the stages
-constexpr int kBarriers = 1 + 2 * kMaxStages + 2 * kMaxDqBuffers;
+// kv_full; full and empty per stage; dq_full and dq_empty per dQ buffer and consumer (each hands on its own piece).
+constexpr int kBarriers = 1 + 2 * kMaxStages + 2 * kMaxDqBuffers * kConsumers;
 constexpr int64_t align1k(int64_t x) { return (x + 1023) / 1024 * 1024; }
 constexpr SmemMap smem_map(int64_t head_dim, int block_m, int stages, int dq_add,
                            int64_t limit = kernels::kSmemOptinHopper) {
