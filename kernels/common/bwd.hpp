@@ -21,6 +21,19 @@ inline int64_t padded_rows(int64_t seqlen_q, int block_m) {
   return (seqlen_q + block_m - 1) / block_m * block_m;
 }
 
+// Whether a dQ accumulator order (kernels/common/bwd_rows.cuh) keeps pairs of rows adjacent, so that the convert
+// kernel reads two rows a thread, rather than pairs of columns.
+template <class Order> constexpr bool row_pairs() {
+  if constexpr (requires { Order::kRowPairs; })
+    return Order::kRowPairs;
+  else
+    return false;
+}
+// The rows of the convert kernel's grid: one a thread, or one pair of rows a thread.
+template <class Order> constexpr int64_t convert_rows(int64_t seqlen_q) {
+  return row_pairs<Order>() ? (seqlen_q + 1) / 2 : seqlen_q;
+}
+
 // Workspace (fp32, not zero on entry): dQ accumulator [batch, heads_q, padded rows, head_dim], then the base-2
 // LSE and D, each [batch, heads_q, padded rows]. The preprocess kernel (bwd_rows.cuh) writes all three. Every
 // offset is a multiple of 16 bytes when block_m is a multiple of 4 (bulk copies of LSE and D rows need that).

@@ -5,7 +5,8 @@
 //    row predicates for them.
 //  - convert, after it: dQ = scale · accumulator, in the input type. The accumulator of a (batch, head) is
 //    row-major (RowMajorOrder) or in a main kernel's own order of its rows_pad x D elements (an Order type with
-//    offset<D>(row, col), such as fa3_bwd's DqTileOrder).
+//    offset<D>(row, col), such as fa3_bwd's DqTileOrder), which keeps either each pair of columns (col, col + 1)
+//    of a row adjacent, or, where it declares kRowPairs, each pair of rows (2i, 2i + 1) of a column.
 // The workspace layout is kernels/common/bwd.hpp's.
 #pragma once
 
@@ -102,37 +103,56 @@ struct RowMajorOrder {
     return int64_t(row) * D + col;
   }
 };
+template <class T>
+__device__ __forceinline__ void store_dq_row(const RowArgs<T> &a, int b, int h, int row, int ch,
+                                             const float (&v)[8]) {
+  const float s = a.scale;
+  uint4 out;
+  out.x = Mma<T>::pack(v[0] * s, v[1] * s);
+  out.y = Mma<T>::pack(v[2] * s, v[3] * s);
+  out.z = Mma<T>::pack(v[4] * s, v[5] * s);
+  out.w = Mma<T>::pack(v[6] * s, v[7] * s);
+  *reinterpret_cast<uint4 *>(a.dq + int64_t(b) * a.qs.batch + int64_t(row) * a.qs.seq +
+                             int64_t(h) * a.qs.head + ch * 8) = out;
+}
 
 template <class T, int D, class Order = RowMajorOrder>
 __global__ void __launch_bounds__(kRowThreads) bwd_convert(const RowArgs<T> a) {
-  constexpr int kLanes = D / 8, kRows = kRowThreads / kLanes;
+  constexpr int kLanes = D / 8, kRows = kRowThreads / kLanes, kStep = row_pairs<Order>() ? 2 : 1;
   const int tid = threadIdx.x, ch = tid % kLanes;
-  const int row = blockIdx.x * kRows + tid / kLanes, h = blockIdx.y, b = blockIdx.z;
+  const int row = (blockIdx.x * kRows + tid / kLanes) * kStep, h = blockIdx.y, b = blockIdx.z;
   if (row >= a.seqlen_q)
     return;
   const float *head = a.dq_acc + (int64_t(b) * a.heads_q + h) * a.rows_pad * D;
-  float4 x, y;
+  float x[8];
   if constexpr (Order::kRowMajor) {
     const float4 *src =
         reinterpret_cast<const float4 *>(head + Order::template offset<D>(row, ch * 8));
-    x = src[0], y = src[1];
-  } else { // pairs of columns are adjacent in every order
-    float2 v[4];
+    const float4 p = src[0], q = src[1];
+    const float v[8] = {p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w};
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-      v[k] =
+    for (int k = 0; k < 8; ++k)
+      x[k] = v[k];
+  } else if constexpr (
+      kStep == 2) { // rows `row` and `row + 1` of a column are adjacent (the pair is in rows_pad)
+    float y[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float2 v =
+          *reinterpret_cast<const float2 *>(head + Order::template offset<D>(row, ch * 8 + k));
+      x[k] = v.x, y[k] = v.y;
+    }
+    if (row + 1 < a.seqlen_q)
+      store_dq_row(a, b, h, row + 1, ch, y);
+  } else { // columns `col` and `col + 1` of a row are adjacent
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 v =
           *reinterpret_cast<const float2 *>(head + Order::template offset<D>(row, ch * 8 + 2 * k));
-    x = make_float4(v[0].x, v[0].y, v[1].x, v[1].y),
-    y = make_float4(v[2].x, v[2].y, v[3].x, v[3].y);
+      x[2 * k] = v.x, x[2 * k + 1] = v.y;
+    }
   }
-  const float s = a.scale;
-  uint4 out;
-  out.x = Mma<T>::pack(x.x * s, x.y * s);
-  out.y = Mma<T>::pack(x.z * s, x.w * s);
-  out.z = Mma<T>::pack(y.x * s, y.y * s);
-  out.w = Mma<T>::pack(y.z * s, y.w * s);
-  *reinterpret_cast<uint4 *>(a.dq + int64_t(b) * a.qs.batch + int64_t(row) * a.qs.seq +
-                             int64_t(h) * a.qs.head + ch * 8) = out;
+  store_dq_row(a, b, h, row, ch, x);
 }
 
 template <int D> dim3 row_grid(int64_t rows, int64_t heads_q, int64_t batch) {
@@ -148,7 +168,8 @@ void launch_preprocess(const RowArgs<T> &a, int64_t batch, cudaStream_t s) {
 }
 template <class T, int D, class Order = RowMajorOrder>
 void launch_convert(const RowArgs<T> &a, int64_t batch, cudaStream_t s) {
-  bwd_convert<T, D, Order><<<row_grid<D>(a.seqlen_q, a.heads_q, batch), kRowThreads, 0, s>>>(a);
+  bwd_convert<T, D, Order>
+      <<<row_grid<D>(convert_rows<Order>(a.seqlen_q), a.heads_q, batch), kRowThreads, 0, s>>>(a);
   FB_CHECK_LAUNCH();
 }
 
@@ -161,7 +182,7 @@ KernelDesc preprocess_desc(const std::string &prefix, const AttentionProblem &p,
 }
 template <class T, int D, class Order = RowMajorOrder>
 KernelDesc convert_desc(const std::string &prefix, const AttentionProblem &p) {
-  const dim3 g = row_grid<D>(p.seqlen_q, p.heads_q, p.batch);
+  const dim3 g = row_grid<D>(convert_rows<Order>(p.seqlen_q), p.heads_q, p.batch);
   return {prefix + "_convert", reinterpret_cast<const void *>(&bwd_convert<T, D, Order>),
           kRowThreads, 0, int64_t(g.x) * g.y * g.z};
 }

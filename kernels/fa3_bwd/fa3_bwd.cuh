@@ -16,12 +16,11 @@
 //       MN-major A), each warpgroup 64 head_dim columns. Then dK += dSᵀ·Q (RS WGMMA), which runs while the dQ
 //       partial is handed on:
 //       dq_add bulk: stored to shared memory in the accumulator's tile order (DqTileOrder), from where warp 1
-//       adds the whole tile with one bulk reduce-add (cp.reduce.async.bulk) while the consumers go on; at 80
-//       rows as four 128B-swizzled [80][32] boxes that warp 1 adds with TMA reduce-adds into a row-major
-//       accumulator. Two buffers where they fit, so a consumer waits only if the reduce of two row blocks back
-//       has not been read yet.
-//       dq_add red: each consumer thread adds its fragments with red.global.add (v4: 512 consecutive bytes a
-//       warp, in the same order; at 80 rows one float at a time, row-major).
+//       adds the whole tile with one bulk reduce-add (cp.reduce.async.bulk) while the consumers go on (at 80
+//       rows the order is dQᵀ's fragments: pairs of rows adjacent). Two buffers where they fit, so a consumer
+//       waits only if the reduce of two row blocks back has not been read yet.
+//       dq_add red: each consumer thread adds its fragments with red.global.add.v4 (512 consecutive bytes a
+//       warp, in the same order).
 //     dS has two buffers, so one barrier of the two consumers per row block (dS written) is all they share: a
 //     warpgroup passing the barrier of row block i knows that the other finished row block i − 1, whose dQ
 //     product read the buffer that row block i + 1 will write.
@@ -30,7 +29,7 @@
 //     in; column block 0 resets it. A causal diagonal column block reaches a row block first, and CTAs are
 //     launched rightmost column first (grid_order), so a CTA only ever waits on one launched before it.
 //     Epilogue: dK (times scale) and dV through the K and V tiles' shared memory and TMA stores.
-//  3. convert (bwd_rows.cuh): dQ = scale · accumulator, reading it in DqTileOrder (row-major at 80 rows).
+//  3. convert (bwd_rows.cuh): dQ = scale · accumulator, reading it in DqTileOrder.
 // scale is applied once: to dK in the epilogue and to dQ in convert.
 #pragma once
 
@@ -66,8 +65,7 @@ using namespace fb::hopper;
 struct KernelArgs {
   CUtensorMap tm_q, tm_do, tm_k, tm_v; // loads: Q, dO (block_m-row boxes), K, V (128-row boxes)
   CUtensorMap tm_dk, tm_dv;            // stores: 64-row boxes, one per consumer warpgroup
-  CUtensorMap tm_dq; // 80-row blocks: the fp32 accumulator, [block_m][32] boxes (reduce-adds)
-  const float *lse2, *delta; // workspace rows (kernels/common/bwd.hpp)
+  const float *lse2, *delta;           // workspace rows (kernels/common/bwd.hpp)
   float *dq_acc;
   int *sem; // deterministic: one counter per (batch, query head, row block)
   int seqlen_q, seqlen_kv, rows_pad;
@@ -131,12 +129,18 @@ template <int D, int BM> struct Smem {
   __device__ uint32_t kv_full() const { return bars; }
   __device__ uint32_t full(int s) const { return bars + 8u * uint32_t(1 + s); }
   __device__ uint32_t empty(int s) const { return bars + 8u * uint32_t(1 + kMaxStages + s); }
-  // Row block number `it` of the CTA uses dQ buffer it % dq_bufs, for the (it / dq_bufs)-th time.
+  // Row block number `it` of the CTA uses dQ buffer it % dq_bufs, for the (it / dq_bufs)-th time; consumer wg's
+  // piece is half h = wg of it, with its own full and empty barriers.
   __device__ uint32_t dq_buf(int it) const { return dq + uint32_t(it % dq_bufs) * dq_bytes; }
-  __device__ uint32_t dq_full(int it) const {
-    return bars + 8u * uint32_t(1 + 2 * kMaxStages + it % dq_bufs);
+  __device__ uint32_t dq_half(int it, int h) const {
+    return dq_buf(it) + uint32_t(h) * (dq_bytes / 2);
   }
-  __device__ uint32_t dq_empty(int it) const { return dq_full(it) + 8u * kMaxDqBuffers; }
+  __device__ uint32_t dq_full(int it, int h) const {
+    return bars + 8u * uint32_t(1 + 2 * kMaxStages + kConsumers * (it % dq_bufs) + h);
+  }
+  __device__ uint32_t dq_empty(int it, int h) const {
+    return dq_full(it, h) + 8u * kMaxDqBuffers * kConsumers;
+  }
   __device__ uint32_t dq_phase(int it) const { return uint32_t(it / dq_bufs) & 1u; }
 };
 
@@ -221,17 +225,17 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D, BM
   }
 }
 
-// The accumulator tile of (batch, query head hq, row block mb): block_m x D fp32, in DqTileOrder (row-major at 80
-// rows).
+// The accumulator tile of (batch, query head hq, row block mb): block_m x D fp32, in DqTileOrder.
 template <int D, int BM>
 __device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, int hq, int mb) {
   return a.dq_acc + ((int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM) * D;
 }
 
-// ---- dq_add bulk: one thread adds each row block's dQ partial from shared memory (the consumers' dq_full) with a
-// bulk reduce-add and frees the buffer (dq_empty) once the engine has read it. deterministic: it first waits
-// until every column block to the right has added its partial to this row block (its counter), and counts itself
-// in once its own add is complete; column block 0 resets the counter.
+// ---- dq_add bulk: one thread adds each consumer's piece of a row block's dQ partial from shared memory (that
+// consumer's dq_full) with a bulk reduce-add as soon as it is there, and frees the piece (its dq_empty) once the
+// engine has read it, so that a consumer waits only for its own piece of two row blocks back. deterministic: it
+// first waits until every column block to the right has added its partial to this row block (its counter), and
+// counts itself in once both of its own adds are complete; column block 0 resets the counter.
 template <int D, int BM>
 __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM> &sm,
                                           const Work &w) {
@@ -239,7 +243,7 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM>
   for (int g = 0; g < a.group; ++g) {
     const int hq = w.hkv * a.group + g;
     for (int mb = w.first; mb < w.end; ++mb, ++it) {
-      mbar_wait(sm.dq_full(it), sm.dq_phase(it));
+      mbar_wait(sm.dq_full(it, 0), sm.dq_phase(it));
       int *ctr = nullptr;
       if (a.deterministic) {
         ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
@@ -250,14 +254,16 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM>
           __nanosleep(32);
         fence_proxy_async_global(); // the earlier column blocks' adds before this one
       }
-      if constexpr (dq_split(BM) == DqSplit::transposed) {
-#pragma unroll
-        for (int c = 0; c < D / 32; ++c)
-          tma_reduce_add_4d(&a.tm_dq, sm.dq_buf(it) + uint32_t(c) * BM * 128, 32 * c, mb * BM, hq,
-                            w.b);
-      } else {
-        bulk_reduce_add_f32(dq_tile<D, BM>(a, w, hq, mb), sm.dq_buf(it), Smem<D, BM>::dq_bytes);
+      constexpr uint32_t kHalf = Smem<D, BM>::dq_bytes / 2;
+      float *const tile = dq_tile<D, BM>(a, w, hq, mb);
+      bulk_reduce_add_f32(tile, sm.dq_half(it, 0), kHalf);
+      bulk_commit();
+      if (!a.deterministic) { // piece 0 free once read, whether or not piece 1 is there yet
+        bulk_wait_read_all();
+        mbar_arrive(sm.dq_empty(it, 0));
       }
+      mbar_wait(sm.dq_full(it, 1), sm.dq_phase(it));
+      bulk_reduce_add_f32(tile + kHalf / 4, sm.dq_half(it, 1), kHalf);
       bulk_commit();
       if (a.deterministic) {
         bulk_wait_all(); // complete in global memory before the counter says so
@@ -267,10 +273,11 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM>
           atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
         else
           atomicAdd(ctr, 1);
+        mbar_arrive(sm.dq_empty(it, 0));
       } else {
         bulk_wait_read_all();
       }
-      mbar_arrive(sm.dq_empty(it));
+      mbar_arrive(sm.dq_empty(it, 1));
     }
   }
   bulk_wait_all();
@@ -389,41 +396,6 @@ __device__ __forceinline__ void store_dq(uint32_t half, const float (&dq)[N / 2]
     st_shared_v4(half + uint32_t(128 * j + t) * 16,
                  make_int4(__float_as_int(dq[4 * j]), __float_as_int(dq[4 * j + 1]),
                            __float_as_int(dq[4 * j + 2]), __float_as_int(dq[4 * j + 3])));
-}
-
-// 80-row blocks: this warpgroup's dQᵀ piece (fragment j, element e: head_dim column 64·wg + 16·warp + lane/4 +
-// 8·(e/2), query row 8j + 2·(lane%4) + e%2) into the shared dQ buffer as the TMA reduce-add reads it: four
-// [BM][32] boxes of head_dim columns, each 128B-swizzled (16-byte unit u of query row q at u ^ (q % 8)). Scalar
-// stores without bank conflicts: a store's 32 lanes write 8 columns of 4 rows, whose swizzled units (the
-// column's unit XOR the row's q % 8) fall on 32 different banks.
-template <int BM>
-__device__ __forceinline__ void store_dq_t(uint32_t buf, const float (&dq)[BM / 2], int wg,
-                                           int warp, int lane) {
-  const uint32_t box = buf + uint32_t(2 * wg + warp / 2) * BM * 128;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    // Row q = 8j + r has q % 8 = r whatever j: one address for element e, fragment j 1024·j bytes on.
-    const int c = 16 * (warp % 2) + 8 * (e / 2) + lane / 4, r = 2 * (lane % 4) + e % 2;
-    const uint32_t at =
-        box + uint32_t(r) * 128 + ((uint32_t(c / 4) ^ uint32_t(r)) << 4) + uint32_t(c % 4) * 4;
-#pragma unroll
-    for (int j = 0; j < BM / 8; ++j)
-      st_shared_f32(at + uint32_t(j) * 1024, dq[4 * j + e]);
-  }
-}
-// The same piece added to the row-major accumulator tile by the consumer threads (dq_add red), one float at a
-// time: a warp's reduction covers 8 consecutive columns of 4 rows.
-template <int D, int BM>
-__device__ __forceinline__ void add_dq_red_t(float *tile, const float (&dq)[BM / 2], int wg,
-                                             int warp, int lane) {
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    float *at = tile + (2 * (lane % 4) + e % 2) * D + 64 * wg + 16 * warp + 8 * (e / 2) + lane / 4;
-#pragma unroll
-    for (int j = 0; j < BM / 8; ++j)
-      asm volatile("red.global.add.f32 [%0], %1;" ::"l"(at + 8 * j * D), "f"(dq[4 * j + e])
-                   : "memory");
-  }
 }
 
 template <class T, int D, int BM>
@@ -558,21 +530,15 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
       fence_operands(dq);
 
       if (a.dq_add == kDqBulk) {
-        if (it >= sm.dq_bufs) // the buffer's previous row block has been read by the bulk reduce
-          mbar_wait(sm.dq_empty(it), sm.dq_phase(it) ^ 1u);
-        if constexpr (kDqT)
-          store_dq_t<BM>(sm.dq_buf(it), dq, wg, warp, lane);
-        else
-          store_dq<DQN>(sm.dq_buf(it) + uint32_t(wg) * 64 * DQN * 4, dq, t);
+        if (it >= sm.dq_bufs) // this piece's previous row block has been read by its bulk reduce
+          mbar_wait(sm.dq_empty(it, wg), sm.dq_phase(it) ^ 1u);
+        store_dq<DQN>(sm.dq_half(it, wg), dq, t);
         fence_proxy_async_smem(); // the stores, visible to the bulk reduce
         __syncwarp();
         if (lane == 0)
-          mbar_arrive(sm.dq_full(it));
+          mbar_arrive(sm.dq_full(it, wg));
       } else {
-        if constexpr (kDqT)
-          add_dq_red_t<D, BM>(dq_tile<D, BM>(a, w, hq, mb), dq, wg, warp, lane);
-        else
-          add_dq_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
+        add_dq_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
       }
       wgmma_wait<0>();
       fence_operands(pa);
@@ -609,10 +575,11 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constan
       mbar_init(sm.full(s), 1);
       mbar_init(sm.empty(s), 4 * kConsumers);
     }
-    for (int i = 0; i < sm.dq_bufs; ++i) {
-      mbar_init(sm.dq_full(i), 4 * kConsumers);
-      mbar_init(sm.dq_empty(i), 1);
-    }
+    for (int i = 0; i < sm.dq_bufs; ++i)
+      for (int h = 0; h < kConsumers; ++h) {
+        mbar_init(sm.dq_full(i, h), 4); // the consumer's four warps
+        mbar_init(sm.dq_empty(i, h), 1);
+      }
     mbar_fence_init();
   }
   __syncthreads();
@@ -632,12 +599,6 @@ __global__ void __launch_bounds__(kThreads, 1) fa3_bwd_main(const __grid_constan
   consumer<T, D, BM>(a, sm, w, wg - 1);
 }
 
-// The accumulator's order as the convert kernel reads it: the fragment order at 64 and 128 rows, row-major at 80
-// (written through the tensor map).
-template <int BM>
-using DqOrder = std::conditional_t<dq_split(BM) == DqSplit::transposed, kernels::bwd::RowMajorOrder,
-                                   DqTileOrder<BM>>;
-
 template <class T, int D, int BM>
 void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &args,
                  cudaStream_t stream) {
@@ -652,13 +613,6 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
       make_tile_map(args.dk, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, kKeysPerWarpgroup);
   a.tm_dv =
       make_tile_map(args.dv, p.dtype, D, p.seqlen_kv, p.heads_kv, p.batch, ks, kKeysPerWarpgroup);
-  if constexpr (dq_split(BM) == DqSplit::transposed) {
-    // The accumulator [batch, heads_q, rows_pad, D], row-major fp32, in [BM][32] boxes (128 bytes a row, the
-    // 128B swizzle's span) of one head.
-    const Strides acc{int64_t(p.heads_q) * rows.rows_pad * D, D, int64_t(rows.rows_pad) * D};
-    a.tm_dq = make_map(rows.dq_acc, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, D, rows.rows_pad, p.heads_q,
-                       p.batch, acc, 32, BM);
-  }
   a.lse2 = rows.lse2;
   a.delta = rows.delta;
   a.dq_acc = rows.dq_acc;
@@ -690,7 +644,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   const int64_t ctas = int64_t(a.n_col_blocks) * p.heads_kv * p.batch;
   kernel<<<static_cast<unsigned>(ctas), kThreads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
-  kernels::bwd::launch_convert<T, D, DqOrder<BM>>(rows, p.batch, stream);
+  kernels::bwd::launch_convert<T, D, DqTileOrder<BM>>(rows, p.batch, stream);
 }
 
 template <class T, int D, int BM>
@@ -698,7 +652,7 @@ std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c
   return {kernels::bwd::preprocess_desc<T, D>("fa3_bwd", p, BM),
           {"fa3_bwd_main", reinterpret_cast<const void *>(&fa3_bwd_main<T, D, BM>), kThreads,
            static_cast<size_t>(smem_bytes(D, c)), num_col_blocks(p) * p.heads_kv * p.batch},
-          kernels::bwd::convert_desc<T, D, DqOrder<BM>>("fa3_bwd", p)};
+          kernels::bwd::convert_desc<T, D, DqTileOrder<BM>>("fa3_bwd", p)};
 }
 
 } // namespace detail

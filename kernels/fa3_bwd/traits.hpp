@@ -185,9 +185,8 @@ inline int64_t semaphore_count(const AttentionProblem &p, const Params &c) {
 // Q and dO (TMA, 128B-swizzled column chunks of 64); two dS buffers (bf16/fp16, [block_m][128 keys] in two 64-key
 // chunks: the A operand of dQ = dS·K, or the B operand of dQᵀ = Kᵀ·dSᵀ, written by both consumers); with dq_add
 // bulk, one or two buffers (two where they fit) of the row block's fp32 dQ partial, in the accumulator's tile
-// order (DqTileOrder) or, at 80 rows, as the 128B-swizzled [block_m][32] boxes of its TMA reduce-add; two buffers of a row
-// block's LSE₂ and D (block_m floats each), outside the 1024-byte-aligned slots so that two dQ buffers fit at
-// head_dim 128; the mbarriers (kv_full; full and empty per stage; dq_full and dq_empty per dQ buffer). LSE₂ and D
+// order (DqTileOrder); two buffers of a row block's LSE₂ and D (block_m floats each), outside the 1024-byte-aligned
+// slots so that two dQ buffers fit at head_dim 128; the mbarriers (kv_full; full and empty per stage; dq_full and dq_empty per dQ buffer and consumer). LSE₂ and D
 // are copied by a producer warp with ordinary loads and stores (fa3_bwd.cuh, row_loader) rather than a bulk copy:
 // compute-sanitizer's racecheck reports an ordinary read of what a bulk copy wrote as a hazard whatever the
 // mbarriers order.
@@ -197,7 +196,8 @@ struct SmemMap {
 };
 constexpr int kMaxDqBuffers = 2;
 constexpr int kRowsBuffers = 2; // LSE₂ and D of the row block and the next, whatever the stages
-constexpr int kBarriers = 1 + 2 * kMaxStages + 2 * kMaxDqBuffers;
+// kv_full; full and empty per stage; dq_full and dq_empty per dQ buffer and consumer (each hands on its own piece).
+constexpr int kBarriers = 1 + 2 * kMaxStages + 2 * kMaxDqBuffers * kConsumers;
 constexpr int64_t align1k(int64_t x) { return (x + 1023) / 1024 * 1024; }
 constexpr SmemMap smem_map(int64_t head_dim, int block_m, int stages, int dq_add,
                            int64_t limit = kernels::kSmemOptinHopper) {
@@ -231,21 +231,27 @@ inline int64_t smem_bytes(int64_t head_dim, const Params &c) {
   return smem_map(head_dim, c.block_m, c.stages, c.dq_add).total;
 }
 
-// The fp32 dQ accumulator of a (batch, query head) at 64- and 128-row blocks holds each row block's block_m x
-// head_dim tile contiguously, as the row-major layout does, but in the order of the consumers' WGMMA fragments, so
-// that a warp's 16-byte pieces are consecutive. Consumer h's piece of the tile (split by rows: rows [64h, 64h + 64),
-// every column; by columns: every row, columns [h·d/2, (h + 1)·d/2)) is a run of 64 · n floats (n its columns) in
-// which float4 number 128j + t is thread t's fragment j (rows r and r + 8 of the piece, columns 8j + 2(t%4) and the
-// next; r = 16(t/32) + (t%32)/4). The convert kernel (kernels/common/bwd_rows.cuh) reads it through offset(). At
-// 80 rows the accumulator is row-major (the TMA reduce-add writes it through a tensor map).
+// The fp32 dQ accumulator of a (batch, query head) holds each row block's block_m x head_dim tile contiguously, as
+// the row-major layout does, but in the order of the consumers' WGMMA fragments, so that a warp's 16-byte pieces
+// are consecutive. Consumer h's piece of the tile is an m64 accumulator of n columns: split by rows (128-row
+// blocks), rows [64h, 64h + 64) by every column; by columns (64), every row by columns [h·d/2, (h + 1)·d/2);
+// transposed (80), dQᵀ's head_dim columns [64h, 64h + 64) as its M by the block's rows as its N. The piece is a run
+// of 64 · n floats in which float4 number 128j + t is thread t's fragment j: (M, N) = (r, 8j + 2(t%4)) and the
+// next N, then the same at M + 8; r = 16(t/32) + (t%32)/4. So (row, col) and (row, col + 1) are adjacent where
+// the piece's N runs along the columns, and (row, row + 1) of a column where it runs along the rows (kRowPairs,
+// at 80). The convert kernel (kernels/common/bwd_rows.cuh) reads it through offset().
 template <int BM> struct DqTileOrder {
-  static_assert(BM == 64 || BM == 128, "fragment order at 64 and 128 rows");
+  static_assert(BM == 64 || BM == 80 || BM == 128, "the compiled row blocks");
   static constexpr bool kRowMajor = false;
+  static constexpr bool kRowPairs = dq_split(BM) == DqSplit::transposed;
   template <int D> FB_HOST_DEVICE static int64_t offset(int row, int col) {
     constexpr int bm = BM;
     constexpr bool by_rows = dq_split(BM) == DqSplit::rows;
-    constexpr int n = dq_piece_n(D, BM); // a piece's columns
-    const int m = row % bm, h = by_rows ? m / 64 : col / n, mm = m % 64, cc = col % n, rr = mm % 16;
+    constexpr int n = dq_piece_n(D, BM); // a piece's N
+    const int m = row % bm;
+    // The piece, and the element's (M, N) in it.
+    const int h = kRowPairs ? col / 64 : by_rows ? m / 64 : col / n;
+    const int mm = kRowPairs ? col % 64 : m % 64, cc = kRowPairs ? m : col % n, rr = mm % 16;
     const int t = 32 * (mm / 16) + 4 * (rr % 8) + (cc % 8) / 2, e = 2 * (rr / 8) + cc % 2;
     return int64_t(row - m) * D + int64_t(h) * 64 * n + (int64_t(cc / 8) * 128 + t) * 4 + e;
   }

@@ -9,20 +9,6 @@
 
 namespace fb::hopper {
 
-__device__ __forceinline__ void st_shared_f32(uint32_t addr, float v) {
-  asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(v) : "memory");
-}
-
-// Adds a shared-memory box to global memory through a tensor map (the element type and the swizzle are the map's;
-// fp32 adds element by element), as one operation of this thread's bulk group (bulk_commit, bulk_wait_*).
-__device__ __forceinline__ void tma_reduce_add_4d(const void *tmap, uint32_t src, int c0, int c1,
-                                                  int c2, int c3) {
-  asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group "
-               "[%0, {%2, %3, %4, %5}], [%1];" ::"l"(reinterpret_cast<uint64_t>(tmap)),
-               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-
 // N = 80 (the 80-row blocks of the backward at head_dim 128): SS with both operands K-major (Sᵀ = K·Qᵀ and
 // dPᵀ = V·dOᵀ), and SS with an MN-major A (tnspA = 1: dQᵀ = Kᵀ·dSᵀ, A the K tile, whose head_dim columns are
 // contiguous). One macro writes the four (form, type) wrappers: their operand lists differ only in the type and the

@@ -125,10 +125,9 @@ TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
         EXPECT_LE(m.dout + qt, m.slot_bytes);
         EXPECT_GE(m.ds, m.slots + stages * m.slot_bytes);
         EXPECT_EQ(m.ds_bytes, int64_t(bm) * fa3_bwd::kBlockN * 2);
-        // The bulk reduce's source: 16-byte aligned (1024 at 80 rows: the TMA reduce-add's 128B-swizzled
-        // boxes), the whole fp32 tile; none with dq_add red.
+        // The bulk reduce's source: 16-byte aligned, the whole fp32 tile; none with dq_add red.
         EXPECT_GE(m.dq, m.ds + 2 * m.ds_bytes);
-        EXPECT_EQ(m.dq % (bm == 80 ? 1024 : 16), 0);
+        EXPECT_EQ(m.dq % 16, 0);
         EXPECT_EQ(m.dq_bytes, dq_add == fa3_bwd::kDqBulk ? int64_t(bm) * d * 4 : 0);
         // Two dQ buffers wherever they fit with two stages on a Hopper GPU: at head_dim 128's 64-row blocks;
         // head_dim 64's 128-row tiles leave room for one (72 bytes short of two), head_dim 128's 80-row ones too.
@@ -149,14 +148,18 @@ TEST(Fa3BwdTraits, SmemMapIsAlignedAndFitsAHopper) {
 }
 
 // The accumulator's tile order is a permutation of each block_m x head_dim tile (the convert kernel reads every
-// element once), keeps column pairs adjacent (its float2 loads), and gives each consumer thread's fragment j the
-// float4 at 128j + t of its piece (the kernel's stores): the piece of consumer h is rows [64h, 64h + 64) where dQ
-// is split by rows (128-row blocks), columns [h·D/2, (h + 1)·D/2) otherwise.
+// element once), keeps pairs adjacent as the convert kernel reads them (columns; rows where it declares kRowPairs),
+// and gives each consumer thread's fragment j the float4 at 128j + t of its piece (the kernel's stores): the piece
+// of consumer h is rows [64h, 64h + 64) where dQ is split by rows (128-row blocks), head_dim columns [64h, 64h + 64)
+// as the M of dQᵀ where it is transposed (80), columns [h·D/2, (h + 1)·D/2) otherwise.
 template <int D, int bm> void check_dq_tile_order() {
   using Order = fa3_bwd::DqTileOrder<bm>;
   constexpr bool by_rows = fa3_bwd::dq_split(bm) == fa3_bwd::DqSplit::rows;
-  constexpr int n = fa3_bwd::dq_piece_n(D, bm); // a piece's columns
-  static_assert(n == (by_rows ? D : D / 2));
+  constexpr bool transposed = fa3_bwd::dq_split(bm) == fa3_bwd::DqSplit::transposed;
+  static_assert(Order::kRowPairs == transposed);
+  static_assert(kernels::bwd::row_pairs<Order>() == transposed);
+  constexpr int n = fa3_bwd::dq_piece_n(D, bm); // a piece's N
+  static_assert(n == (by_rows ? D : transposed ? bm : D / 2));
   std::vector<int> seen(2 * bm * D, 0);
   for (int row = 0; row < 2 * bm; ++row)
     for (int col = 0; col < D; ++col) {
@@ -164,7 +167,9 @@ template <int D, int bm> void check_dq_tile_order() {
       ASSERT_GE(o, int64_t(row / bm) * bm * D);
       ASSERT_LT(o, int64_t(row / bm + 1) * bm * D);
       ++seen[size_t(o)];
-      if (col % 2 == 0)
+      if (transposed && row % 2 == 0)
+        EXPECT_EQ(Order::template offset<D>(row + 1, col), o + 1);
+      if (!transposed && col % 2 == 0)
         EXPECT_EQ(Order::template offset<D>(row, col + 1), o + 1);
     }
   for (int k : seen)
@@ -173,17 +178,24 @@ template <int D, int bm> void check_dq_tile_order() {
     for (int t = 0; t < 128; t += 37)
       for (int j = 0; j < n / 8; ++j) {
         const int w = t / 32, l = t % 32;
-        const int r = (by_rows ? 64 * h : 0) + 16 * w + l / 4;
-        const int c = (by_rows ? 0 : h * n) + 8 * j + 2 * (l % 4);
         const int64_t base = int64_t(h) * 64 * n + (128 * j + t) * 4;
-        EXPECT_EQ(Order::template offset<D>(r, c), base);
-        EXPECT_EQ(Order::template offset<D>(r + 8, c + 1), base + 3);
+        if (transposed) { // (M, N) = (head_dim column, row): the next N is the next row
+          const int c = 64 * h + 16 * w + l / 4, r = 8 * j + 2 * (l % 4);
+          EXPECT_EQ(Order::template offset<D>(r, c), base);
+          EXPECT_EQ(Order::template offset<D>(r + 1, c + 8), base + 3);
+        } else {
+          const int r = (by_rows ? 64 * h : 0) + 16 * w + l / 4;
+          const int c = (by_rows ? 0 : h * n) + 8 * j + 2 * (l % 4);
+          EXPECT_EQ(Order::template offset<D>(r, c), base);
+          EXPECT_EQ(Order::template offset<D>(r + 8, c + 1), base + 3);
+        }
       }
 }
 TEST(Fa3BwdTraits, DqTileOrderIsAPermutationOfFragments) {
   check_dq_tile_order<64, 64>();
   check_dq_tile_order<64, 128>();
   check_dq_tile_order<128, 64>();
+  check_dq_tile_order<128, 80>();
 }
 
 TEST(Fa3BwdTraits, WorkspaceAndSemaphores) {
