@@ -67,7 +67,9 @@ struct KernelArgs {
   CUtensorMap tm_dk, tm_dv;            // stores: 64-row boxes, one per consumer warpgroup
   const float *lse2, *delta;           // workspace rows (kernels/common/bwd.hpp)
   float *dq_acc;
-  int *sem; // deterministic: one counter per (batch, query head, row block)
+  int *sem; // deterministic: one counter per (batch, query head, row block); split_tail: one per split block
+  float *split_acc; // split_tail: the split blocks' fp32 dK and dV sums (traits.hpp, semaphore_count)
+  int split_full, split_pieces; // split_tail: CTAs below split_full run a whole column block (traits.hpp, tail_split)
   int seqlen_q, seqlen_kv, rows_pad;
   int heads_q, heads_kv, group;
   int n_row_blocks, n_col_blocks, bh_count; // bh_count = heads_kv x batch
@@ -144,17 +146,40 @@ template <int D, int BM> struct Smem {
   __device__ uint32_t dq_phase(int it) const { return uint32_t(it / dq_bufs) & 1u; }
 };
 
-// The work of one CTA: its column block, kv head and batch entry, and the row blocks it visits (for each query
-// head of the group in turn).
+// The work of one CTA: its column block, kv head and batch entry, the row blocks [first, end) the block visits for
+// each query head of the group, and the run of those (query head, row block) iterations that this CTA takes: all
+// of them, or under split_tail one piece, [it0, it0 + n) of the group x (end - first), with `slot` the split
+// block's index in the sums (-1: not split).
 struct Work {
-  int col, hkv, b, first, end;
+  int col, hkv, b, first, end, it0, n, slot;
 };
 template <int BM> __device__ __forceinline__ Work work_of(const KernelArgs &a) {
-  const GridSlot g = grid_order_in<int>(int(blockIdx.x), a.n_col_blocks, a.bh_count, a.order,
+  int tile = int(blockIdx.x), piece = 0, slot = -1;
+  if (tile >= a.split_full) {
+    const int j = tile - a.split_full;
+    slot = j / a.split_pieces, piece = j - slot * a.split_pieces;
+    tile = a.split_full + slot;
+  }
+  const GridSlot g = grid_order_in<int>(tile, a.n_col_blocks, a.bh_count, a.order,
                                         a.deterministic != 0, a.sections);
   const RowRange r = row_blocks_for(g.col, BM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0);
-  return {int(g.col), int(g.bh % a.heads_kv), int(g.bh / a.heads_kv), int(r.first), int(r.end)};
+  const int its = a.group * int(r.end - r.first);
+  const int it0 = piece * its / a.split_pieces, it1 = (piece + 1) * its / a.split_pieces;
+  return {int(g.col), int(g.bh % a.heads_kv), int(g.bh / a.heads_kv), int(r.first), int(r.end),
+          it0, it1 - it0, slot};
 }
+// A walk over a CTA's (query head of the group, row block) iterations from its first, in the order every role
+// takes them: each query head's row blocks in turn.
+struct RowWalk {
+  int g, mb;
+  __device__ __forceinline__ explicit RowWalk(const Work &w)
+      : g(w.n > 0 ? w.it0 / (w.end - w.first) : 0),
+        mb(w.n > 0 ? w.first + w.it0 % (w.end - w.first) : w.first) {}
+  __device__ __forceinline__ void next(const Work &w) {
+    if (++mb == w.end)
+      mb = w.first, ++g;
+  }
+};
 
 // ---- producer: one thread issues every load
 template <int D, int BM>
@@ -170,19 +195,18 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BM> 
     tma_load_4d(sm.v + c * kKvChunk, &a.tm_v, sm.kv_full(), c * 64, w.col * kBlockN, w.hkv, w.b);
   }
   RingPos ring;
-  for (int g = 0; g < a.group; ++g) {
-    const int hq = w.hkv * a.group + g;
-    for (int mb = w.first; mb < w.end; ++mb, ring.next(sm.stages)) {
-      const int s = ring.s;
-      if (ring.use > 0)
-        mbar_wait(sm.empty(s), (ring.use - 1) & 1);
-      const uint32_t slot = sm.slot(s), bar = sm.full(s);
-      mbar_arrive_expect_tx(bar, 2u * BM * D * 2);
+  RowWalk at(w);
+  for (int it = 0; it < w.n; ++it, ring.next(sm.stages), at.next(w)) {
+    const int hq = w.hkv * a.group + at.g, mb = at.mb;
+    const int s = ring.s;
+    if (ring.use > 0)
+      mbar_wait(sm.empty(s), (ring.use - 1) & 1);
+    const uint32_t slot = sm.slot(s), bar = sm.full(s);
+    mbar_arrive_expect_tx(bar, 2u * BM * D * 2);
 #pragma unroll
-      for (int c = 0; c < D / 64; ++c) {
-        tma_load_4d(slot + sm.q_off + c * kRowChunk, &a.tm_q, bar, c * 64, mb * BM, hq, w.b);
-        tma_load_4d(slot + sm.dout_off + c * kRowChunk, &a.tm_do, bar, c * 64, mb * BM, hq, w.b);
-      }
+    for (int c = 0; c < D / 64; ++c) {
+      tma_load_4d(slot + sm.q_off + c * kRowChunk, &a.tm_q, bar, c * 64, mb * BM, hq, w.b);
+      tma_load_4d(slot + sm.dout_off + c * kRowChunk, &a.tm_do, bar, c * 64, mb * BM, hq, w.b);
     }
   }
 }
@@ -201,27 +225,24 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D, BM
   static_assert(BM % 16 == 0, "rows_pos: whole 16-row groups");
   // Lane's pair k sits 64 rows (256 bytes) past pair 0's place: rows_pos(q + 64) = rows_pos(q) + 64.
   const uint32_t at0 = 4u * uint32_t(rows_pos(2 * lane));
-  int it = 0;
+  RowWalk walk(w);
 #pragma unroll 1 // the producer warpgroup's 24 registers
-  for (int g = 0; g < a.group; ++g) {
-    const int hq = w.hkv * a.group + g;
-#pragma unroll 1
-    for (int mb = w.first; mb < w.end; ++mb, ++it) {
-      const int r = it % kRowsBuffers;
-      const int64_t row = (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM;
+  for (int it = 0; it < w.n; ++it, walk.next(w)) {
+    const int hq = w.hkv * a.group + walk.g, mb = walk.mb;
+    const int r = it % kRowsBuffers;
+    const int64_t row = (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM;
 #pragma unroll
-      for (int k = 0; k < (BM / 2 + 31) / 32; ++k) {
-        const int i = lane + 32 * k; // rows 2i and 2i + 1
-        if (BM % 64 == 0 || i < BM / 2) {
-          const uint32_t at = at0 + 256u * uint32_t(k);
-          st_shared_f2(sm.lse2(r) + at,
-                       __ldg(reinterpret_cast<const float2 *>(a.lse2 + row + 2 * i)));
-          st_shared_f2(sm.delta(r) + at,
-                       __ldg(reinterpret_cast<const float2 *>(a.delta + row + 2 * i)));
-        }
+    for (int k = 0; k < (BM / 2 + 31) / 32; ++k) {
+      const int i = lane + 32 * k; // rows 2i and 2i + 1
+      if (BM % 64 == 0 || i < BM / 2) {
+        const uint32_t at = at0 + 256u * uint32_t(k);
+        st_shared_f2(sm.lse2(r) + at,
+                     __ldg(reinterpret_cast<const float2 *>(a.lse2 + row + 2 * i)));
+        st_shared_f2(sm.delta(r) + at,
+                     __ldg(reinterpret_cast<const float2 *>(a.delta + row + 2 * i)));
       }
-      rows_sync(r);
     }
+    rows_sync(r);
   }
 }
 
@@ -239,46 +260,44 @@ __device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, in
 template <int D, int BM>
 __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM> &sm,
                                           const Work &w) {
-  int it = 0;
-  for (int g = 0; g < a.group; ++g) {
-    const int hq = w.hkv * a.group + g;
-    for (int mb = w.first; mb < w.end; ++mb, ++it) {
-      mbar_wait(sm.dq_full(it, 0), sm.dq_phase(it));
-      int *ctr = nullptr;
-      if (a.deterministic) {
-        ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
-        const int before =
-            int(col_blocks_for(mb, BM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0)) - 1 -
-            w.col;
-        while (ld_acquire_gpu(ctr) != before)
-          __nanosleep(32);
-        fence_proxy_async_global(); // the earlier column blocks' adds before this one
-      }
-      constexpr uint32_t kHalf = Smem<D, BM>::dq_bytes / 2;
-      float *const tile = dq_tile<D, BM>(a, w, hq, mb);
-      bulk_reduce_add_f32(tile, sm.dq_half(it, 0), kHalf);
-      bulk_commit();
-      if (!a.deterministic) { // piece 0 free once read, whether or not piece 1 is there yet
-        bulk_wait_read_all();
-        mbar_arrive(sm.dq_empty(it, 0));
-      }
-      mbar_wait(sm.dq_full(it, 1), sm.dq_phase(it));
-      bulk_reduce_add_f32(tile + kHalf / 4, sm.dq_half(it, 1), kHalf);
-      bulk_commit();
-      if (a.deterministic) {
-        bulk_wait_all(); // complete in global memory before the counter says so
-        fence_proxy_async_global();
-        __threadfence();
-        if (w.col == 0)
-          atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
-        else
-          atomicAdd(ctr, 1);
-        mbar_arrive(sm.dq_empty(it, 0));
-      } else {
-        bulk_wait_read_all();
-      }
-      mbar_arrive(sm.dq_empty(it, 1));
+  RowWalk walk(w);
+  for (int it = 0; it < w.n; ++it, walk.next(w)) {
+    const int hq = w.hkv * a.group + walk.g, mb = walk.mb;
+    mbar_wait(sm.dq_full(it, 0), sm.dq_phase(it));
+    int *ctr = nullptr;
+    if (a.deterministic) {
+      ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
+      const int before =
+          int(col_blocks_for(mb, BM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0)) - 1 -
+          w.col;
+      while (ld_acquire_gpu(ctr) != before)
+        __nanosleep(32);
+      fence_proxy_async_global(); // the earlier column blocks' adds before this one
     }
+    constexpr uint32_t kHalf = Smem<D, BM>::dq_bytes / 2;
+    float *const tile = dq_tile<D, BM>(a, w, hq, mb);
+    bulk_reduce_add_f32(tile, sm.dq_half(it, 0), kHalf);
+    bulk_commit();
+    if (!a.deterministic) { // piece 0 free once read, whether or not piece 1 is there yet
+      bulk_wait_read_all();
+      mbar_arrive(sm.dq_empty(it, 0));
+    }
+    mbar_wait(sm.dq_full(it, 1), sm.dq_phase(it));
+    bulk_reduce_add_f32(tile + kHalf / 4, sm.dq_half(it, 1), kHalf);
+    bulk_commit();
+    if (a.deterministic) {
+      bulk_wait_all(); // complete in global memory before the counter says so
+      fence_proxy_async_global();
+      __threadfence();
+      if (w.col == 0)
+        atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
+      else
+        atomicAdd(ctr, 1);
+      mbar_arrive(sm.dq_empty(it, 0));
+    } else {
+      bulk_wait_read_all();
+    }
+    mbar_arrive(sm.dq_empty(it, 1));
   }
   bulk_wait_all();
 }
@@ -398,6 +417,54 @@ __device__ __forceinline__ void store_dq(uint32_t half, const float (&dq)[N / 2]
                            __float_as_int(dq[4 * j + 2]), __float_as_int(dq[4 * j + 3])));
 }
 
+// bar.sync of `threads` threads at barrier `id` that also returns whether any of them passed `pred` (bar.red.or):
+// one thread's answer handed to the others without a shared-memory word.
+__device__ __forceinline__ bool named_sync_any(int id, int threads, bool pred) {
+  uint32_t any;
+  asm volatile("{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n"
+               " bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}"
+               : "=r"(any)
+               : "r"(uint32_t(pred)), "r"(id), "r"(threads)
+               : "memory");
+  return any != 0;
+}
+
+// split_tail: this piece's dK and dV added to its column block's fp32 sums (this warpgroup's fragments, thread t's
+// fragment j at float4 128j + t, as add_dq_red lays out dQ). The last piece of the block to finish (its counter)
+// takes the sums back into dk and dv, clears them and its counter (the semaphores' zero between launches) and
+// returns true: it writes the block's dK and dV. Every thread fences its adds before the counter moves, and the
+// last piece fences after reading the counter, before it reads the sums (from L2: .cg).
+template <int D>
+__device__ __forceinline__ bool merge_split(const KernelArgs &a, const Work &w, int wg,
+                                            float (&dk)[D / 2], float (&dv)[D / 2]) {
+  const int t = int(kernels::bwd::fresh_tid() % 128);
+  float4 *const sum_k = reinterpret_cast<float4 *>(
+      a.split_acc + (int64_t(w.slot) * kBlockN + int64_t(wg) * kKeysPerWarpgroup) * 2 * D);
+  float4 *const sum_v = sum_k + kKeysPerWarpgroup * D / 4;
+  add_dq_red<D>(reinterpret_cast<float *>(sum_k), dk, t);
+  add_dq_red<D>(reinterpret_cast<float *>(sum_v), dv, t);
+  __threadfence();
+  named_sync(kBarDsReady, kConsumerThreads);
+  bool last = false;
+  if (threadIdx.x == 128)
+    last = atomicAdd(a.sem + w.slot, 1) == a.split_pieces - 1;
+  if (!named_sync_any(kBarDsReady, kConsumerThreads, last))
+    return false;
+  __threadfence();
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    const float4 k4 = __ldcg(sum_k + 128 * j + t), v4 = __ldcg(sum_v + 128 * j + t);
+    dk[4 * j] = k4.x, dk[4 * j + 1] = k4.y, dk[4 * j + 2] = k4.z, dk[4 * j + 3] = k4.w;
+    dv[4 * j] = v4.x, dv[4 * j + 1] = v4.y, dv[4 * j + 2] = v4.z, dv[4 * j + 3] = v4.w;
+    __stcg(sum_k + 128 * j + t, zero);
+    __stcg(sum_v + 128 * j + t, zero);
+  }
+  if (threadIdx.x == 128)
+    a.sem[w.slot] = 0;
+  return true;
+}
+
 template <class T, int D, int BM>
 __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> &sm, const Work &w,
                                          int wg) {
@@ -415,145 +482,145 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
   mbar_wait(sm.kv_full(), 0);
   const int t0 = int(threadIdx.x) % 128;
 
-  int it = 0;
   RingPos ring;
-  for (int g = 0; g < a.group; ++g) {
-    const int hq = w.hkv * a.group + g;
-    for (int mb = w.first; mb < w.end; ++mb, ++it, ring.next(sm.stages)) {
-      const int s = ring.s;
-      const uint32_t slot = sm.slot(s);
-      mbar_wait(sm.full(s), ring.use & 1);
-      // 80-row blocks read the lane coordinates afresh each row block (kernels::bwd::fresh_tid): hoisted, their
-      // derived addresses spill beside the accumulators. The others keep them (1-2% faster at head_dim 64).
-      const int t = kDqT ? int(kernels::bwd::fresh_tid() % 128) : t0, warp = t / 32, lane = t % 32;
+  RowWalk walk(w);
+  for (int it = 0; it < w.n; ++it, ring.next(sm.stages), walk.next(w)) {
+    const int hq = w.hkv * a.group + walk.g, mb = walk.mb;
+    const int s = ring.s;
+    const uint32_t slot = sm.slot(s);
+    mbar_wait(sm.full(s), ring.use & 1);
+    // 80-row blocks read the lane coordinates afresh each row block (kernels::bwd::fresh_tid): hoisted, their
+    // derived addresses spill beside the accumulators. The others keep them (1-2% faster at head_dim 64).
+    const int t = kDqT ? int(kernels::bwd::fresh_tid() % 128) : t0, warp = t / 32, lane = t % 32;
 
-      float sacc[BM / 2], dpacc[BM / 2];
-      wgmma_fence();
-      issue_scores<T, D, BM>(sacc, sm.k, wg, slot + sm.q_off);
-      wgmma_commit();
-      issue_scores<T, D, BM>(dpacc, sm.v, wg, slot + sm.dout_off);
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_operands(sacc);
+    float sacc[BM / 2], dpacc[BM / 2];
+    wgmma_fence();
+    issue_scores<T, D, BM>(sacc, sm.k, wg, slot + sm.q_off);
+    wgmma_commit();
+    issue_scores<T, D, BM>(dpacc, sm.v, wg, slot + sm.dout_off);
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_operands(sacc);
 
-      // Pᵀ, masked where a key is past the sequence end or (causal) right of a query's diagonal.
-      const int key_lo = w.col * kBlockN + wg * kKeysPerWarpgroup + 16 * warp + lane / 4;
-      const int q_lo = mb * BM + 2 * (lane % 4);
-      const bool need_mask = (w.col + 1) * kBlockN > a.seqlen_kv ||
-                             (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
-      // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators). The barrier is met
-      // after Sᵀ's wait: before it, while Sᵀ and dPᵀ run, was 1% slower at head_dim 128 (HISTORY.md).
-      const int r = it % kRowsBuffers;
-      rows_sync(r); // this row block's LSE₂ and D are in buffer r
-      const uint32_t lse_row = sm.lse2(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
-      // One loop for tiles with a mask and one without: with the test inside, ptxas kept a branch on need_mask
-      // every two elements (64 a row block), and their waits were ~5% of the consumers' stall samples (d64
-      // profile, HISTORY.md).
-      const auto exp_tile = [&](auto masked) {
-#pragma unroll
-        for (int kt = 0; kt < BM / 16; ++kt) {
-          const float4 l = ld_shared_f4(lse_row + uint32_t(16 * kt) * 4);
-#pragma unroll
-          for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
-            const float l0 = i % 2 ? l.z : l.x, l1 = i % 2 ? l.w : l.y;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float p =
-                  fb::kernels::fast_exp2(fmaf(sacc[4 * i + e], a.scale_log2, e % 2 ? -l1 : -l0));
-              if constexpr (decltype(masked)::value) {
-                const int key = key_lo + 8 * (e / 2), q = q_lo + 8 * i + e % 2;
-                if (key >= a.seqlen_kv || (a.causal && key > q + off))
-                  p = 0.f;
-              }
-              sacc[4 * i + e] = p;
-            }
-          }
-        }
-      };
-      if (need_mask)
-        exp_tile(std::true_type{});
-      else
-        exp_tile(std::false_type{});
-      uint32_t pa[BM / 16][4];
-      if constexpr (kDvEarly) {
-        pack_a<T, BM>(pa, sacc);
-        wgmma_fence();
-        issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
-        wgmma_commit();
-        wgmma_wait<1>(); // dPᵀ
-      } else {
-        wgmma_wait<0>(); // dPᵀ
-      }
-      fence_operands(dpacc);
-
-      // dSᵀ a k-step at a time, each step packed (with Pᵀ where dV is issued late) as soon as it is computed, so
-      // that the fp32 Sᵀ and dPᵀ of a step die before the next is computed.
-      const uint32_t delta_row = sm.delta(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
-      uint32_t dsa[BM / 16][4];
+    // Pᵀ, masked where a key is past the sequence end or (causal) right of a query's diagonal.
+    const int key_lo = w.col * kBlockN + wg * kKeysPerWarpgroup + 16 * warp + lane / 4;
+    const int q_lo = mb * BM + 2 * (lane % 4);
+    const bool need_mask = (w.col + 1) * kBlockN > a.seqlen_kv ||
+                           (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
+    // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators). The barrier is met
+    // after Sᵀ's wait: before it, while Sᵀ and dPᵀ run, was 1% slower at head_dim 128 (HISTORY.md).
+    const int r = it % kRowsBuffers;
+    rows_sync(r); // this row block's LSE₂ and D are in buffer r
+    const uint32_t lse_row = sm.lse2(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
+    // One loop for tiles with a mask and one without: with the test inside, ptxas kept a branch on need_mask
+    // every two elements (64 a row block), and their waits were ~5% of the consumers' stall samples (d64
+    // profile, HISTORY.md).
+    const auto exp_tile = [&](auto masked) {
 #pragma unroll
       for (int kt = 0; kt < BM / 16; ++kt) {
-        const float4 dd = ld_shared_f4(delta_row + uint32_t(16 * kt) * 4);
+        const float4 l = ld_shared_f4(lse_row + uint32_t(16 * kt) * 4);
 #pragma unroll
         for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
-          const float d0 = i % 2 ? dd.z : dd.x, d1 = i % 2 ? dd.w : dd.y;
+          const float l0 = i % 2 ? l.z : l.x, l1 = i % 2 ? l.w : l.y;
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            dpacc[4 * i + e] = sacc[4 * i + e] * (dpacc[4 * i + e] - (e % 2 ? d1 : d0));
+          for (int e = 0; e < 4; ++e) {
+            float p =
+                fb::kernels::fast_exp2(fmaf(sacc[4 * i + e], a.scale_log2, e % 2 ? -l1 : -l0));
+            if constexpr (decltype(masked)::value) {
+              const int key = key_lo + 8 * (e / 2), q = q_lo + 8 * i + e % 2;
+              if (key >= a.seqlen_kv || (a.causal && key > q + off))
+                p = 0.f;
+            }
+            sacc[4 * i + e] = p;
+          }
         }
-        pack_step<T, BM>(dsa[kt], dpacc, kt);
-        if constexpr (!kDvEarly)
-          pack_step<T, BM>(pa[kt], sacc, kt);
       }
-      if constexpr (!kDvEarly) {
-        wgmma_fence();
-        issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
-        wgmma_commit();
-      }
-      const uint32_t ds_buf = sm.ds_buf(it & 1);
-      store_ds<BM>(ds_buf, dsa, wg, warp, lane);
-      fence_proxy_async_smem(); // the stmatrix writes, visible to WGMMA (the async proxy)
-      named_sync(kBarDsReady, kConsumerThreads);
-
-      // dQ before dK, so that the dQ partial is stored while dK runs. At 80-row blocks dV's product first retires
-      // (Pᵀ's registers free): issuing dQ behind it was 14% slower (HISTORY.md).
-      if constexpr (kDqT) {
-        wgmma_wait<0>();
-        fence_operands(pa);
-      }
-      float dq[DQN / 2];
+    };
+    if (need_mask)
+      exp_tile(std::true_type{});
+    else
+      exp_tile(std::false_type{});
+    uint32_t pa[BM / 16][4];
+    if constexpr (kDvEarly) {
+      pack_a<T, BM>(pa, sacc);
       wgmma_fence();
-      issue_dq<T, D, BM, DQN>(dq, ds_buf, sm.k, wg);
+      issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
       wgmma_commit();
-      issue_grad<T, D, BM>(dk, dsa, slot + sm.q_off);
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_operands(dq);
+      wgmma_wait<1>(); // dPᵀ
+    } else {
+      wgmma_wait<0>(); // dPᵀ
+    }
+    fence_operands(dpacc);
 
-      if (a.dq_add == kDqBulk) {
-        if (it >= sm.dq_bufs) // this piece's previous row block has been read by its bulk reduce
-          mbar_wait(sm.dq_empty(it, wg), sm.dq_phase(it) ^ 1u);
-        store_dq<DQN>(sm.dq_half(it, wg), dq, t);
-        fence_proxy_async_smem(); // the stores, visible to the bulk reduce
-        __syncwarp();
-        if (lane == 0)
-          mbar_arrive(sm.dq_full(it, wg));
-      } else {
-        add_dq_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
+    // dSᵀ a k-step at a time, each step packed (with Pᵀ where dV is issued late) as soon as it is computed, so
+    // that the fp32 Sᵀ and dPᵀ of a step die before the next is computed.
+    const uint32_t delta_row = sm.delta(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
+    uint32_t dsa[BM / 16][4];
+#pragma unroll
+    for (int kt = 0; kt < BM / 16; ++kt) {
+      const float4 dd = ld_shared_f4(delta_row + uint32_t(16 * kt) * 4);
+#pragma unroll
+      for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
+        const float d0 = i % 2 ? dd.z : dd.x, d1 = i % 2 ? dd.w : dd.y;
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          dpacc[4 * i + e] = sacc[4 * i + e] * (dpacc[4 * i + e] - (e % 2 ? d1 : d0));
       }
+      pack_step<T, BM>(dsa[kt], dpacc, kt);
+      if constexpr (!kDvEarly)
+        pack_step<T, BM>(pa[kt], sacc, kt);
+    }
+    if constexpr (!kDvEarly) {
+      wgmma_fence();
+      issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
+      wgmma_commit();
+    }
+    const uint32_t ds_buf = sm.ds_buf(it & 1);
+    store_ds<BM>(ds_buf, dsa, wg, warp, lane);
+    fence_proxy_async_smem(); // the stmatrix writes, visible to WGMMA (the async proxy)
+    named_sync(kBarDsReady, kConsumerThreads);
+
+    // dQ before dK, so that the dQ partial is stored while dK runs. At 80-row blocks dV's product first retires
+    // (Pᵀ's registers free): issuing dQ behind it was 14% slower (HISTORY.md).
+    if constexpr (kDqT) {
       wgmma_wait<0>();
       fence_operands(pa);
-      fence_operands(dsa);
-      fence_operands(dk);
-      fence_operands(dv);
+    }
+    float dq[DQN / 2];
+    wgmma_fence();
+    issue_dq<T, D, BM, DQN>(dq, ds_buf, sm.k, wg);
+    wgmma_commit();
+    issue_grad<T, D, BM>(dk, dsa, slot + sm.q_off);
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_operands(dq);
+
+    if (a.dq_add == kDqBulk) {
+      if (it >= sm.dq_bufs) // this piece's previous row block has been read by its bulk reduce
+        mbar_wait(sm.dq_empty(it, wg), sm.dq_phase(it) ^ 1u);
+      store_dq<DQN>(sm.dq_half(it, wg), dq, t);
+      fence_proxy_async_smem(); // the stores, visible to the bulk reduce
       __syncwarp();
       if (lane == 0)
-        mbar_arrive(sm.empty(s)); // Q, dO, LSE₂ and D of this stage are read
+        mbar_arrive(sm.dq_full(it, wg));
+    } else {
+      add_dq_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
     }
+    wgmma_wait<0>();
+    fence_operands(pa);
+    fence_operands(dsa);
+    fence_operands(dk);
+    fence_operands(dv);
+    __syncwarp();
+    if (lane == 0)
+      mbar_arrive(sm.empty(s)); // Q, dO, LSE₂ and D of this stage are read
   }
 
   // Epilogue: both consumers are done with K and V (their last dQ and dP products have retired) before either
   // overwrites its half of the tiles with dK or dV.
   named_sync(kBarDsReady, kConsumerThreads);
+  if (w.slot >= 0 && !merge_split<D>(a, w, wg, dk, dv))
+    return; // another piece of this column block writes it
   const float scale2[2] = {a.scale, a.scale}, one2[2] = {1.f, 1.f};
   const int key0 = w.col * kBlockN + wg * kKeysPerWarpgroup;
   store_tile_tma<T, D>(&a.tm_dk, sm.k, kBlockN * 128, kBarWg0 + wg, key0, w.hkv, w.b, dk, scale2,
@@ -635,23 +702,37 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.dq_add = c.dq_add;
   a.sections = static_cast<int>(
       section_count(p, BM, a.n_col_blocks, fb::kernels::sm_count(), fb::kernels::l2_bytes()));
+  const TailSplit split = tail_split(p, c, fb::kernels::sm_count());
+  a.split_full = static_cast<int>(split.full);
+  a.split_pieces = split.pieces;
+  a.split_acc = split.tiles > 0 ? reinterpret_cast<float *>(a.sem + split_counter_ints(p)) : nullptr;
 
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
   auto *kernel = fa3_bwd_main<T, D, BM>;
   const int64_t smem = smem_bytes(D, c);
   FB_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      static_cast<int>(smem)));
-  const int64_t ctas = int64_t(a.n_col_blocks) * p.heads_kv * p.batch;
-  kernel<<<static_cast<unsigned>(ctas), kThreads, static_cast<size_t>(smem), stream>>>(a);
+  kernel<<<static_cast<unsigned>(split.ctas()), kThreads, static_cast<size_t>(smem), stream>>>(a);
   FB_CHECK_LAUNCH();
   kernels::bwd::launch_convert<T, D, DqTileOrder<BM>>(rows, p.batch, stream);
+}
+
+// The SM count where a device is present, else 0 (no tail split): the kernel list is also asked for on a machine
+// without a GPU (planning, CPU tests).
+inline int sms_if_present() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return fb::kernels::sm_count();
 }
 
 template <class T, int D, int BM>
 std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {
   return {kernels::bwd::preprocess_desc<T, D>("fa3_bwd", p, BM),
           {"fa3_bwd_main", reinterpret_cast<const void *>(&fa3_bwd_main<T, D, BM>), kThreads,
-           static_cast<size_t>(smem_bytes(D, c)), num_col_blocks(p) * p.heads_kv * p.batch},
+           static_cast<size_t>(smem_bytes(D, c)), tail_split(p, c, sms_if_present()).ctas()},
           kernels::bwd::convert_desc<T, D, DqTileOrder<BM>>("fa3_bwd", p)};
 }
 

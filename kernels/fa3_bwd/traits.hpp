@@ -84,6 +84,8 @@ struct Params {
   int deterministic = 0;     // 1: column blocks add their dQ partials in a fixed order
   int dq_add = kDqBulk;      // kDqRed or kDqBulk
   int block_m = 64; // query rows per row block (block_m_compiled; default_for picks by head_dim)
+  int split_tail = 1; // 1: the grid's last partial wave of column blocks split into pieces (tail_split; not
+                      // under a causal mask nor in deterministic mode, where it changes nothing)
 };
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128; }
@@ -102,6 +104,8 @@ inline std::optional<std::string> config_problem(const Params &c) {
   if (c.deterministic && c.dq_add != kDqBulk)
     return "deterministic orders the bulk dQ adds (one thread per CTA waits on the counters): use "
            "dq_add bulk";
+  if (c.split_tail != 0 && c.split_tail != 1)
+    return "split_tail must be off or on";
   if (c.deterministic && c.order != kOrderNatural)
     return "deterministic fixes the launch order (each (batch, head) from its last column block, "
            "the "
@@ -115,7 +119,8 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("order", d.order)),
                 static_cast<int>(c.get_or("deterministic", d.deterministic)),
                 static_cast<int>(c.get_or("dq_add", d.dq_add)),
-                static_cast<int>(c.get_or("block_m", d.block_m))};
+                static_cast<int>(c.get_or("block_m", d.block_m)),
+                static_cast<int>(c.get_or("split_tail", d.split_tail))};
 }
 
 // The default of a problem: 2 stages; natural where column blocks have equal length (no causal mask) or the order
@@ -160,12 +165,18 @@ inline ConfigSpace make_space() {
        Axis{"block_m",
             {64, 80, 128},
             {},
-            "query rows per row block (head_dim 64: 64 or 128; head_dim 128: 64 or 80)"}},
+            "query rows per row block (head_dim 64: 64 or 128; head_dim 128: 64 or 80)"},
+       Axis{"split_tail",
+            {0, 1},
+            {"off", "on"},
+            "on: the column blocks of the grid's last partial wave split into pieces whose dK/dV "
+            "sums meet in fp32 (no effect under a causal mask or in deterministic mode)"}},
       Config({{"stages", d.stages},
               {"order", d.order},
               {"deterministic", d.deterministic},
               {"dq_add", d.dq_add},
-              {"block_m", d.block_m}}),
+              {"block_m", d.block_m},
+              {"split_tail", d.split_tail}}),
       [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
@@ -175,10 +186,61 @@ inline int64_t num_row_blocks(const AttentionProblem &p, const Params &c) {
 inline int64_t num_col_blocks(const AttentionProblem &p) {
   return (p.seqlen_kv + kBlockN - 1) / kBlockN;
 }
-// Semaphores (deterministic only): one int per (batch, query head, row block), the number of column blocks that
-// have added their dQ partial to it so far (zero between launches).
+
+// The grid's tail. One CTA runs per SM, and without a causal mask every column block takes the same time, so T
+// column blocks on S SMs take ceil(T / S) rounds while the last round keeps only T mod S SMs busy: 2048 blocks
+// (every B·N 16384, H·d 2048 shape at head_dim 128) are 15.5 rounds of 132 SMs, and 64 SMs idle for the 16th, 3% of
+// the call. split_tail cuts each of the last T mod S column blocks into `pieces` CTAs, each over a contiguous run of
+// its (query head, row block) iterations; each piece adds its dK and dV into fp32 sums (in the semaphores), and
+// the last piece of a block to finish reads the sums back, clears them and writes dK and dV as an unsplit block
+// does. The pieces are chosen by the makespan of the last rounds: ceil(r·pieces / S) rounds of a piece's
+// iterations plus kPieceFixed row blocks (its K/V load, pipeline fill and drain, and the sums' round trip), against
+// one round of the whole block plus its own fill and drain. Not under a causal mask (column blocks differ in
+// length, and the sections order already puts the short ones last) nor in deterministic mode.
+constexpr int kMaxSplitTiles = 160; // at least any Hopper part's SM count (the semaphores are sized for it)
+constexpr int kMaxPieces = 16;
+constexpr double kBlockFixed = 2.0; // a CTA's fill and drain, in row blocks
+constexpr double kPieceFixed = 3.0; // a piece's: the same plus the sums' round trip
+struct TailSplit {
+  int64_t full = 0; // column blocks (in launch order) that run whole; the rest are split
+  int pieces = 1;
+  int64_t tiles = 0; // split column blocks
+  int64_t ctas() const { return full + tiles * pieces; }
+};
+inline int64_t grid_tiles(const AttentionProblem &p) {
+  return num_col_blocks(p) * p.heads_kv * p.batch;
+}
+inline TailSplit tail_split(const AttentionProblem &p, const Params &c, int64_t sms) {
+  const int64_t t = grid_tiles(p);
+  TailSplit s{t, 1, 0};
+  if (!c.split_tail || c.deterministic || p.causal || sms <= 0)
+    return s;
+  const int64_t r = t % sms, its = p.group_size() * num_row_blocks(p, c);
+  if (r == 0 || r > kMaxSplitTiles)
+    return s;
+  double best = double(its) + kBlockFixed;
+  for (int64_t k = 2; k <= std::min<int64_t>(its, kMaxPieces); ++k) {
+    const double rounds = double((r * k + sms - 1) / sms);
+    const double span = rounds * (double((its + k - 1) / k) + kPieceFixed);
+    if (span < best)
+      best = span, s = {t - r, int(k), r};
+  }
+  return s;
+}
+// Semaphores. Deterministic: one int per (batch, query head, row block), the number of column blocks that have added
+// their dQ partial to it so far. split_tail: one int per split column block (its pieces that have added their sums),
+// padded to 16 bytes, then its fp32 dK and dV sums (2 x kBlockN x head_dim, in the consumers' fragment order), for
+// as many split blocks as any launch can have. All zero between launches: the last piece clears what it read.
+inline int64_t split_slots(const AttentionProblem &p) {
+  return std::min<int64_t>(grid_tiles(p), kMaxSplitTiles);
+}
+inline int64_t split_counter_ints(const AttentionProblem &p) { return (split_slots(p) + 3) / 4 * 4; }
 inline int64_t semaphore_count(const AttentionProblem &p, const Params &c) {
-  return c.deterministic ? p.batch * p.heads_q * num_row_blocks(p, c) : 0;
+  if (c.deterministic)
+    return p.batch * p.heads_q * num_row_blocks(p, c);
+  if (c.split_tail && !p.causal)
+    return split_counter_ints(p) + split_slots(p) * 2 * kBlockN * p.head_dim;
+  return 0;
 }
 
 // Shared memory, every tile 1024-byte aligned (the 128B swizzle): K and V of the column block; `stages` slots of

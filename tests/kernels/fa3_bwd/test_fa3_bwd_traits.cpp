@@ -209,7 +209,7 @@ TEST(Fa3BwdTraits, WorkspaceAndSemaphores) {
   EXPECT_EQ(w.total, w.delta + 4 * rows);
   EXPECT_EQ(w.lse2 % 16, 0); // float2 loads of LSE₂ and D rows
   EXPECT_EQ(w.delta % 16, 0);
-  EXPECT_EQ(fa3_bwd::semaphore_count(p, c), 0);
+  EXPECT_EQ(fa3_bwd::semaphore_count(p, c), 0); // causal: no tail split
   c.deterministic = 1;
   EXPECT_EQ(fa3_bwd::semaphore_count(p, c), 2 * 8 * 2); // (batch, query head, row block)
   EXPECT_EQ(fa3_bwd::num_col_blocks(p), 3);             // 300 keys, 128 a column block
@@ -221,6 +221,53 @@ TEST(Fa3BwdTraits, WorkspaceAndSemaphores) {
   cfg.set("deterministic", 1);
   cfg.set("order", fa3_bwd::kOrderNatural);
   EXPECT_EQ(v.semaphore_bytes(p, cfg), size_t(4 * 2 * 8 * 2));
+}
+
+// The tail split: which column blocks are cut, into how many pieces, and the semaphores that hold their sums.
+TEST(Fa3BwdTraits, TailSplit) {
+  fa3_bwd::Params c;
+  c.block_m = 80;
+  // B·N 16384, H·d 2048 at head_dim 128: 2048 column blocks, 15 whole rounds of 132 SMs and 68 left over. At N4096
+  // a block is 52 row blocks: 3 pieces take ceil(204 / 132) = 2 rounds of 18 + 3 against 52 + 2 whole.
+  AttentionProblem p = bwd_problem(4096, 4096, 128, false, 16, 16);
+  p.batch = 4;
+  fa3_bwd::TailSplit s = fa3_bwd::tail_split(p, c, 132);
+  EXPECT_EQ(s.full, 1980);
+  EXPECT_EQ(s.tiles, 68);
+  EXPECT_EQ(s.pieces, 3);
+  EXPECT_EQ(s.ctas(), 1980 + 3 * 68);
+  // At N1024 a block is 13 row blocks: 2 rounds of 5 + 3 = 16 is no better than 13 + 2 + 1, so 2 rounds are
+  // weighed against splitting finer; whatever wins, every piece has at least one row block.
+  p.batch = 16, p.seqlen_q = p.seqlen_kv = 1024;
+  s = fa3_bwd::tail_split(p, c, 132);
+  EXPECT_LE(s.pieces, 13);
+  EXPECT_EQ(s.full + s.tiles, 2048);
+  // Nothing to split: whole rounds, a causal mask (blocks differ), deterministic mode, the axis off, no device.
+  EXPECT_EQ(fa3_bwd::tail_split(p, c, 128).pieces, 1); // 2048 = 16 x 128
+  AttentionProblem causal = p;
+  causal.causal = true;
+  EXPECT_EQ(fa3_bwd::tail_split(causal, c, 132).pieces, 1);
+  fa3_bwd::Params det = c, off = c;
+  det.deterministic = 1, off.split_tail = 0;
+  EXPECT_EQ(fa3_bwd::tail_split(p, det, 132).pieces, 1);
+  EXPECT_EQ(fa3_bwd::tail_split(p, off, 132).pieces, 1);
+  EXPECT_EQ(fa3_bwd::tail_split(p, c, 0).ctas(), 2048);
+  // Fewer blocks than SMs: all of them are the tail, each piece at least one of its (query head, row block)
+  // iterations.
+  const AttentionProblem small = bwd_problem(100, 300, 64, false, 8, 2); // 3 x 2 x 2 = 12 blocks, 2 x 4 its
+  s = fa3_bwd::tail_split(small, fa3_bwd::Params{}, 132);
+  EXPECT_EQ(s.full, 0);
+  EXPECT_EQ(s.tiles, 12);
+  EXPECT_GT(s.pieces, 1);
+  EXPECT_LE(s.pieces, 4 * 2);
+  // Semaphores: a counter per possible split block (padded to 16 bytes), then its fp32 dK and dV sums.
+  const int64_t slots = 12;
+  EXPECT_EQ(fa3_bwd::semaphore_count(small, fa3_bwd::Params{}),
+            (slots + 3) / 4 * 4 + slots * 2 * 128 * 64);
+  EXPECT_EQ(fa3_bwd::semaphore_count(p, c),
+            fa3_bwd::kMaxSplitTiles + fa3_bwd::kMaxSplitTiles * 2 * 128 * 128);
+  EXPECT_EQ(fa3_bwd::semaphore_count(causal, c), 0);
+  EXPECT_EQ(fa3_bwd::semaphore_count(p, off), 0);
 }
 
 TEST(Fa3BwdTraits, TrafficModelParts) {
@@ -384,8 +431,8 @@ TEST(Fa3BwdVariant, TheDefaultSupportsEveryProblemThatAnyConfigSupports) {
     if (!e.invalid_reason)
       valid.push_back(e.config);
   // 3 row-block heights x 2 stages x (natural, lpt, sections with either dQ add; natural + deterministic with
-  // bulk adds); which heights a head_dim compiles is supports()'s.
-  EXPECT_EQ(valid.size(), 42u);
+  // bulk adds) x split_tail off and on; which heights a head_dim compiles is supports()'s.
+  EXPECT_EQ(valid.size(), 84u);
   int supported = 0;
   for (const DeviceInfo &dev : {h100(), a100(), nominal_device()})
     for (DType t : {DType::bf16, DType::f16, DType::f32})
