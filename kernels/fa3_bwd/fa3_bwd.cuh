@@ -146,40 +146,30 @@ template <int D, int BM> struct Smem {
   __device__ uint32_t dq_phase(int it) const { return uint32_t(it / dq_bufs) & 1u; }
 };
 
-// The work of one CTA: its column block, kv head and batch entry, the row blocks [first, end) the block visits for
-// each query head of the group, and the run of those (query head, row block) iterations that this CTA takes: all
-// of them, or under split_tail one piece, [it0, it0 + n) of the group x (end - first), with `slot` the split
-// block's index in the sums (-1: not split).
+// The work of one CTA: its column block, kv head and batch entry, and the row blocks [first, end) it visits (for
+// each query head of the group in turn). Under split_tail a CTA past split_full is one piece of a split column
+// block: the piece's share of the block's row blocks, and `slot` the block's index in the sums (-1: not split).
 struct Work {
-  int col, hkv, b, first, end, it0, n, slot;
+  int col, hkv, b, first, end, slot;
 };
 template <int BM> __device__ __forceinline__ Work work_of(const KernelArgs &a) {
-  int tile = int(blockIdx.x), piece = 0, slot = -1;
+  int tile = int(blockIdx.x), piece = 0, pieces = 1, slot = -1;
   if (tile >= a.split_full) {
     const int j = tile - a.split_full;
-    slot = j / a.split_pieces, piece = j - slot * a.split_pieces;
+    pieces = a.split_pieces, slot = j / pieces, piece = j - slot * pieces;
     tile = a.split_full + slot;
   }
   const GridSlot g = grid_order_in<int>(tile, a.n_col_blocks, a.bh_count, a.order,
                                         a.deterministic != 0, a.sections);
   const RowRange r = row_blocks_for(g.col, BM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0);
-  const int its = a.group * int(r.end - r.first);
-  const int it0 = piece * its / a.split_pieces, it1 = (piece + 1) * its / a.split_pieces;
-  return {int(g.col), int(g.bh % a.heads_kv), int(g.bh / a.heads_kv), int(r.first), int(r.end),
-          it0, it1 - it0, slot};
+  const int n = int(r.end - r.first);
+  return {int(g.col),
+          int(g.bh % a.heads_kv),
+          int(g.bh / a.heads_kv),
+          int(r.first) + piece * n / pieces,
+          int(r.first) + (piece + 1) * n / pieces,
+          slot};
 }
-// A walk over a CTA's (query head of the group, row block) iterations from its first, in the order every role
-// takes them: each query head's row blocks in turn.
-struct RowWalk {
-  int g, mb;
-  __device__ __forceinline__ explicit RowWalk(const Work &w)
-      : g(w.n > 0 ? w.it0 / (w.end - w.first) : 0),
-        mb(w.n > 0 ? w.first + w.it0 % (w.end - w.first) : w.first) {}
-  __device__ __forceinline__ void next(const Work &w) {
-    if (++mb == w.end)
-      mb = w.first, ++g;
-  }
-};
 
 // ---- producer: one thread issues every load
 template <int D, int BM>
@@ -195,18 +185,19 @@ __device__ __forceinline__ void producer(const KernelArgs &a, const Smem<D, BM> 
     tma_load_4d(sm.v + c * kKvChunk, &a.tm_v, sm.kv_full(), c * 64, w.col * kBlockN, w.hkv, w.b);
   }
   RingPos ring;
-  RowWalk at(w);
-  for (int it = 0; it < w.n; ++it, ring.next(sm.stages), at.next(w)) {
-    const int hq = w.hkv * a.group + at.g, mb = at.mb;
-    const int s = ring.s;
-    if (ring.use > 0)
-      mbar_wait(sm.empty(s), (ring.use - 1) & 1);
-    const uint32_t slot = sm.slot(s), bar = sm.full(s);
-    mbar_arrive_expect_tx(bar, 2u * BM * D * 2);
+  for (int g = 0; g < a.group; ++g) {
+    const int hq = w.hkv * a.group + g;
+    for (int mb = w.first; mb < w.end; ++mb, ring.next(sm.stages)) {
+      const int s = ring.s;
+      if (ring.use > 0)
+        mbar_wait(sm.empty(s), (ring.use - 1) & 1);
+      const uint32_t slot = sm.slot(s), bar = sm.full(s);
+      mbar_arrive_expect_tx(bar, 2u * BM * D * 2);
 #pragma unroll
-    for (int c = 0; c < D / 64; ++c) {
-      tma_load_4d(slot + sm.q_off + c * kRowChunk, &a.tm_q, bar, c * 64, mb * BM, hq, w.b);
-      tma_load_4d(slot + sm.dout_off + c * kRowChunk, &a.tm_do, bar, c * 64, mb * BM, hq, w.b);
+      for (int c = 0; c < D / 64; ++c) {
+        tma_load_4d(slot + sm.q_off + c * kRowChunk, &a.tm_q, bar, c * 64, mb * BM, hq, w.b);
+        tma_load_4d(slot + sm.dout_off + c * kRowChunk, &a.tm_do, bar, c * 64, mb * BM, hq, w.b);
+      }
     }
   }
 }
@@ -225,24 +216,27 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D, BM
   static_assert(BM % 16 == 0, "rows_pos: whole 16-row groups");
   // Lane's pair k sits 64 rows (256 bytes) past pair 0's place: rows_pos(q + 64) = rows_pos(q) + 64.
   const uint32_t at0 = 4u * uint32_t(rows_pos(2 * lane));
-  RowWalk walk(w);
+  int it = 0;
 #pragma unroll 1 // the producer warpgroup's 24 registers
-  for (int it = 0; it < w.n; ++it, walk.next(w)) {
-    const int hq = w.hkv * a.group + walk.g, mb = walk.mb;
-    const int r = it % kRowsBuffers;
-    const int64_t row = (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM;
+  for (int g = 0; g < a.group; ++g) {
+    const int hq = w.hkv * a.group + g;
+#pragma unroll 1
+    for (int mb = w.first; mb < w.end; ++mb, ++it) {
+      const int r = it % kRowsBuffers;
+      const int64_t row = (int64_t(w.b) * a.heads_q + hq) * a.rows_pad + int64_t(mb) * BM;
 #pragma unroll
-    for (int k = 0; k < (BM / 2 + 31) / 32; ++k) {
-      const int i = lane + 32 * k; // rows 2i and 2i + 1
-      if (BM % 64 == 0 || i < BM / 2) {
-        const uint32_t at = at0 + 256u * uint32_t(k);
-        st_shared_f2(sm.lse2(r) + at,
-                     __ldg(reinterpret_cast<const float2 *>(a.lse2 + row + 2 * i)));
-        st_shared_f2(sm.delta(r) + at,
-                     __ldg(reinterpret_cast<const float2 *>(a.delta + row + 2 * i)));
+      for (int k = 0; k < (BM / 2 + 31) / 32; ++k) {
+        const int i = lane + 32 * k; // rows 2i and 2i + 1
+        if (BM % 64 == 0 || i < BM / 2) {
+          const uint32_t at = at0 + 256u * uint32_t(k);
+          st_shared_f2(sm.lse2(r) + at,
+                       __ldg(reinterpret_cast<const float2 *>(a.lse2 + row + 2 * i)));
+          st_shared_f2(sm.delta(r) + at,
+                       __ldg(reinterpret_cast<const float2 *>(a.delta + row + 2 * i)));
+        }
       }
+      rows_sync(r);
     }
-    rows_sync(r);
   }
 }
 
@@ -260,44 +254,46 @@ __device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, in
 template <int D, int BM>
 __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM> &sm,
                                           const Work &w) {
-  RowWalk walk(w);
-  for (int it = 0; it < w.n; ++it, walk.next(w)) {
-    const int hq = w.hkv * a.group + walk.g, mb = walk.mb;
-    mbar_wait(sm.dq_full(it, 0), sm.dq_phase(it));
-    int *ctr = nullptr;
-    if (a.deterministic) {
-      ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
-      const int before =
-          int(col_blocks_for(mb, BM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0)) - 1 -
-          w.col;
-      while (ld_acquire_gpu(ctr) != before)
-        __nanosleep(32);
-      fence_proxy_async_global(); // the earlier column blocks' adds before this one
+  int it = 0;
+  for (int g = 0; g < a.group; ++g) {
+    const int hq = w.hkv * a.group + g;
+    for (int mb = w.first; mb < w.end; ++mb, ++it) {
+      mbar_wait(sm.dq_full(it, 0), sm.dq_phase(it));
+      int *ctr = nullptr;
+      if (a.deterministic) {
+        ctr = a.sem + (int64_t(w.b) * a.heads_q + hq) * a.n_row_blocks + mb;
+        const int before =
+            int(col_blocks_for(mb, BM, kBlockN, a.seqlen_q, a.seqlen_kv, a.causal != 0)) - 1 -
+            w.col;
+        while (ld_acquire_gpu(ctr) != before)
+          __nanosleep(32);
+        fence_proxy_async_global(); // the earlier column blocks' adds before this one
+      }
+      constexpr uint32_t kHalf = Smem<D, BM>::dq_bytes / 2;
+      float *const tile = dq_tile<D, BM>(a, w, hq, mb);
+      bulk_reduce_add_f32(tile, sm.dq_half(it, 0), kHalf);
+      bulk_commit();
+      if (!a.deterministic) { // piece 0 free once read, whether or not piece 1 is there yet
+        bulk_wait_read_all();
+        mbar_arrive(sm.dq_empty(it, 0));
+      }
+      mbar_wait(sm.dq_full(it, 1), sm.dq_phase(it));
+      bulk_reduce_add_f32(tile + kHalf / 4, sm.dq_half(it, 1), kHalf);
+      bulk_commit();
+      if (a.deterministic) {
+        bulk_wait_all(); // complete in global memory before the counter says so
+        fence_proxy_async_global();
+        __threadfence();
+        if (w.col == 0)
+          atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
+        else
+          atomicAdd(ctr, 1);
+        mbar_arrive(sm.dq_empty(it, 0));
+      } else {
+        bulk_wait_read_all();
+      }
+      mbar_arrive(sm.dq_empty(it, 1));
     }
-    constexpr uint32_t kHalf = Smem<D, BM>::dq_bytes / 2;
-    float *const tile = dq_tile<D, BM>(a, w, hq, mb);
-    bulk_reduce_add_f32(tile, sm.dq_half(it, 0), kHalf);
-    bulk_commit();
-    if (!a.deterministic) { // piece 0 free once read, whether or not piece 1 is there yet
-      bulk_wait_read_all();
-      mbar_arrive(sm.dq_empty(it, 0));
-    }
-    mbar_wait(sm.dq_full(it, 1), sm.dq_phase(it));
-    bulk_reduce_add_f32(tile + kHalf / 4, sm.dq_half(it, 1), kHalf);
-    bulk_commit();
-    if (a.deterministic) {
-      bulk_wait_all(); // complete in global memory before the counter says so
-      fence_proxy_async_global();
-      __threadfence();
-      if (w.col == 0)
-        atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
-      else
-        atomicAdd(ctr, 1);
-      mbar_arrive(sm.dq_empty(it, 0));
-    } else {
-      bulk_wait_read_all();
-    }
-    mbar_arrive(sm.dq_empty(it, 1));
   }
   bulk_wait_all();
 }
@@ -482,138 +478,140 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
   mbar_wait(sm.kv_full(), 0);
   const int t0 = int(threadIdx.x) % 128;
 
+  int it = 0;
   RingPos ring;
-  RowWalk walk(w);
-  for (int it = 0; it < w.n; ++it, ring.next(sm.stages), walk.next(w)) {
-    const int hq = w.hkv * a.group + walk.g, mb = walk.mb;
-    const int s = ring.s;
-    const uint32_t slot = sm.slot(s);
-    mbar_wait(sm.full(s), ring.use & 1);
-    // 80-row blocks read the lane coordinates afresh each row block (kernels::bwd::fresh_tid): hoisted, their
-    // derived addresses spill beside the accumulators. The others keep them (1-2% faster at head_dim 64).
-    const int t = kDqT ? int(kernels::bwd::fresh_tid() % 128) : t0, warp = t / 32, lane = t % 32;
+  for (int g = 0; g < a.group; ++g) {
+    const int hq = w.hkv * a.group + g;
+    for (int mb = w.first; mb < w.end; ++mb, ++it, ring.next(sm.stages)) {
+      const int s = ring.s;
+      const uint32_t slot = sm.slot(s);
+      mbar_wait(sm.full(s), ring.use & 1);
+      // 80-row blocks read the lane coordinates afresh each row block (kernels::bwd::fresh_tid): hoisted, their
+      // derived addresses spill beside the accumulators. The others keep them (1-2% faster at head_dim 64).
+      const int t = kDqT ? int(kernels::bwd::fresh_tid() % 128) : t0, warp = t / 32, lane = t % 32;
 
-    float sacc[BM / 2], dpacc[BM / 2];
-    wgmma_fence();
-    issue_scores<T, D, BM>(sacc, sm.k, wg, slot + sm.q_off);
-    wgmma_commit();
-    issue_scores<T, D, BM>(dpacc, sm.v, wg, slot + sm.dout_off);
-    wgmma_commit();
-    wgmma_wait<1>();
-    fence_operands(sacc);
+      float sacc[BM / 2], dpacc[BM / 2];
+      wgmma_fence();
+      issue_scores<T, D, BM>(sacc, sm.k, wg, slot + sm.q_off);
+      wgmma_commit();
+      issue_scores<T, D, BM>(dpacc, sm.v, wg, slot + sm.dout_off);
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_operands(sacc);
 
-    // Pᵀ, masked where a key is past the sequence end or (causal) right of a query's diagonal.
-    const int key_lo = w.col * kBlockN + wg * kKeysPerWarpgroup + 16 * warp + lane / 4;
-    const int q_lo = mb * BM + 2 * (lane % 4);
-    const bool need_mask = (w.col + 1) * kBlockN > a.seqlen_kv ||
-                           (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
-    // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators). The barrier is met
-    // after Sᵀ's wait: before it, while Sᵀ and dPᵀ run, was 1% slower at head_dim 128 (HISTORY.md).
-    const int r = it % kRowsBuffers;
-    rows_sync(r); // this row block's LSE₂ and D are in buffer r
-    const uint32_t lse_row = sm.lse2(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
-    // One loop for tiles with a mask and one without: with the test inside, ptxas kept a branch on need_mask
-    // every two elements (64 a row block), and their waits were ~5% of the consumers' stall samples (d64
-    // profile, HISTORY.md).
-    const auto exp_tile = [&](auto masked) {
+      // Pᵀ, masked where a key is past the sequence end or (causal) right of a query's diagonal.
+      const int key_lo = w.col * kBlockN + wg * kKeysPerWarpgroup + 16 * warp + lane / 4;
+      const int q_lo = mb * BM + 2 * (lane % 4);
+      const bool need_mask = (w.col + 1) * kBlockN > a.seqlen_kv ||
+                             (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
+      // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators). The barrier is met
+      // after Sᵀ's wait: before it, while Sᵀ and dPᵀ run, was 1% slower at head_dim 128 (HISTORY.md).
+      const int r = it % kRowsBuffers;
+      rows_sync(r); // this row block's LSE₂ and D are in buffer r
+      const uint32_t lse_row = sm.lse2(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
+      // One loop for tiles with a mask and one without: with the test inside, ptxas kept a branch on need_mask
+      // every two elements (64 a row block), and their waits were ~5% of the consumers' stall samples (d64
+      // profile, HISTORY.md).
+      const auto exp_tile = [&](auto masked) {
 #pragma unroll
-      for (int kt = 0; kt < BM / 16; ++kt) {
-        const float4 l = ld_shared_f4(lse_row + uint32_t(16 * kt) * 4);
+        for (int kt = 0; kt < BM / 16; ++kt) {
+          const float4 l = ld_shared_f4(lse_row + uint32_t(16 * kt) * 4);
 #pragma unroll
-        for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
-          const float l0 = i % 2 ? l.z : l.x, l1 = i % 2 ? l.w : l.y;
+          for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
+            const float l0 = i % 2 ? l.z : l.x, l1 = i % 2 ? l.w : l.y;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float p =
-                fb::kernels::fast_exp2(fmaf(sacc[4 * i + e], a.scale_log2, e % 2 ? -l1 : -l0));
-            if constexpr (decltype(masked)::value) {
-              const int key = key_lo + 8 * (e / 2), q = q_lo + 8 * i + e % 2;
-              if (key >= a.seqlen_kv || (a.causal && key > q + off))
-                p = 0.f;
+            for (int e = 0; e < 4; ++e) {
+              float p =
+                  fb::kernels::fast_exp2(fmaf(sacc[4 * i + e], a.scale_log2, e % 2 ? -l1 : -l0));
+              if constexpr (decltype(masked)::value) {
+                const int key = key_lo + 8 * (e / 2), q = q_lo + 8 * i + e % 2;
+                if (key >= a.seqlen_kv || (a.causal && key > q + off))
+                  p = 0.f;
+              }
+              sacc[4 * i + e] = p;
             }
-            sacc[4 * i + e] = p;
           }
         }
+      };
+      if (need_mask)
+        exp_tile(std::true_type{});
+      else
+        exp_tile(std::false_type{});
+      uint32_t pa[BM / 16][4];
+      if constexpr (kDvEarly) {
+        pack_a<T, BM>(pa, sacc);
+        wgmma_fence();
+        issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
+        wgmma_commit();
+        wgmma_wait<1>(); // dPᵀ
+      } else {
+        wgmma_wait<0>(); // dPᵀ
       }
-    };
-    if (need_mask)
-      exp_tile(std::true_type{});
-    else
-      exp_tile(std::false_type{});
-    uint32_t pa[BM / 16][4];
-    if constexpr (kDvEarly) {
-      pack_a<T, BM>(pa, sacc);
-      wgmma_fence();
-      issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
-      wgmma_commit();
-      wgmma_wait<1>(); // dPᵀ
-    } else {
-      wgmma_wait<0>(); // dPᵀ
-    }
-    fence_operands(dpacc);
+      fence_operands(dpacc);
 
-    // dSᵀ a k-step at a time, each step packed (with Pᵀ where dV is issued late) as soon as it is computed, so
-    // that the fp32 Sᵀ and dPᵀ of a step die before the next is computed.
-    const uint32_t delta_row = sm.delta(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
-    uint32_t dsa[BM / 16][4];
+      // dSᵀ a k-step at a time, each step packed (with Pᵀ where dV is issued late) as soon as it is computed, so
+      // that the fp32 Sᵀ and dPᵀ of a step die before the next is computed.
+      const uint32_t delta_row = sm.delta(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
+      uint32_t dsa[BM / 16][4];
 #pragma unroll
-    for (int kt = 0; kt < BM / 16; ++kt) {
-      const float4 dd = ld_shared_f4(delta_row + uint32_t(16 * kt) * 4);
+      for (int kt = 0; kt < BM / 16; ++kt) {
+        const float4 dd = ld_shared_f4(delta_row + uint32_t(16 * kt) * 4);
 #pragma unroll
-      for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
-        const float d0 = i % 2 ? dd.z : dd.x, d1 = i % 2 ? dd.w : dd.y;
+        for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
+          const float d0 = i % 2 ? dd.z : dd.x, d1 = i % 2 ? dd.w : dd.y;
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          dpacc[4 * i + e] = sacc[4 * i + e] * (dpacc[4 * i + e] - (e % 2 ? d1 : d0));
+          for (int e = 0; e < 4; ++e)
+            dpacc[4 * i + e] = sacc[4 * i + e] * (dpacc[4 * i + e] - (e % 2 ? d1 : d0));
+        }
+        pack_step<T, BM>(dsa[kt], dpacc, kt);
+        if constexpr (!kDvEarly)
+          pack_step<T, BM>(pa[kt], sacc, kt);
       }
-      pack_step<T, BM>(dsa[kt], dpacc, kt);
-      if constexpr (!kDvEarly)
-        pack_step<T, BM>(pa[kt], sacc, kt);
-    }
-    if constexpr (!kDvEarly) {
-      wgmma_fence();
-      issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
-      wgmma_commit();
-    }
-    const uint32_t ds_buf = sm.ds_buf(it & 1);
-    store_ds<BM>(ds_buf, dsa, wg, warp, lane);
-    fence_proxy_async_smem(); // the stmatrix writes, visible to WGMMA (the async proxy)
-    named_sync(kBarDsReady, kConsumerThreads);
+      if constexpr (!kDvEarly) {
+        wgmma_fence();
+        issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
+        wgmma_commit();
+      }
+      const uint32_t ds_buf = sm.ds_buf(it & 1);
+      store_ds<BM>(ds_buf, dsa, wg, warp, lane);
+      fence_proxy_async_smem(); // the stmatrix writes, visible to WGMMA (the async proxy)
+      named_sync(kBarDsReady, kConsumerThreads);
 
-    // dQ before dK, so that the dQ partial is stored while dK runs. At 80-row blocks dV's product first retires
-    // (Pᵀ's registers free): issuing dQ behind it was 14% slower (HISTORY.md).
-    if constexpr (kDqT) {
+      // dQ before dK, so that the dQ partial is stored while dK runs. At 80-row blocks dV's product first retires
+      // (Pᵀ's registers free): issuing dQ behind it was 14% slower (HISTORY.md).
+      if constexpr (kDqT) {
+        wgmma_wait<0>();
+        fence_operands(pa);
+      }
+      float dq[DQN / 2];
+      wgmma_fence();
+      issue_dq<T, D, BM, DQN>(dq, ds_buf, sm.k, wg);
+      wgmma_commit();
+      issue_grad<T, D, BM>(dk, dsa, slot + sm.q_off);
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_operands(dq);
+
+      if (a.dq_add == kDqBulk) {
+        if (it >= sm.dq_bufs) // this piece's previous row block has been read by its bulk reduce
+          mbar_wait(sm.dq_empty(it, wg), sm.dq_phase(it) ^ 1u);
+        store_dq<DQN>(sm.dq_half(it, wg), dq, t);
+        fence_proxy_async_smem(); // the stores, visible to the bulk reduce
+        __syncwarp();
+        if (lane == 0)
+          mbar_arrive(sm.dq_full(it, wg));
+      } else {
+        add_dq_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
+      }
       wgmma_wait<0>();
       fence_operands(pa);
-    }
-    float dq[DQN / 2];
-    wgmma_fence();
-    issue_dq<T, D, BM, DQN>(dq, ds_buf, sm.k, wg);
-    wgmma_commit();
-    issue_grad<T, D, BM>(dk, dsa, slot + sm.q_off);
-    wgmma_commit();
-    wgmma_wait<1>();
-    fence_operands(dq);
-
-    if (a.dq_add == kDqBulk) {
-      if (it >= sm.dq_bufs) // this piece's previous row block has been read by its bulk reduce
-        mbar_wait(sm.dq_empty(it, wg), sm.dq_phase(it) ^ 1u);
-      store_dq<DQN>(sm.dq_half(it, wg), dq, t);
-      fence_proxy_async_smem(); // the stores, visible to the bulk reduce
+      fence_operands(dsa);
+      fence_operands(dk);
+      fence_operands(dv);
       __syncwarp();
       if (lane == 0)
-        mbar_arrive(sm.dq_full(it, wg));
-    } else {
-      add_dq_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
+        mbar_arrive(sm.empty(s)); // Q, dO, LSE₂ and D of this stage are read
     }
-    wgmma_wait<0>();
-    fence_operands(pa);
-    fence_operands(dsa);
-    fence_operands(dk);
-    fence_operands(dv);
-    __syncwarp();
-    if (lane == 0)
-      mbar_arrive(sm.empty(s)); // Q, dO, LSE₂ and D of this stage are read
   }
 
   // Epilogue: both consumers are done with K and V (their last dQ and dP products have retired) before either

@@ -190,12 +190,12 @@ inline int64_t num_col_blocks(const AttentionProblem &p) {
 // The grid's tail. One CTA runs per SM, and without a causal mask every column block takes the same time, so T
 // column blocks on S SMs take ceil(T / S) rounds while the last round keeps only T mod S SMs busy: 2048 blocks
 // (every B·N 16384, H·d 2048 shape at head_dim 128) are 15.5 rounds of 132 SMs, and 64 SMs idle for the 16th, 3% of
-// the call. split_tail cuts each of the last T mod S column blocks into `pieces` CTAs, each over a contiguous run of
-// its (query head, row block) iterations; each piece adds its dK and dV into fp32 sums (in the semaphores), and
-// the last piece of a block to finish reads the sums back, clears them and writes dK and dV as an unsplit block
-// does. The pieces are chosen by the makespan of the last rounds: ceil(r·pieces / S) rounds of a piece's
-// iterations plus kPieceFixed row blocks (its K/V load, pipeline fill and drain, and the sums' round trip), against
-// one round of the whole block plus its own fill and drain. Not under a causal mask (column blocks differ in
+// the call. split_tail cuts each of the last r = T mod S column blocks into `pieces` CTAs, each over a contiguous
+// share of the block's row blocks (for every query head of the group); each piece adds its dK and dV into fp32
+// sums (in the semaphores), and the last piece of a block to finish reads the sums back, clears them and writes dK
+// and dV as an unsplit block does. The pieces are chosen by the makespan of the last rounds: ceil(r·pieces / S)
+// rounds of a piece's row blocks plus kPieceFixed (its K/V load, pipeline fill and drain, and the sums' round
+// trip), against one round of the whole block plus its own fill and drain. Not under a causal mask (column blocks differ in
 // length, and the sections order already puts the short ones last) nor in deterministic mode.
 constexpr int kMaxSplitTiles = 160; // at least any Hopper part's SM count (the semaphores are sized for it)
 constexpr int kMaxPieces = 16;
@@ -215,13 +215,13 @@ inline TailSplit tail_split(const AttentionProblem &p, const Params &c, int64_t 
   TailSplit s{t, 1, 0};
   if (!c.split_tail || c.deterministic || p.causal || sms <= 0)
     return s;
-  const int64_t r = t % sms, its = p.group_size() * num_row_blocks(p, c);
+  const int64_t r = t % sms, rows = num_row_blocks(p, c), group = p.group_size();
   if (r == 0 || r > kMaxSplitTiles)
     return s;
-  double best = double(its) + kBlockFixed;
-  for (int64_t k = 2; k <= std::min<int64_t>(its, kMaxPieces); ++k) {
+  double best = double(group * rows) + kBlockFixed;
+  for (int64_t k = 2; k <= std::min<int64_t>(rows, kMaxPieces); ++k) {
     const double rounds = double((r * k + sms - 1) / sms);
-    const double span = rounds * (double((its + k - 1) / k) + kPieceFixed);
+    const double span = rounds * (double(group * ((rows + k - 1) / k)) + kPieceFixed);
     if (span < best)
       best = span, s = {t - r, int(k), r};
   }

@@ -252,14 +252,14 @@ TEST(Fa3BwdTraits, TailSplit) {
   EXPECT_EQ(fa3_bwd::tail_split(p, det, 132).pieces, 1);
   EXPECT_EQ(fa3_bwd::tail_split(p, off, 132).pieces, 1);
   EXPECT_EQ(fa3_bwd::tail_split(p, c, 0).ctas(), 2048);
-  // Fewer blocks than SMs: all of them are the tail, each piece at least one of its (query head, row block)
-  // iterations.
-  const AttentionProblem small = bwd_problem(100, 300, 64, false, 8, 2); // 3 x 2 x 2 = 12 blocks, 2 x 4 its
-  s = fa3_bwd::tail_split(small, fa3_bwd::Params{}, 132);
+  // Fewer blocks than SMs: all of them are the tail, each piece at least one row block (of every query head).
+  const AttentionProblem small = bwd_problem(300, 300, 64, false, 8, 2); // 3 x 2 x 2 = 12 blocks, 3 rows
+  fa3_bwd::Params rows128;
+  rows128.block_m = 128;
+  s = fa3_bwd::tail_split(small, rows128, 132);
   EXPECT_EQ(s.full, 0);
   EXPECT_EQ(s.tiles, 12);
-  EXPECT_GT(s.pieces, 1);
-  EXPECT_LE(s.pieces, 4 * 2);
+  EXPECT_EQ(s.pieces, 3); // 1 round of 4 x 1 + 3 against 4 x 3 + 2
   // Semaphores: a counter per possible split block (padded to 16 bytes), then its fp32 dK and dV sums.
   const int64_t slots = 12;
   EXPECT_EQ(fa3_bwd::semaphore_count(small, fa3_bwd::Params{}),
