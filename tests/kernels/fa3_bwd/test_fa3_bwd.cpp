@@ -1,6 +1,7 @@
 // fa3_bwd (Hopper backward) against the harness's float64 backward reference: every config on awkward shapes
 // (length 1, odd lengths, causal with seqlen_q != seqlen_kv and rows that see no key, GQA and MQA, head_dim 64 and
-// 128, several row and column blocks crossing the diagonal, a ragged last column block), deterministic mode
+// 128, several row and column blocks crossing the diagonal, a ragged last column block), shapes with more column
+// blocks than SMs (whole and split blocks in one grid), deterministic mode
 // bit-identical from run to run with the semaphores back at zero, and every input left untouched.
 #include "../bwd_case.hpp"
 
@@ -25,6 +26,16 @@ TEST_P(Fa3BwdAllConfigs, MatchCpuReference) {
 
 INSTANTIATE_TEST_SUITE_P(Awkward, Fa3BwdAllConfigs,
                          ::testing::ValuesIn(fb::test::backward_shapes(128)), fb::test::shape_name);
+
+// More column blocks than SMs without a causal mask: on a 132-SM part, 144 blocks are 12 whole ones past a full
+// round, so split_tail cuts those 12 into pieces while the first 132 run whole (traits.hpp, tail_split), and the
+// pieces' dK/dV sums must meet exactly once (the semaphores come back zero).
+INSTANTIATE_TEST_SUITE_P(ManyTiles, Fa3BwdAllConfigs,
+                         ::testing::Values(Shape{"tiles144_d64_gqa", 2, 16, 8, 300, 1152, 64, false,
+                                                 DType::bf16},
+                                           Shape{"tiles144_d128_gqa", 2, 16, 8, 500, 1152, 128,
+                                                 false, DType::f16}),
+                         fb::test::shape_name);
 
 TEST(Fa3Bwd, DeterministicIsBitIdentical) {
   FB_SKIP_WITHOUT_HOPPER();
