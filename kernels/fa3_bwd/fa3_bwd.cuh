@@ -67,9 +67,12 @@ struct KernelArgs {
   CUtensorMap tm_dk, tm_dv;            // stores: 64-row boxes, one per consumer warpgroup
   const float *lse2, *delta;           // workspace rows (kernels/common/bwd.hpp)
   float *dq_acc;
-  int *sem; // deterministic: one counter per (batch, query head, row block); split_tail: one per split block
-  float *split_acc; // split_tail: the split blocks' fp32 dK and dV sums (traits.hpp, semaphore_count)
-  int split_full, split_pieces; // split_tail: CTAs below split_full run a whole column block (traits.hpp, tail_split)
+  // The semaphores: deterministic, one counter per (batch, query head, row block); split_tail, one per split
+  // column block, then the split blocks' fp32 dK and dV sums (split_acc; traits.hpp, semaphore_count). CTAs below
+  // split_full run a whole column block, the rest split_pieces pieces of one (traits.hpp, tail_split).
+  int *sem;
+  float *split_acc;
+  int split_full, split_pieces;
   int seqlen_q, seqlen_kv, rows_pad;
   int heads_q, heads_kv, group;
   int n_row_blocks, n_col_blocks, bh_count; // bh_count = heads_kv x batch
@@ -703,7 +706,8 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   const TailSplit split = tail_split(p, c, fb::kernels::sm_count());
   a.split_full = static_cast<int>(split.full);
   a.split_pieces = split.pieces;
-  a.split_acc = split.tiles > 0 ? reinterpret_cast<float *>(a.sem + split_counter_ints(p)) : nullptr;
+  a.split_acc =
+      split.tiles > 0 ? reinterpret_cast<float *>(a.sem + split_counter_ints(p)) : nullptr;
 
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
   auto *kernel = fa3_bwd_main<T, D, BM>;

@@ -84,8 +84,9 @@ struct Params {
   int deterministic = 0;     // 1: column blocks add their dQ partials in a fixed order
   int dq_add = kDqBulk;      // kDqRed or kDqBulk
   int block_m = 64; // query rows per row block (block_m_compiled; default_for picks by head_dim)
-  int split_tail = 1; // 1: the grid's last partial wave of column blocks split into pieces (tail_split; not
-                      // under a causal mask nor in deterministic mode, where it changes nothing)
+  // 1: the grid's last partial round of column blocks split into pieces (tail_split; it changes nothing under a
+  // causal mask or in deterministic mode)
+  int split_tail = 1;
 };
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128; }
@@ -195,9 +196,10 @@ inline int64_t num_col_blocks(const AttentionProblem &p) {
 // sums (in the semaphores), and the last piece of a block to finish reads the sums back, clears them and writes dK
 // and dV as an unsplit block does. The pieces are chosen by the makespan of the last rounds: ceil(r·pieces / S)
 // rounds of a piece's row blocks plus kPieceFixed (its K/V load, pipeline fill and drain, and the sums' round
-// trip), against one round of the whole block plus its own fill and drain. Not under a causal mask (column blocks differ in
-// length, and the sections order already puts the short ones last) nor in deterministic mode.
-constexpr int kMaxSplitTiles = 160; // at least any Hopper part's SM count (the semaphores are sized for it)
+// trip), against one round of the whole block plus its own fill and drain. Not under a causal mask (column blocks
+// differ in length, and the sections order already puts the short ones last) nor in deterministic mode.
+// kMaxSplitTiles is at least any Hopper part's SM count (the semaphores are sized for this many split blocks).
+constexpr int kMaxSplitTiles = 160;
 constexpr int kMaxPieces = 16;
 constexpr double kBlockFixed = 2.0; // a CTA's fill and drain, in row blocks
 constexpr double kPieceFixed = 3.0; // a piece's: the same plus the sums' round trip
@@ -234,7 +236,9 @@ inline TailSplit tail_split(const AttentionProblem &p, const Params &c, int64_t 
 inline int64_t split_slots(const AttentionProblem &p) {
   return std::min<int64_t>(grid_tiles(p), kMaxSplitTiles);
 }
-inline int64_t split_counter_ints(const AttentionProblem &p) { return (split_slots(p) + 3) / 4 * 4; }
+inline int64_t split_counter_ints(const AttentionProblem &p) {
+  return (split_slots(p) + 3) / 4 * 4;
+}
 inline int64_t semaphore_count(const AttentionProblem &p, const Params &c) {
   if (c.deterministic)
     return p.batch * p.heads_q * num_row_blocks(p, c);
@@ -248,10 +252,10 @@ inline int64_t semaphore_count(const AttentionProblem &p, const Params &c) {
 // chunks: the A operand of dQ = dS·K, or the B operand of dQᵀ = Kᵀ·dSᵀ, written by both consumers); with dq_add
 // bulk, one or two buffers (two where they fit) of the row block's fp32 dQ partial, in the accumulator's tile
 // order (DqTileOrder); two buffers of a row block's LSE₂ and D (block_m floats each), outside the 1024-byte-aligned
-// slots so that two dQ buffers fit at head_dim 128; the mbarriers (kv_full; full and empty per stage; dq_full and dq_empty per dQ buffer and consumer). LSE₂ and D
-// are copied by a producer warp with ordinary loads and stores (fa3_bwd.cuh, row_loader) rather than a bulk copy:
-// compute-sanitizer's racecheck reports an ordinary read of what a bulk copy wrote as a hazard whatever the
-// mbarriers order.
+// slots so that two dQ buffers fit at head_dim 128; the mbarriers (kv_full; full and empty per stage; dq_full and
+// dq_empty per dQ buffer and consumer). LSE₂ and D are copied by a producer warp with ordinary loads and stores
+// (fa3_bwd.cuh, row_loader) rather than a bulk copy: compute-sanitizer's racecheck reports an ordinary read of what
+// a bulk copy wrote as a hazard whatever the mbarriers order.
 struct SmemMap {
   int64_t k = 0, v = 0, slots = 0, slot_bytes = 0, q = 0, dout = 0, ds = 0, ds_bytes = 0, dq = 0,
           dq_bytes = 0, dq_bufs = 0, rows = 0, rows_bytes = 0, bars = 0, total = 0;

@@ -30,12 +30,11 @@ INSTANTIATE_TEST_SUITE_P(Awkward, Fa3BwdAllConfigs,
 // More column blocks than SMs without a causal mask: on a 132-SM part, 144 blocks are 12 whole ones past a full
 // round, so split_tail cuts those 12 into pieces while the first 132 run whole (traits.hpp, tail_split), and the
 // pieces' dK/dV sums must meet exactly once (the semaphores come back zero).
-INSTANTIATE_TEST_SUITE_P(ManyTiles, Fa3BwdAllConfigs,
-                         ::testing::Values(Shape{"tiles144_d64_gqa", 2, 16, 8, 300, 1152, 64, false,
-                                                 DType::bf16},
-                                           Shape{"tiles144_d128_gqa", 2, 16, 8, 500, 1152, 128,
-                                                 false, DType::f16}),
-                         fb::test::shape_name);
+INSTANTIATE_TEST_SUITE_P(
+    ManyTiles, Fa3BwdAllConfigs,
+    ::testing::Values(Shape{"tiles144_d64_gqa", 2, 16, 8, 300, 1152, 64, false, DType::bf16},
+                      Shape{"tiles144_d128_gqa", 2, 16, 8, 500, 1152, 128, false, DType::f16}),
+    fb::test::shape_name);
 
 TEST(Fa3Bwd, DeterministicIsBitIdentical) {
   FB_SKIP_WITHOUT_HOPPER();

@@ -253,7 +253,8 @@ TEST(Fa3BwdTraits, TailSplit) {
   EXPECT_EQ(fa3_bwd::tail_split(p, off, 132).pieces, 1);
   EXPECT_EQ(fa3_bwd::tail_split(p, c, 0).ctas(), 2048);
   // Fewer blocks than SMs: all of them are the tail, each piece at least one row block (of every query head).
-  const AttentionProblem small = bwd_problem(300, 300, 64, false, 8, 2); // 3 x 2 x 2 = 12 blocks, 3 rows
+  const AttentionProblem small =
+      bwd_problem(300, 300, 64, false, 8, 2); // 3 x 2 x 2 = 12 blocks, 3 rows
   fa3_bwd::Params rows128;
   rows128.block_m = 128;
   s = fa3_bwd::tail_split(small, rows128, 132);
