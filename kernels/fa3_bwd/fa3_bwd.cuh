@@ -48,6 +48,7 @@
 #include "kernels/fa3_bwd/traits.hpp"
 
 #include "flashbench/check.hpp"
+#include "flashbench/device.hpp"
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -396,14 +397,15 @@ __device__ __forceinline__ void store_ds(uint32_t ds_buf, const uint32_t (&dsa)[
   }
 }
 
-// This warpgroup's dQ partial (its piece of the row block's tile, DqTileOrder: thread t's fragment j is float4
-// 128j + t) added to the accumulator tile with 16-byte vector reductions, 512 consecutive bytes a warp.
+// A warpgroup's m64 x N fp32 accumulator added to global memory in fragment order (thread t's fragment j is float4
+// 128j + t) with 16-byte vector reductions, 512 consecutive bytes a warp: a dQ partial into its piece of the
+// accumulator tile (DqTileOrder), and under split_tail a piece's dK and dV into the split block's sums.
 template <int N>
-__device__ __forceinline__ void add_dq_red(float *half, const float (&dq)[N / 2], int t) {
+__device__ __forceinline__ void add_frags_red(float *dst, const float (&acc)[N / 2], int t) {
 #pragma unroll
   for (int j = 0; j < N / 8; ++j)
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(half + (128 * j + t) * 4),
-                 "f"(dq[4 * j]), "f"(dq[4 * j + 1]), "f"(dq[4 * j + 2]), "f"(dq[4 * j + 3])
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(dst + (128 * j + t) * 4),
+                 "f"(acc[4 * j]), "f"(acc[4 * j + 1]), "f"(acc[4 * j + 2]), "f"(acc[4 * j + 3])
                  : "memory");
 }
 // The same partial to its half of the shared dQ buffer, in the same order (conflict-free 16-byte stores).
@@ -429,7 +431,7 @@ __device__ __forceinline__ bool named_sync_any(int id, int threads, bool pred) {
 }
 
 // split_tail: this piece's dK and dV added to its column block's fp32 sums (this warpgroup's fragments, thread t's
-// fragment j at float4 128j + t, as add_dq_red lays out dQ). The last piece of the block to finish (its counter)
+// fragment j at float4 128j + t, add_frags_red's order). The last piece of the block to finish (its counter)
 // takes the sums back into dk and dv, clears them and its counter (the semaphores' zero between launches) and
 // returns true: it writes the block's dK and dV. Every thread fences its adds before the counter moves, and the
 // last piece fences after reading the counter, before it reads the sums (from L2: .cg).
@@ -440,8 +442,8 @@ __device__ __forceinline__ bool merge_split(const KernelArgs &a, const Work &w, 
   float4 *const sum_k = reinterpret_cast<float4 *>(
       a.split_acc + (int64_t(w.slot) * kBlockN + int64_t(wg) * kKeysPerWarpgroup) * 2 * D);
   float4 *const sum_v = sum_k + kKeysPerWarpgroup * D / 4;
-  add_dq_red<D>(reinterpret_cast<float *>(sum_k), dk, t);
-  add_dq_red<D>(reinterpret_cast<float *>(sum_v), dv, t);
+  add_frags_red<D>(reinterpret_cast<float *>(sum_k), dk, t);
+  add_frags_red<D>(reinterpret_cast<float *>(sum_v), dv, t);
   __threadfence();
   named_sync(kBarDsReady, kConsumerThreads);
   bool last = false;
@@ -604,7 +606,7 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
         if (lane == 0)
           mbar_arrive(sm.dq_full(it, wg));
       } else {
-        add_dq_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
+        add_frags_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
       }
       wgmma_wait<0>();
       fence_operands(pa);
@@ -721,14 +723,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
 
 // The SM count where a device is present, else 0 (no tail split): the kernel list is also asked for on a machine
 // without a GPU (planning, CPU tests).
-inline int sms_if_present() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return fb::kernels::sm_count();
-}
+inline int sms_if_present() { return device_count() > 0 ? fb::kernels::sm_count() : 0; }
 
 template <class T, int D, int BM>
 std::vector<KernelDesc> describe_tile(const AttentionProblem &p, const Params &c) {

@@ -124,10 +124,13 @@ public:
       if ((s.seq * e) % 16 || (s.head * e) % 16 || (s.batch * e) % 16)
         return Support::no("TMA needs every Q/K/V/O/dO stride to be a multiple of 16 bytes; this "
                            "layout's are not");
-    const int64_t grid = fa3_bwd::num_col_blocks(p) * p.heads_kv * p.batch;
+    // The launch has at most kMaxSplitTiles x (kMaxPieces - 1) CTAs more than the column blocks (tail_split).
+    const int64_t grid =
+        fa3_bwd::grid_tiles(p) + int64_t(fa3_bwd::kMaxSplitTiles) * (fa3_bwd::kMaxPieces - 1);
     if (grid > INT_MAX)
       return Support::no("the main kernel's 1-D grid (column blocks x kv heads x batch = " +
-                         std::to_string(grid) + " CTAs) must be at most 2^31 - 1");
+                         std::to_string(fa3_bwd::grid_tiles(p)) +
+                         " CTAs, plus the split tail's pieces) must be at most 2^31 - 1");
     if (auto why = kernels::backward_memory_reason(p, double(workspace_bytes(p, c)),
                                                    double(semaphore_bytes(p, c)), dev))
       return Support::no(*why);
