@@ -74,6 +74,7 @@ struct KernelArgs {
   int *sem;
   float *split_acc;
   int split_full, split_pieces;
+  int tail_rows; // row_tail: the rows the last row block's products cover (traits.hpp tail_rows); 0: all block_m
   int seqlen_q, seqlen_kv, rows_pad;
   int heads_q, heads_kv, group;
   int n_row_blocks, n_col_blocks, bh_count; // bh_count = heads_kv x batch
@@ -274,15 +275,18 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM>
         fence_proxy_async_global(); // the earlier column blocks' adds before this one
       }
       constexpr uint32_t kHalf = Smem<D, BM>::dq_bytes / 2;
+      // row_tail: a partial last block's pieces are their first tail_rows / 8 fragments (consumer).
+      const uint32_t bytes =
+          a.tail_rows && mb == a.n_row_blocks - 1 ? uint32_t(a.tail_rows) * (kHalf / BM) : kHalf;
       float *const tile = dq_tile<D, BM>(a, w, hq, mb);
-      bulk_reduce_add_f32(tile, sm.dq_half(it, 0), kHalf);
+      bulk_reduce_add_f32(tile, sm.dq_half(it, 0), bytes);
       bulk_commit();
       if (!a.deterministic) { // piece 0 free once read, whether or not piece 1 is there yet
         bulk_wait_read_all();
         mbar_arrive(sm.dq_empty(it, 0));
       }
       mbar_wait(sm.dq_full(it, 1), sm.dq_phase(it));
-      bulk_reduce_add_f32(tile + kHalf / 4, sm.dq_half(it, 1), kHalf);
+      bulk_reduce_add_f32(tile + kHalf / 4, sm.dq_half(it, 1), bytes);
       bulk_commit();
       if (a.deterministic) {
         bulk_wait_all(); // complete in global memory before the counter says so
@@ -321,10 +325,11 @@ __device__ __forceinline__ void pack_a(uint32_t (&pa)[N / 16][4], const float (&
     pack_step<T, N>(pa[kt], acc, kt);
 }
 
-// C[64 x block_m] = A·Bᵀ over head_dim: A = 64 rows of a [128][D] key tile (this warpgroup's), B = a
-// [block_m][D] row tile; both K-major in 128B-swizzled column chunks of 64.
-template <class T, int D, int BM>
-__device__ __forceinline__ void issue_scores(float (&c)[BM / 2], uint32_t key_tile, int wg,
+// C[64 x R] = A·Bᵀ over head_dim: A = 64 rows of a [128][D] key tile (this warpgroup's), B = the first R rows of a
+// [block_m][D] row tile; both K-major in 128B-swizzled column chunks of 64. R < block_m: a partial last row block
+// (row_tail), in the same shared-memory layout.
+template <class T, int D, int BM, int R = BM>
+__device__ __forceinline__ void issue_scores(float (&c)[R / 2], uint32_t key_tile, int wg,
                                              uint32_t row_tile) {
   constexpr uint32_t kKvChunk16 = kBlockN * 128 / 16, kRowChunk = BM * 128;
   const DescBase da = desc_base(key_tile + uint32_t(wg) * kKeysPerWarpgroup * 128, 16);
@@ -333,17 +338,17 @@ __device__ __forceinline__ void issue_scores(float (&c)[BM / 2], uint32_t key_ti
   for (int kk = 0; kk < D / 16; ++kk)
     wgmma_ss(c, da.plus16((kk / 4) * kKvChunk16).at((kk % 4) * 32),
              db.at((kk / 4) * kRowChunk + (kk % 4) * 32), kk > 0 ? 1 : 0,
-             typename TypeOps<T>::Tag{}, IntC<BM>{});
+             typename TypeOps<T>::Tag{}, IntC<R>{});
 }
 
-// acc[64 x D] += A-fragments (64 x block_m, registers) · B, B a [block_m][D] row tile as an MN-major operand
-// (K = rows).
-template <class T, int D, int BM>
-__device__ __forceinline__ void issue_grad(float (&acc)[D / 2], const uint32_t (&pa)[BM / 16][4],
+// acc[64 x D] += A-fragments (64 x R, registers) · B, B the first R rows of a [block_m][D] row tile as an MN-major
+// operand (K = rows).
+template <class T, int D, int BM, int R = BM>
+__device__ __forceinline__ void issue_grad(float (&acc)[D / 2], const uint32_t (&pa)[R / 16][4],
                                            uint32_t row_tile) {
   const DescBase db = desc_base(row_tile, BM * 128);
 #pragma unroll
-  for (int kt = 0; kt < BM / 16; ++kt)
+  for (int kt = 0; kt < R / 16; ++kt)
     wgmma_rs(acc, pa[kt], db.at(kt * 16 * 128), typename TypeOps<T>::Tag{}, IntC<D>{});
 }
 
@@ -353,15 +358,15 @@ __device__ __forceinline__ void issue_grad(float (&acc)[D / 2], const uint32_t (
 //    128: the warpgroup's 64-column chunk of K); A the dS buffer, B the K tile as an MN-major operand;
 //  - split by rows (128 rows): the same product for rows [64·wg, 64·wg + 64) and every column (DQN = D);
 //  - transposed (80 rows): dQᵀ = Kᵀ · dSᵀ, head_dim columns [64·wg, 64·wg + 64) (the M) by the block's rows
-//    (DQN = BM); A the warpgroup's 64-column chunk of the K tile as an MN-major operand, B the dS buffer (K-major:
-//    keys contiguous along each query row).
+//    (DQN = BM, or the R rows of a partial last block); A the warpgroup's 64-column chunk of the K tile as an
+//    MN-major operand, B the dS buffer (K-major: keys contiguous along each query row).
 template <class T, int D, int BM, int DQN>
 __device__ __forceinline__ void issue_dq(float (&dq)[DQN / 2], uint32_t ds_buf, uint32_t k_tile,
                                          int wg) {
   constexpr bool by_rows = dq_split(BM) == DqSplit::rows;
   constexpr uint32_t kDsChunk16 = BM * 128 / 16, kKvChunk = kBlockN * 128;
   if constexpr (dq_split(BM) == DqSplit::transposed) {
-    static_assert(D == 128 && DQN == BM,
+    static_assert(D == 128 && DQN <= BM && DQN % 16 == 0,
                   "a warpgroup's 64 head_dim columns are one 64-column chunk of K");
     const DescBase da = desc_base(k_tile + uint32_t(wg) * kKvChunk, kKvChunk),
                    db = desc_base(ds_buf, 16);
@@ -383,14 +388,14 @@ __device__ __forceinline__ void issue_dq(float (&dq)[DQN / 2], uint32_t ds_buf, 
 
 // This warpgroup's dSᵀ (packed as A fragments) into its 64-key chunk of the dS buffer, transposed: row q of the
 // chunk holds keys [0, 64) of query row q, 16-byte units XOR-swizzled by q % 8 (the 128B swizzle WGMMA reads).
-template <int BM>
-__device__ __forceinline__ void store_ds(uint32_t ds_buf, const uint32_t (&dsa)[BM / 16][4], int wg,
+template <int BM, int R = BM>
+__device__ __forceinline__ void store_ds(uint32_t ds_buf, const uint32_t (&dsa)[R / 16][4], int wg,
                                          int warp, int lane) {
   const uint32_t chunk = ds_buf + uint32_t(wg) * BM * 128;
   const int j = lane / 8, r = lane % 8;
   const uint32_t unit = uint32_t(2 * warp + j % 2); // 8 keys: 16·warp + 8·(j % 2)
 #pragma unroll
-  for (int kt = 0; kt < BM / 16; ++kt) {
+  for (int kt = 0; kt < R / 16; ++kt) {
     const int q = 16 * kt + 8 * (j / 2) + r; // matrix j: columns 8·(2kt + j/2), key half j % 2
     stmatrix_x4_trans(chunk + uint32_t(q) * 128 + ((unit ^ uint32_t(r)) << 4), dsa[kt][0],
                       dsa[kt][1], dsa[kt][2], dsa[kt][3]);
@@ -466,15 +471,25 @@ __device__ __forceinline__ bool merge_split(const KernelArgs &a, const Work &w, 
   return true;
 }
 
-template <class T, int D, int BM>
-__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> &sm, const Work &w,
-                                         int wg) {
+// row_tail: the partial last row block mb of query head hq (the CTA's it-th, in ring slot s of parity ph) over its
+// first R rows, its valid rows rounded up to 16 (traits.hpp, tail_rows), where a whole block is 80.
+template <class T, int D, int BM, int R>
+__device__ __forceinline__ void
+partial_block(const KernelArgs &a, const Smem<D, BM> &sm, const Work &w, int wg, int hq, int mb,
+              int it, int s, uint32_t ph, int t0, int off, float (&dk)[D / 2], float (&dv)[D / 2]) {
   constexpr int DQN = dq_piece_n(D, BM); // the N of this warpgroup's dQ piece
   constexpr bool kDqT = dq_split(BM) == DqSplit::transposed;
   // 64-row blocks issue dV's product as soon as Pᵀ is packed, under dPᵀ's wait and dSᵀ's arithmetic; 80- and
   // 128-row blocks only once dSᵀ is packed too, so that the fp32 Sᵀ and dPᵀ (40 + 40 or 64 + 64 registers) are
   // dead by the time the packed Pᵀ and dSᵀ must stay live for their products (traits.hpp, block_m_compiled).
   constexpr bool kDvEarly = BM == 64;
+#include "kernels/fa3_bwd/row_block.cuh"
+}
+
+template <class T, int D, int BM>
+__device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> &sm, const Work &w,
+                                         int wg) {
+  constexpr bool kDqT = dq_split(BM) == DqSplit::transposed;
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i)
@@ -485,137 +500,39 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
 
   int it = 0;
   RingPos ring;
+  // row_tail: the partial last row block apart (partial_block), over the fewest 16-row steps that cover it; its
+  // index is past every whole block's, so the loop over whole blocks stops at it.
+  const int tail = kDqT ? a.tail_rows : 0;
+  const int whole_end = tail ? a.n_row_blocks - 1 : w.end;
   for (int g = 0; g < a.group; ++g) {
     const int hq = w.hkv * a.group + g;
-    for (int mb = w.first; mb < w.end; ++mb, ++it, ring.next(sm.stages)) {
+    const int end = min(w.end, whole_end);
+    for (int mb = w.first; mb < end; ++mb, ++it, ring.next(sm.stages)) {
+      // The body in place, not a call: row_block.cuh says why.
+      constexpr int R = BM;
+      constexpr int DQN = dq_piece_n(D, BM);
+      constexpr bool kDvEarly = BM == 64;
       const int s = ring.s;
-      const uint32_t slot = sm.slot(s);
-      mbar_wait(sm.full(s), ring.use & 1);
-      // 80-row blocks read the lane coordinates afresh each row block (kernels::bwd::fresh_tid): hoisted, their
-      // derived addresses spill beside the accumulators. The others keep them (1-2% faster at head_dim 64).
-      const int t = kDqT ? int(kernels::bwd::fresh_tid() % 128) : t0, warp = t / 32, lane = t % 32;
-
-      float sacc[BM / 2], dpacc[BM / 2];
-      wgmma_fence();
-      issue_scores<T, D, BM>(sacc, sm.k, wg, slot + sm.q_off);
-      wgmma_commit();
-      issue_scores<T, D, BM>(dpacc, sm.v, wg, slot + sm.dout_off);
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_operands(sacc);
-
-      // Pᵀ, masked where a key is past the sequence end or (causal) right of a query's diagonal.
-      const int key_lo = w.col * kBlockN + wg * kKeysPerWarpgroup + 16 * warp + lane / 4;
-      const int q_lo = mb * BM + 2 * (lane % 4);
-      const bool need_mask = (w.col + 1) * kBlockN > a.seqlen_kv ||
-                             (a.causal && w.col * kBlockN + kBlockN - 1 > mb * BM + off);
-      // This thread's query rows (columns 8i + 2(lane%4) and the next of the accumulators). The barrier is met
-      // after Sᵀ's wait: before it, while Sᵀ and dPᵀ run, was 1% slower at head_dim 128 (HISTORY.md).
-      const int r = it % kRowsBuffers;
-      rows_sync(r); // this row block's LSE₂ and D are in buffer r
-      const uint32_t lse_row = sm.lse2(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
-      // One loop for tiles with a mask and one without: with the test inside, ptxas kept a branch on need_mask
-      // every two elements (64 a row block), and their waits were ~5% of the consumers' stall samples (d64
-      // profile, HISTORY.md).
-      const auto exp_tile = [&](auto masked) {
-#pragma unroll
-        for (int kt = 0; kt < BM / 16; ++kt) {
-          const float4 l = ld_shared_f4(lse_row + uint32_t(16 * kt) * 4);
-#pragma unroll
-          for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
-            const float l0 = i % 2 ? l.z : l.x, l1 = i % 2 ? l.w : l.y;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              float p =
-                  fb::kernels::fast_exp2(fmaf(sacc[4 * i + e], a.scale_log2, e % 2 ? -l1 : -l0));
-              if constexpr (decltype(masked)::value) {
-                const int key = key_lo + 8 * (e / 2), q = q_lo + 8 * i + e % 2;
-                if (key >= a.seqlen_kv || (a.causal && key > q + off))
-                  p = 0.f;
-              }
-              sacc[4 * i + e] = p;
-            }
-          }
-        }
-      };
-      if (need_mask)
-        exp_tile(std::true_type{});
-      else
-        exp_tile(std::false_type{});
-      uint32_t pa[BM / 16][4];
-      if constexpr (kDvEarly) {
-        pack_a<T, BM>(pa, sacc);
-        wgmma_fence();
-        issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
-        wgmma_commit();
-        wgmma_wait<1>(); // dPᵀ
-      } else {
-        wgmma_wait<0>(); // dPᵀ
+      const uint32_t ph = uint32_t(ring.use & 1);
+#include "kernels/fa3_bwd/row_block.cuh"
+    }
+    if constexpr (kDqT) {
+      if (end < w.end) {
+        if (tail == 16)
+          partial_block<T, D, BM, 16>(a, sm, w, wg, hq, end, it, ring.s, uint32_t(ring.use & 1), t0,
+                                      off, dk, dv);
+        else if (tail == 32)
+          partial_block<T, D, BM, 32>(a, sm, w, wg, hq, end, it, ring.s, uint32_t(ring.use & 1), t0,
+                                      off, dk, dv);
+        else if (tail == 48)
+          partial_block<T, D, BM, 48>(a, sm, w, wg, hq, end, it, ring.s, uint32_t(ring.use & 1), t0,
+                                      off, dk, dv);
+        else
+          partial_block<T, D, BM, 64>(a, sm, w, wg, hq, end, it, ring.s, uint32_t(ring.use & 1), t0,
+                                      off, dk, dv);
+        ++it; // the next query head's row blocks follow
+        ring.next(sm.stages);
       }
-      fence_operands(dpacc);
-
-      // dSᵀ a k-step at a time, each step packed (with Pᵀ where dV is issued late) as soon as it is computed, so
-      // that the fp32 Sᵀ and dPᵀ of a step die before the next is computed.
-      const uint32_t delta_row = sm.delta(r) + uint32_t(4 * (lane % 4)) * 4; // rows_pos
-      uint32_t dsa[BM / 16][4];
-#pragma unroll
-      for (int kt = 0; kt < BM / 16; ++kt) {
-        const float4 dd = ld_shared_f4(delta_row + uint32_t(16 * kt) * 4);
-#pragma unroll
-        for (int i = 2 * kt; i < 2 * kt + 2; ++i) {
-          const float d0 = i % 2 ? dd.z : dd.x, d1 = i % 2 ? dd.w : dd.y;
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            dpacc[4 * i + e] = sacc[4 * i + e] * (dpacc[4 * i + e] - (e % 2 ? d1 : d0));
-        }
-        pack_step<T, BM>(dsa[kt], dpacc, kt);
-        if constexpr (!kDvEarly)
-          pack_step<T, BM>(pa[kt], sacc, kt);
-      }
-      if constexpr (!kDvEarly) {
-        wgmma_fence();
-        issue_grad<T, D, BM>(dv, pa, slot + sm.dout_off);
-        wgmma_commit();
-      }
-      const uint32_t ds_buf = sm.ds_buf(it & 1);
-      store_ds<BM>(ds_buf, dsa, wg, warp, lane);
-      fence_proxy_async_smem(); // the stmatrix writes, visible to WGMMA (the async proxy)
-      named_sync(kBarDsReady, kConsumerThreads);
-
-      // dQ before dK, so that the dQ partial is stored while dK runs. At 80-row blocks dV's product first retires
-      // (Pᵀ's registers free): issuing dQ behind it was 14% slower (HISTORY.md).
-      if constexpr (kDqT) {
-        wgmma_wait<0>();
-        fence_operands(pa);
-      }
-      float dq[DQN / 2];
-      wgmma_fence();
-      issue_dq<T, D, BM, DQN>(dq, ds_buf, sm.k, wg);
-      wgmma_commit();
-      issue_grad<T, D, BM>(dk, dsa, slot + sm.q_off);
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_operands(dq);
-
-      if (a.dq_add == kDqBulk) {
-        if (it >= sm.dq_bufs) // this piece's previous row block has been read by its bulk reduce
-          mbar_wait(sm.dq_empty(it, wg), sm.dq_phase(it) ^ 1u);
-        store_dq<DQN>(sm.dq_half(it, wg), dq, t);
-        fence_proxy_async_smem(); // the stores, visible to the bulk reduce
-        __syncwarp();
-        if (lane == 0)
-          mbar_arrive(sm.dq_full(it, wg));
-      } else {
-        add_frags_red<DQN>(dq_tile<D, BM>(a, w, hq, mb) + wg * 64 * DQN, dq, t);
-      }
-      wgmma_wait<0>();
-      fence_operands(pa);
-      fence_operands(dsa);
-      fence_operands(dk);
-      fence_operands(dv);
-      __syncwarp();
-      if (lane == 0)
-        mbar_arrive(sm.empty(s)); // Q, dO, LSE₂ and D of this stage are read
     }
   }
 
@@ -710,6 +627,7 @@ void launch_tile(const AttentionProblem &p, const Params &c, const LaunchArgs &a
   a.split_pieces = split.pieces;
   a.split_acc =
       split.tiles > 0 ? reinterpret_cast<float *>(a.sem + split_counter_ints(p)) : nullptr;
+  a.tail_rows = tail_rows(p, c);
 
   kernels::bwd::launch_preprocess<T, D>(rows, p.batch, stream);
   auto *kernel = fa3_bwd_main<T, D, BM>;

@@ -87,6 +87,8 @@ struct Params {
   // 1: the grid's last partial round of column blocks split into pieces (tail_split; it changes nothing under a
   // causal mask or in deterministic mode)
   int split_tail = 1;
+  // 1: at 80-row blocks, a partial last row block computed over its rows rounded up to 16 (tail_rows), not 80
+  int row_tail = 1;
 };
 
 constexpr bool head_dim_ok(int64_t d) { return d == 64 || d == 128; }
@@ -107,6 +109,10 @@ inline std::optional<std::string> config_problem(const Params &c) {
            "dq_add bulk";
   if (c.split_tail != 0 && c.split_tail != 1)
     return "split_tail must be off or on";
+  if (c.row_tail != 0 && c.row_tail != 1)
+    return "row_tail must be off or on";
+  if (!c.row_tail && c.block_m != 80)
+    return "row_tail off changes only 80-row blocks (block_m 80): leave it on";
   if (c.deterministic && c.order != kOrderNatural)
     return "deterministic fixes the launch order (each (batch, head) from its last column block, "
            "the "
@@ -121,7 +127,8 @@ inline Params params_of(const Config &c) {
                 static_cast<int>(c.get_or("deterministic", d.deterministic)),
                 static_cast<int>(c.get_or("dq_add", d.dq_add)),
                 static_cast<int>(c.get_or("block_m", d.block_m)),
-                static_cast<int>(c.get_or("split_tail", d.split_tail))};
+                static_cast<int>(c.get_or("split_tail", d.split_tail)),
+                static_cast<int>(c.get_or("row_tail", d.row_tail))};
 }
 
 // The default of a problem: 2 stages; natural where column blocks have equal length (no causal mask) or the order
@@ -171,13 +178,19 @@ inline ConfigSpace make_space() {
             {0, 1},
             {"off", "on"},
             "on: the column blocks of the grid's last partial wave split into pieces whose dK/dV "
-            "sums meet in fp32 (no effect under a causal mask or in deterministic mode)"}},
+            "sums meet in fp32 (no effect under a causal mask or in deterministic mode)"},
+       Axis{"row_tail",
+            {0, 1},
+            {"off", "on"},
+            "on: at 80-row blocks, a partial last row block runs over its rows rounded up to 16 "
+            "(N 16-64 products), not all 80"}},
       Config({{"stages", d.stages},
               {"order", d.order},
               {"deterministic", d.deterministic},
               {"dq_add", d.dq_add},
               {"block_m", d.block_m},
-              {"split_tail", d.split_tail}}),
+              {"split_tail", d.split_tail},
+              {"row_tail", d.row_tail}}),
       [](const Config &c) { return config_problem(params_of(c)); }, default_for);
 }
 
@@ -186,6 +199,19 @@ inline int64_t num_row_blocks(const AttentionProblem &p, const Params &c) {
 }
 inline int64_t num_col_blocks(const AttentionProblem &p) {
   return (p.seqlen_kv + kBlockN - 1) / kBlockN;
+}
+// row_tail: the rows that the last row block's products cover where seqlen_q is not a multiple of 80, its valid
+// rows rounded up to 16 (a WGMMA N, and whole k-steps of dV's and dK's products); 0 where every row block runs
+// whole (off, 64- and 128-row blocks, or a remainder over 64). Only 80-row blocks, whose dQ is transposed: a
+// consumer's dQᵀ piece of R rows is then the first R/8 fragments of the 80-row piece (DqTileOrder), so the tail
+// writes the tile's layout as a whole block does. With power-of-two lengths 80-row blocks leave 16 (N 4096), 32
+// (8192), 48 (2048) or 64 (1024, 16384) rows, and the whole last block costs 1.5% of the work at N 1024-4096.
+inline int tail_rows(const AttentionProblem &p, const Params &c) {
+  if (!c.row_tail || dq_split(c.block_m) != DqSplit::transposed)
+    return 0;
+  const int64_t rem = p.seqlen_q % c.block_m;
+  const int64_t rows = (rem + 15) / 16 * 16;
+  return rem == 0 || rows >= c.block_m ? 0 : static_cast<int>(rows);
 }
 
 // The grid's tail. One CTA runs per SM, and without a causal mask every column block takes the same time, so T

@@ -36,6 +36,18 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{"tiles144_d128_gqa", 2, 16, 8, 500, 1152, 128, false, DType::f16}),
     fb::test::shape_name);
 
+// Partial last row blocks at head_dim 128 under every config, row_tail's 16-row steps among them (80-row blocks,
+// traits.hpp tail_rows): 1 row (16), 170 = 2 x 80 + 10 (16, GQA), 1000 = 12 x 80 + 40 (48), causal 700 = 8 x 80 + 60
+// (64) with seqlen_kv > seqlen_q.
+INSTANTIATE_TEST_SUITE_P(
+    RowTail, Fa3BwdAllConfigs,
+    ::testing::Values(Shape{"tail_q1_d128", 1, 2, 2, 1, 300, 128, false, DType::bf16},
+                      Shape{"tail_q170_d128_gqa", 2, 4, 2, 170, 333, 128, false, DType::bf16},
+                      Shape{"tail_q1000_d128", 1, 2, 2, 1000, 256, 128, false, DType::f16},
+                      Shape{"tail_q700_kv900_d128_causal", 1, 2, 1, 700, 900, 128, true,
+                            DType::bf16}),
+    fb::test::shape_name);
+
 TEST(Fa3Bwd, DeterministicIsBitIdentical) {
   FB_SKIP_WITHOUT_HOPPER();
   fb::test::check_deterministic(bwd(), [](Config &c) {

@@ -78,6 +78,38 @@ TEST(Fa3BwdTraits, ConfigProblemSaysWhy) {
   EXPECT_TRUE(has(why(c), "dq_add must be red or bulk")) << why(c);
   c.dq_add = fa3_bwd::kDqRed;
   EXPECT_FALSE(fa3_bwd::config_problem(c));
+  c = ok, c.row_tail = 2;
+  EXPECT_TRUE(has(why(c), "row_tail must be off or on")) << why(c);
+  c = ok,
+  c.row_tail = 0; // a no-op off 80-row blocks: refused, so that a sweep does not time it twice
+  EXPECT_TRUE(has(why(c), "block_m 80")) << why(c);
+  c.block_m = 80;
+  EXPECT_FALSE(fa3_bwd::config_problem(c));
+}
+
+TEST(Fa3BwdTraits, TailRowsCoverThePartialLastBlockIn16RowSteps) {
+  fa3_bwd::Params c;
+  c.block_m = 80;
+  const auto rows = [&](int64_t n) {
+    return fa3_bwd::tail_rows(bwd_problem(n, 4096, 128, false, 16, 16), c);
+  };
+  // The power-of-two lengths: 4096 = 51 x 80 + 16, 8192 = 102 x 80 + 32, 2048 = 25 x 80 + 48, 1024 = 12 x 80 + 64.
+  EXPECT_EQ(rows(4096), 16);
+  EXPECT_EQ(rows(8192), 32);
+  EXPECT_EQ(rows(2048), 48);
+  EXPECT_EQ(rows(1024), 64);
+  EXPECT_EQ(rows(16384), 64);
+  EXPECT_EQ(rows(1), 16);   // one row: the whole problem is the tail
+  EXPECT_EQ(rows(500), 32); // 20 rows past 6 blocks
+  EXPECT_EQ(rows(4000), 0); // a multiple of 80
+  EXPECT_EQ(rows(300), 64); // 60 rows
+  EXPECT_EQ(rows(75), 0);   // 75 rows round up to the whole block
+  c.row_tail = 0;
+  EXPECT_EQ(rows(4096), 0);
+  c.row_tail = 1, c.block_m = 64; // dQ split by columns: no tail path
+  EXPECT_EQ(rows(4000), 0);
+  c.block_m = 128;
+  EXPECT_EQ(rows(4000), 0);
 }
 
 TEST(Fa3BwdTraits, DefaultFollowsTheMask) {
@@ -431,9 +463,10 @@ TEST(Fa3BwdVariant, TheDefaultSupportsEveryProblemThatAnyConfigSupports) {
   for (const auto &e : v.space().expand())
     if (!e.invalid_reason)
       valid.push_back(e.config);
-  // 3 row-block heights x 2 stages x (natural, lpt, sections with either dQ add; natural + deterministic with
-  // bulk adds) x split_tail off and on; which heights a head_dim compiles is supports()'s.
-  EXPECT_EQ(valid.size(), 84u);
+  // (3 row-block heights, and 80 with row_tail off) x 2 stages x (natural, lpt, sections with either dQ add;
+  // natural + deterministic with bulk adds) x split_tail off and on; which heights a head_dim compiles is
+  // supports()'s.
+  EXPECT_EQ(valid.size(), 112u);
   int supported = 0;
   for (const DeviceInfo &dev : {h100(), a100(), nominal_device()})
     for (DType t : {DType::bf16, DType::f16, DType::f32})
