@@ -245,6 +245,11 @@ __device__ __forceinline__ void row_loader(const KernelArgs &a, const Smem<D, BM
   }
 }
 
+// deterministic: a counter bumped with release semantics at GPU scope (no returned value to wait for).
+__device__ __forceinline__ void red_release_gpu_add(int *p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 // The accumulator tile of (batch, query head hq, row block mb): block_m x D fp32, in DqTileOrder.
 template <int D, int BM>
 __device__ __forceinline__ float *dq_tile(const KernelArgs &a, const Work &w, int hq, int mb) {
@@ -290,12 +295,14 @@ __device__ __forceinline__ void dq_writer(const KernelArgs &a, const Smem<D, BM>
       bulk_commit();
       if (a.deterministic) {
         bulk_wait_all(); // complete in global memory before the counter says so
+        // The adds (async proxy) ordered before this thread's generic accesses, then a release at GPU scope: the
+        // next column block's writer acquires the counter and fences the proxies the other way before its adds.
+        // A release, not __threadfence() (fence.sc) and a returning atomic: the writer does not wait for either.
         fence_proxy_async_global();
-        __threadfence();
         if (w.col == 0)
-          atomicExch(ctr, 0); // the last of this row block: leave the counter as it was found
+          st_release_gpu(ctr, 0); // the last of this row block: leave the counter as it was found
         else
-          atomicAdd(ctr, 1);
+          red_release_gpu_add(ctr, 1);
         mbar_arrive(sm.dq_empty(it, 0));
       } else {
         bulk_wait_read_all();
