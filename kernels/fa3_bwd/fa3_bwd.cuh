@@ -525,18 +525,18 @@ __device__ __forceinline__ void consumer(const KernelArgs &a, const Smem<D, BM> 
     }
     if constexpr (kDqT) {
       if (end < w.end) {
+        const auto run = [&](auto rows) {
+          partial_block<T, D, BM, decltype(rows)::value>(a, sm, w, wg, hq, end, it, ring.s,
+                                                         uint32_t(ring.use & 1), t0, off, dk, dv);
+        };
         if (tail == 16)
-          partial_block<T, D, BM, 16>(a, sm, w, wg, hq, end, it, ring.s, uint32_t(ring.use & 1), t0,
-                                      off, dk, dv);
+          run(std::integral_constant<int, 16>{});
         else if (tail == 32)
-          partial_block<T, D, BM, 32>(a, sm, w, wg, hq, end, it, ring.s, uint32_t(ring.use & 1), t0,
-                                      off, dk, dv);
+          run(std::integral_constant<int, 32>{});
         else if (tail == 48)
-          partial_block<T, D, BM, 48>(a, sm, w, wg, hq, end, it, ring.s, uint32_t(ring.use & 1), t0,
-                                      off, dk, dv);
+          run(std::integral_constant<int, 48>{});
         else
-          partial_block<T, D, BM, 64>(a, sm, w, wg, hq, end, it, ring.s, uint32_t(ring.use & 1), t0,
-                                      off, dk, dv);
+          run(std::integral_constant<int, 64>{});
         ++it; // the next query head's row blocks follow
         ring.next(sm.stages);
       }
