@@ -80,8 +80,8 @@ TEST(Fa3BwdTraits, ConfigProblemSaysWhy) {
   EXPECT_FALSE(fa3_bwd::config_problem(c));
   c = ok, c.row_tail = 2;
   EXPECT_TRUE(has(why(c), "row_tail must be off or on")) << why(c);
-  c = ok,
-  c.row_tail = 0; // a no-op off 80-row blocks: refused, so that a sweep does not time it twice
+  // row_tail off is a no-op off 80-row blocks: refused, so that a sweep does not time it twice.
+  c = ok, c.row_tail = 0;
   EXPECT_TRUE(has(why(c), "block_m 80")) << why(c);
   c.block_m = 80;
   EXPECT_FALSE(fa3_bwd::config_problem(c));
